@@ -1,0 +1,3 @@
+from tinker_core.cli import main
+
+raise SystemExit(main())

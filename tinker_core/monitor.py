@@ -1,0 +1,91 @@
+"""Flow monitor: per-edge message rate, byte rate and latency percentiles, live and as a snapshot."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+
+def payload_bytes(x: Any) -> int:
+    """Bytes of the arrays in ``x`` (arrays, dicts of arrays, transitions, scalars)."""
+    if isinstance(x, np.ndarray):
+        return x.nbytes
+    if isinstance(x, Mapping):
+        return sum(payload_bytes(v) for v in x.values())
+    nb = getattr(x, "nbytes", None)
+    if callable(nb):
+        return int(nb())
+    if isinstance(nb, int):
+        return nb
+    if isinstance(x, (list, tuple)):
+        return sum(payload_bytes(v) for v in x)
+    return 8 if x is not None else 0
+
+
+@dataclass
+class EdgeStats:
+    window: int = 4096
+    count: int = 0
+    bytes: int = 0
+    first_t: float = 0.0
+    last_t: float = 0.0
+    _lat: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _i: int = 0
+
+    def __post_init__(self) -> None:
+        self._lat = np.zeros(self.window, dtype=np.float64)
+
+    def add(self, nbytes: int, latency_s: float, now: float) -> None:
+        if self.count == 0:
+            self.first_t = now
+        self.count += 1
+        self.bytes += nbytes
+        self.last_t = now
+        self._lat[self._i % self.window] = latency_s
+        self._i += 1
+
+    def snapshot(self) -> dict[str, float]:
+        n = min(self._i, self.window)
+        lat = self._lat[:n]
+        span = max(self.last_t - self.first_t, 1e-9)
+        rate = (self.count - 1) / span if self.count > 1 else 0.0
+        return {
+            "messages": self.count,
+            "bytes": self.bytes,
+            "messages_per_s": rate,
+            "bytes_per_s": rate * (self.bytes / self.count) if self.count else 0.0,
+            "latency_p50_us": float(np.percentile(lat, 50) * 1e6) if n else 0.0,
+            "latency_p99_us": float(np.percentile(lat, 99) * 1e6) if n else 0.0,
+        }
+
+
+class FlowMonitor:
+    """Counts what crosses each edge. Thread-safe; cheap enough to leave on."""
+
+    def __init__(self, window: int = 4096):
+        self.window = window
+        self._edges: dict[str, EdgeStats] = {}
+        self._lock = threading.Lock()
+
+    def record(self, edge: str, nbytes: int, latency_s: float) -> None:
+        now = time.perf_counter()
+        st = self._edges.get(edge)
+        if st is None:
+            with self._lock:
+                st = self._edges.setdefault(edge, EdgeStats(self.window))
+        st.add(nbytes, latency_s, now)
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        with self._lock:
+            return {k: v.snapshot() for k, v in self._edges.items()}
+
+    def format(self) -> str:
+        rows = [f"{'edge':<28}{'msg/s':>10}{'KB/s':>10}{'p50 us':>10}{'p99 us':>10}{'count':>10}"]
+        for k, s in self.snapshot().items():
+            rows.append(f"{k:<28}{s['messages_per_s']:>10.0f}{s['bytes_per_s'] / 1e3:>10.1f}"
+                        f"{s['latency_p50_us']:>10.1f}{s['latency_p99_us']:>10.1f}{s['messages']:>10d}")
+        return "\n".join(rows)

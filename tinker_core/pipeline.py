@@ -1,0 +1,213 @@
+"""The declarative pipeline: ``Pipeline().connect(env, perception, policy, learner).run(steps)``.
+
+Data flow per step::
+
+    env --obs--> perception --features--> policy --action--> env
+                                                    \\--> Transition --> learner
+
+Every edge is spec-checked at ``connect`` and, with run-time validation on, every value that
+crosses it. ``swap(name, module)`` replaces a module while ``run`` continues in another thread: the
+new module's specs are checked first (an incompatible swap raises and the old module keeps running),
+and the switch happens between two steps, so no transition is lost and counters continue.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tinker_core.errors import PipelineError, SpecError
+from tinker_core.module import ModuleBase
+from tinker_core.monitor import FlowMonitor, payload_bytes
+from tinker_core.tracer import Tracer
+from tinker_core.transition import Transition
+from tinker_core.validator import Edge, Validator
+
+ROLES = ("env", "perception", "policy", "learner")
+
+
+class Identity(ModuleBase):
+    """Passes its input through; stands in for an absent perception module."""
+
+    input_name = output_name = "obs"
+
+    def __init__(self, spec: Any = None):
+        super().__init__()
+        self.name = "perception"
+        self.input_spec = self.output_spec = spec
+
+    def forward(self, x: Any) -> Any:
+        return x
+
+
+@dataclass
+class RunStats:
+    steps: int = 0
+    episodes: int = 0
+    transitions: int = 0
+    episode_returns: list[float] | None = None
+
+
+class Pipeline:
+    """Owns modules by role, their edges, the validator, the flow monitor and the tracer."""
+
+    def __init__(self, validate: bool = True, trace_path: str | None = None, seed: int | None = 0):
+        self.validator = Validator(enabled=validate)
+        self.monitor = FlowMonitor()
+        self.tracer = Tracer(trace_path, node="pipeline")
+        self.modules: dict[str, ModuleBase] = {}
+        self.seed = seed
+        self.stats = RunStats(episode_returns=[])
+        self._pending: dict[str, ModuleBase] = {}
+        self._applied = threading.Condition()
+        self._running = False
+        self._stop = threading.Event()
+        self._obs: Any = None
+        self._ep_return = 0.0
+        self.callbacks: list[Callable[[Transition, dict | None], None]] = []
+
+    # -- building ------------------------------------------------------------------------------
+    def connect(self, env: Any, perception: ModuleBase | None, policy: ModuleBase,
+                learner: ModuleBase | None = None) -> "Pipeline":
+        from tinker_core.env_adapter import EnvModule
+
+        env_m = env if isinstance(env, ModuleBase) else EnvModule(env)
+        env_m.name = "env"
+        if perception is None:
+            perception = Identity(env_m.output_spec)
+        modules = {"env": env_m, "perception": perception, "policy": policy}
+        if learner is not None:
+            modules["learner"] = learner
+        for role, m in modules.items():
+            if not isinstance(m, ModuleBase):
+                raise PipelineError(f"{role}: expected a ModuleBase, got {type(m).__name__}")
+        for role, m in modules.items():
+            m.name = role
+        self._check_all(modules)
+        self.modules = modules
+        return self
+
+    def edges(self, modules: dict[str, ModuleBase] | None = None) -> list[tuple[Edge, Any, Any]]:
+        m = modules or self.modules
+        out = [
+            (Edge("env", "perception", m["perception"].input_name), m["env"].output_spec, m["perception"].input_spec),
+            (Edge("perception", "policy", m["policy"].input_name), m["perception"].output_spec, m["policy"].input_spec),
+            (Edge("policy", "env", m["env"].input_name), m["policy"].output_spec, m["env"].input_spec),
+        ]
+        learner = m.get("learner")
+        if learner is not None and learner.input_spec is not None:
+            ls = learner.input_spec
+            out.append((Edge("env", "learner", "obs"), m["env"].output_spec, getattr(ls, "obs", None)))
+            out.append((Edge("policy", "learner", "action"), m["policy"].output_spec, getattr(ls, "action", None)))
+        return out
+
+    def _check_all(self, modules: dict[str, ModuleBase]) -> None:
+        for edge, produced, consumed in self.edges(modules):
+            self.validator.check_edge(edge, produced, consumed)
+
+    # -- hot swap ------------------------------------------------------------------------------
+    def swap(self, role: str, module: ModuleBase, timeout: float = 10.0) -> None:
+        """Replace the module in ``role``; checks specs first, then switches between two steps."""
+        if role not in self.modules:
+            raise PipelineError(f"swap: no module in role {role!r}; roles here: {list(self.modules)}")
+        if role == "env":
+            raise PipelineError("swap: the env cannot be swapped while running; build a new pipeline")
+        trial = dict(self.modules)
+        module.name = role
+        trial[role] = module
+        try:
+            self._check_all(trial)
+        except SpecError as e:
+            raise SpecError(f"swap of {role!r} refused, the old module keeps running: {e}") from None
+        with self._applied:
+            if not self._running:
+                self.modules[role] = module
+                return
+            self._pending[role] = module
+            if not self._applied.wait_for(lambda: role not in self._pending or not self._running, timeout):
+                raise PipelineError(f"swap of {role!r} not applied within {timeout}s")
+            if role in self._pending:  # run ended before the swap was applied
+                self.modules[self._pending.pop(role).name] = module
+
+    def _apply_pending(self) -> None:
+        if self._pending:
+            with self._applied:
+                for role, m in self._pending.items():
+                    self.modules[role] = m
+                self._pending.clear()
+                self._applied.notify_all()
+
+    # -- running -------------------------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+
+    def run(self, steps: int) -> RunStats:
+        """Drive ``steps`` environment steps; resets episodes as they end."""
+        if not self.modules:
+            raise PipelineError("run: call connect(env, perception, policy, learner) first")
+        self._stop.clear()
+        with self._applied:
+            self._running = True
+        try:
+            self._run(steps)
+        finally:
+            with self._applied:
+                self._running = False
+                self._applied.notify_all()
+            self.tracer.flush()
+        return self.stats
+
+    def _timed(self, edge: Edge, spec: Any, value: Any, module: ModuleBase, cycle: int) -> Any:
+        t0 = time.perf_counter_ns()
+        self.validator.check_value(edge, spec, value)
+        out = module(value)
+        dt = time.perf_counter_ns() - t0
+        self.monitor.record(edge.name, payload_bytes(value), dt * 1e-9)
+        self.tracer.record(cycle, module.name, time.time_ns() - dt, dt)
+        return out
+
+    def _run(self, steps: int) -> None:
+        m = self.modules
+        env = m["env"]
+        e_perc = Edge("env", "perception", m["perception"].input_name)
+        e_pol = Edge("perception", "policy", m["policy"].input_name)
+        e_env = Edge("policy", "env", env.input_name)
+        e_learn = Edge("env", "learner", "transition")
+        if self._obs is None:
+            self._obs, _ = env.reset_env(seed=self.seed)  # type: ignore[attr-defined]
+        for _ in range(steps):
+            if self._stop.is_set():
+                break
+            self._apply_pending()
+            m = self.modules
+            cycle = self.stats.steps
+            obs = self._obs
+            feats = self._timed(e_perc, m["perception"].input_spec, obs, m["perception"], cycle)
+            action = self._timed(e_pol, m["policy"].input_spec, feats, m["policy"], cycle)
+            self.validator.check_value(e_env, env.input_spec, action)
+            t0 = time.perf_counter_ns()
+            next_obs, reward, term, trunc, info = env.step(action)  # type: ignore[attr-defined]
+            dt = time.perf_counter_ns() - t0
+            self.monitor.record(e_env.name, payload_bytes(action), dt * 1e-9)
+            self.tracer.record(cycle, "env", time.time_ns() - dt, dt)
+            t = Transition(obs, action, float(reward), bool(term), bool(trunc), dict(info), next_obs)
+            self.stats.steps += 1
+            metrics = None
+            learner = m.get("learner")
+            if learner is not None:
+                metrics = self._timed(e_learn, None, t, learner, cycle)
+            self.stats.transitions += 1
+            for cb in self.callbacks:
+                cb(t, metrics)
+            self._ep_return += t.reward
+            if t.done:
+                self.stats.episodes += 1
+                self.stats.episode_returns.append(self._ep_return)  # type: ignore[union-attr]
+                self._ep_return = 0.0
+                for mod in m.values():
+                    mod.reset()
+                self._obs, _ = env.reset_env()  # type: ignore[attr-defined]
+            else:
+                self._obs = next_obs
