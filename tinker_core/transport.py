@@ -574,7 +574,7 @@ class WeightsPublisher:
     """PUB side for versioned weight blobs (one self-contained frame per version)."""
 
     def __init__(self, endpoint: str, *, bind: bool = True, curve: CurveServer | CurveClient | None = None):
-        self._ep = _Endpoint(zmq.PUB, endpoint, bind, curve, {zmq.SNDHWM: 4, zmq.LINGER: 0})
+        self._ep = _Endpoint(zmq.PUB, endpoint, bind, curve, {zmq.CONFLATE: 1, zmq.LINGER: 0})
         self.endpoint = self._ep.endpoint
         self.published = 0
         self.bytes_sent = 0
