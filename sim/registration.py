@@ -1,0 +1,26 @@
+"""The gymnasium ids of the sim layer, registered in one loop (importing `sim` registers them)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+ENV_IDS: dict[str, dict[str, Any]] = {
+    "tinker/ArmReach-v0": {"kwargs": {"task": "reach"}, "max_episode_steps": 50},
+    # ArmSort is added with sim/tasks/sort.py
+}
+"""id -> registration arguments; every id here is run through gymnasium's env checker in the tests"""
+
+
+def register_all() -> None:
+    for env_id, spec in ENV_IDS.items():
+        if env_id in gym.registry:
+            continue
+        gym.register(id=env_id, entry_point="sim.arm_env:ArmEnv", **spec)
+
+
+def make(env_id: str, **kwargs: Any) -> gym.Env:
+    """`gymnasium.make` for tinker ids (kwargs go to `ArmEnv`)."""
+    register_all()
+    return gym.make(env_id, **kwargs)

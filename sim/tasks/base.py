@@ -1,0 +1,66 @@
+"""The `Task` interface an `ArmEnv` composes with the world and the robot, and the observation-term record."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from sim.dynamics import DynamicsParams
+from sim.pybullet_world import PyBulletWorld
+from sim.robot import ArmRobot
+
+
+def term(name: str, size: int, unit: str, scale: float | Sequence[float] = 1.0, offset: float | Sequence[float] = 0.0,
+         frame: str = "none", history: int = 1) -> dict[str, Any]:
+    """One named slice of an observation or action vector: ``value = (raw - offset) * scale``, per element."""
+    return {
+        "name": name, "size": int(size), "unit": unit,
+        "scale": [float(x) for x in np.broadcast_to(np.asarray(scale, dtype=np.float64), (size,))],
+        "offset": [float(x) for x in np.broadcast_to(np.asarray(offset, dtype=np.float64), (size,))],
+        "frame": frame, "history": int(history),
+    }
+
+
+class Task:
+    """Base class: a task adds bodies to the world, observation terms, optional action dims and a reward."""
+
+    name = "task"
+    terminate_on_success = True
+    """end the episode (terminated=True) as soon as the task is solved"""
+    action_terms: list[dict[str, Any]] = []
+    """extra action dimensions after the joint dimensions"""
+    workspace_center = np.array([0.55, 0.0, 0.35])
+    """centre of the reachable box in front of the base (base frame, m); scales ee_pos"""
+    workspace_half = np.array([0.3, 0.4, 0.3])
+    """half-extent of that box, m"""
+
+    def __init__(self, world: PyBulletWorld, robot: ArmRobot):
+        self.world = world
+        self.robot = robot
+
+    @property
+    def extra_action_dims(self) -> int:
+        return sum(t["size"] for t in self.action_terms)
+
+    def obs_terms(self) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def reset(self, rng: np.random.Generator, params: DynamicsParams) -> None:
+        raise NotImplementedError
+
+    def apply_action(self, extra: np.ndarray, ee: np.ndarray) -> None:
+        """Act on the extra action dims (e.g. suction) before the physics step."""
+
+    def observe(self, ee: np.ndarray) -> np.ndarray:
+        """Raw (unscaled) task terms, concatenated in `obs_terms` order."""
+        raise NotImplementedError
+
+    def evaluate(self, ee: np.ndarray) -> tuple[float, bool, dict[str, Any]]:
+        """(reward, success, task info) after a step."""
+        raise NotImplementedError
+
+    def state(self, ee: np.ndarray) -> dict[str, Any]:
+        """A JSON-friendly summary of the task (for the real-time robot's task topic)."""
+        _, success, info = self.evaluate(ee)
+        return {"success": bool(success), **{k: v for k, v in info.items() if k != "is_success"}}

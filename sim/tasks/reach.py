@@ -1,0 +1,60 @@
+"""ArmReach: bring the end effector within `success_distance` of a random target in front of the robot.
+
+Reward per step: ``-distance`` (m) plus ``success_bonus`` when within the success distance. The
+episode terminates on success and is truncated by the time limit (50 steps = 2.5 s at 50 ms). The
+success test uses the true end-effector position of the simulated arm, never the noisy observation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sim.dynamics import DynamicsParams
+from sim.pybullet_world import PyBulletWorld
+from sim.robot import ArmRobot
+from sim.tasks.base import Task, term
+
+TARGET_LOW = np.array([0.35, -0.3, 0.2])
+"""lower corner of the box targets are drawn from (base frame, m); every point in it is reachable pointing down"""
+TARGET_HIGH = np.array([0.7, 0.3, 0.55])
+"""upper corner of that box"""
+
+
+class ReachTask(Task):
+    name = "reach"
+
+    def __init__(self, world: PyBulletWorld, robot: ArmRobot, success_distance: float = 0.05,
+                 success_bonus: float = 1.0):
+        super().__init__(world, robot)
+        self.success_distance = float(success_distance)
+        self.success_bonus = float(success_bonus)
+        self.target = (TARGET_LOW + TARGET_HIGH) / 2
+        self.marker = world.add_sphere(0.025, self.target + robot.base_position, (0.1, 0.8, 0.1, 1.0), collision=False)
+
+    def obs_terms(self) -> list[dict[str, Any]]:
+        return [
+            term("target_pos", 3, "m", 1.0 / self.workspace_half, self.workspace_center, "base"),
+            term("target_minus_ee", 3, "m", 1.0 / 0.2, 0.0, "base"),
+        ]
+
+    def reset(self, rng: np.random.Generator, params: DynamicsParams) -> None:
+        self.target = rng.uniform(TARGET_LOW, TARGET_HIGH)
+        self.world.set_pose(self.marker, self.target + self.robot.base_position)
+
+    def set_target(self, target: np.ndarray) -> None:
+        self.target = np.asarray(target, dtype=np.float64).copy()
+        self.world.set_pose(self.marker, self.target + self.robot.base_position)
+
+    def observe(self, ee: np.ndarray) -> np.ndarray:
+        return np.concatenate([self.target, self.target - ee])
+
+    def evaluate(self, ee: np.ndarray) -> tuple[float, bool, dict[str, Any]]:
+        d = float(np.linalg.norm(self.target - ee))
+        success = d < self.success_distance
+        return -d + (self.success_bonus if success else 0.0), success, {"distance": d}
+
+    def state(self, ee: np.ndarray) -> dict[str, Any]:
+        _, success, info = self.evaluate(ee)
+        return {"target": self.target.tolist(), "distance": info["distance"], "success": bool(success)}

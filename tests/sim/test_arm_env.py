@@ -1,0 +1,125 @@
+"""ArmEnv through its public interface: gymnasium ids, spaces, named terms, command filter, seeding."""
+
+from __future__ import annotations
+
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pybullet as p
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import sim
+from sim.robot import ArmRobot, default_urdf_path
+from sim.pybullet_world import PyBulletWorld
+from tinker_core.errors import ConfigError, ValidationError
+
+
+@pytest.mark.parametrize("env_id", sorted(sim.ENV_IDS))
+def test_every_id_passes_gymnasium_env_checker(env_id, make_env):
+    env = make_env(env_id)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a checker warning is a failure here
+        check_env(env.unwrapped, skip_render_check=True)
+
+
+@pytest.mark.parametrize("env_id", sorted(sim.ENV_IDS))
+def test_every_id_passes_env_checker_with_camera(env_id, make_env):
+    env = make_env(env_id, camera=True, image_size=32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env.unwrapped, skip_render_check=True)
+
+
+def test_robot_limits_come_from_the_urdf():
+    world = PyBulletWorld()
+    try:
+        robot = ArmRobot(world)
+        assert robot.urdf_path == default_urdf_path() and robot.urdf_path.is_file()
+        assert robot.joint_names == [f"lbr_iiwa_joint_{i}" for i in range(1, 8)]
+        infos = [p.getJointInfo(robot.body, j, physicsClientId=world.client) for j in robot.joint_indices]
+        np.testing.assert_array_equal(robot.lower, [i[8] for i in infos])
+        np.testing.assert_array_equal(robot.upper, [i[9] for i in infos])
+        np.testing.assert_array_equal(robot.effort_limits, [i[10] for i in infos])
+        np.testing.assert_array_equal(robot.velocity_limits, [i[11] for i in infos])
+        assert world.substeps == 12  # 50 ms control period at 240 Hz physics
+    finally:
+        world.close()
+
+
+def test_obs_and_action_terms_describe_the_vectors(make_env):
+    env = make_env()
+    u = env.unwrapped
+    names = [t["name"] for t in u.obs_terms]
+    assert names[:3] == ["joint_pos", "joint_vel", "ee_pos"]
+    assert {"target_pos", "target_minus_ee"} <= set(names)
+    assert sum(t["size"] for t in u.obs_terms) == env.observation_space.shape[0]
+    assert sum(t["size"] for t in u.action_terms) == env.action_space.shape[0] == 7
+    for t in u.obs_terms + u.action_terms:
+        assert set(t) == {"name", "size", "unit", "scale", "offset", "frame", "history"}
+        assert len(t["scale"]) == len(t["offset"]) == t["size"]
+    assert u.joint_names == u.robot.joint_names
+    # The decoded joint_pos term is the true joint position (no noise at nominal dynamics).
+    from sim.scripted import decode_terms
+
+    obs, _ = env.reset(seed=1)
+    q, _ = u.joint_state
+    np.testing.assert_allclose(decode_terms(u.obs_terms, obs)["joint_pos"], q, atol=1e-5)
+
+
+def test_info_keys_and_reproducible_episode(make_env):
+    env = make_env()
+
+    def rollout(seed):
+        obs, info = env.reset(seed=seed)
+        rng = np.random.default_rng(0)
+        out = [obs]
+        for _ in range(5):
+            obs, reward, term, trunc, info = env.step(rng.uniform(-1, 1, 7).astype(np.float32))
+            out.append(obs)
+        return np.stack(out), info
+
+    a, info = rollout(7)
+    b, _ = rollout(7)
+    c, _ = rollout(8)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)
+    assert set(info) >= {"is_success", "distance", "dynamics", "safety_interventions"}
+    assert info["dynamics"]["mass_scale"] == 1.0
+
+
+def test_wrong_action_shape_is_a_validation_error(make_env):
+    env = make_env()
+    env.reset(seed=0)
+    with pytest.raises(ValidationError, match=r"ArmEnv.step.action: expected float\[7\], got float\[3\]"):
+        env.unwrapped.step(np.zeros(3))
+
+
+def test_unknown_task_is_a_config_error():
+    from sim.arm_env import ArmEnv
+
+    with pytest.raises(ConfigError, match="ArmEnv.task: expected one of"):
+        ArmEnv(task="juggle")
+
+
+def test_command_filter_decides_the_applied_command_and_interventions_are_counted(make_env):
+    calls = []
+
+    def hold_still(q_target, q, qd):
+        calls.append((q_target.copy(), q.copy(), qd.copy()))
+        return q.copy(), SimpleNamespace(intervened=True)
+
+    env = make_env(command_filter=hold_still)
+    env.reset(seed=0)
+    q0, _ = env.unwrapped.joint_state
+    info = {}
+    for _ in range(3):
+        _, _, _, _, info = env.step(np.ones(7, dtype=np.float32))
+    q1, _ = env.unwrapped.joint_state
+    assert len(calls) == 3 and calls[0][0].shape == (7,)
+    assert not np.allclose(calls[0][0], q0)  # the chain asked for motion ...
+    assert np.abs(q1 - q0).max() < 0.02  # ... but the filter's hold was applied
+    assert info["safety_interventions"] == 3
+    _, info = env.reset(seed=1)
+    assert info["safety_interventions"] == 0
