@@ -30,6 +30,7 @@ binding) and ``ipc:///path``. Errors are `TransportError` with the endpoint in t
 from __future__ import annotations
 
 import os
+import struct
 import threading
 import time
 from collections import deque
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+import lz4.block
 import msgpack
 import numpy as np
 import zmq
@@ -50,6 +52,8 @@ WIRE_VERSION = 1
 COMPRESS_MIN_BYTES = 512
 #: default cap on one received message; larger ones are dropped by ZeroMQ before they use memory
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+#: arrays at least this big travel as their own frame without a copy; smaller ones share the first frame
+FRAME_MIN_BYTES = 64 * 1024
 
 Message = Transition | TransitionBatch
 
@@ -245,7 +249,10 @@ class _Endpoint:
 # -- framing --------------------------------------------------------------------------------------
 
 _DTYPES: dict[str, np.dtype] = {}
+_SEND_DT: dict[np.dtype, str] = {}
 _OK_KINDS = frozenset("biufc")
+_LEN = struct.Struct("<I")
+_PAD = [b"\0" * i for i in range(8)]
 
 
 def _dtype(s: str) -> np.dtype:
@@ -278,47 +285,82 @@ def _unpackb(b: Any) -> Any:
 
 
 class _Encoder:
-    """Turns values into (descriptors, frames); compression optional per array."""
+    """Collects arrays: small ones packed (8-byte aligned) behind the header, big ones as own frames."""
 
-    __slots__ = ("compress", "descs", "frames", "nbytes")
+    __slots__ = ("compress", "descs", "parts", "frames", "off", "big")
 
     def __init__(self, compress: bool):
         self.compress = compress
         self.descs: list = []
+        self.parts: list = []
         self.frames: list = []
-        self.nbytes = 0
+        self.off = 0
+        self.big = 0
 
     def add(self, path: Any, x: Any) -> None:
         if isinstance(x, np.ndarray):
             if not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x)
-            if x.dtype.hasobject or x.dtype.kind not in _OK_KINDS:
-                raise TransportError(f"{path}: cannot send an array of dtype {x.dtype}")
-            z = 0
+            dts = _SEND_DT.get(x.dtype)
+            if dts is None:
+                if x.dtype.kind not in _OK_KINDS:
+                    raise TransportError(f"{_path_str(path)}: cannot send an array of dtype {x.dtype}")
+                dts = _SEND_DT[x.dtype] = x.dtype.str
+            n = x.nbytes
             buf: Any = x
-            if self.compress and x.nbytes >= COMPRESS_MIN_BYTES:
-                import lz4.block
-
-                c = lz4.block.compress(x.data, store_size=True)
-                if len(c) < x.nbytes:
-                    buf, z = c, 1
-            self.descs.append((path, x.dtype.str, x.shape, z))
-            self.frames.append(buf)
-            self.nbytes += x.nbytes if not z else len(buf)
+            z = 0
+            if self.compress and n >= COMPRESS_MIN_BYTES:
+                c = lz4.block.compress(x, store_size=True)
+                if len(c) < n:
+                    buf, z, n = c, 1, len(c)
+            if n >= FRAME_MIN_BYTES:
+                self.descs.append((path, dts, x.shape, z, -1, n))
+                self.frames.append(buf)
+                self.big += n
+            else:
+                self.descs.append((path, dts, x.shape, z, self.off, n))
+                self.parts.append(buf)
+                pad = -n & 7
+                if pad:
+                    self.parts.append(_PAD[pad])
+                self.off += n + pad
         elif isinstance(x, Mapping):
             base = path if isinstance(path, list) else [path]
             for k, v in x.items():
                 if not isinstance(k, str):
-                    raise TransportError(f"{path}: dict keys must be strings, got {k!r}")
+                    raise TransportError(f"{_path_str(path)}: dict keys must be strings, got {k!r}")
                 self.add(base + [k], v)
         elif isinstance(x, (int, float, bool, np.number, np.bool_, list, tuple)):
             self.add(path, np.asarray(x))
         else:
-            raise TransportError(f"{path}: expected an array or a dict of arrays, got {type(x).__name__}")
+            raise TransportError(
+                f"{_path_str(path)}: expected an array or a dict of arrays, got {type(x).__name__}")
+
+    def finish(self, head: dict) -> tuple[list, int]:
+        try:
+            h = _packb(head)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise TransportError(f"cannot frame the message: {e}") from e
+        first = b"".join([_LEN.pack(len(h)), h, _PAD[-(4 + len(h)) & 7], *self.parts])
+        return [first, *self.frames], len(first) + self.big
 
 
-def encode(msg: Message | Sequence[Transition], compress: bool = False) -> tuple[list, int]:
-    """Frames of one message (header first) and its payload byte count."""
+_FIELDS = {"o": "obs", "a": "action", "n": "next_obs", "r": "reward", "te": "terminated", "tr": "truncated"}
+
+
+def _path_str(path: Any) -> str:
+    parts = path if isinstance(path, list) else [path]
+    s = _FIELDS.get(parts[0], str(parts[0]))
+    return s + "".join(f"[{p!r}]" for p in parts[1:])
+
+
+def encode(msg: Message, compress: bool = False, unstack: bool = False) -> tuple[list, int]:
+    """Frames of one message and its byte count.
+
+    The first frame is ``uint32 header length | msgpack header | pad | small arrays (8-byte aligned)``;
+    arrays of `FRAME_MIN_BYTES` or more follow as their own frames, handed to ZeroMQ without a copy.
+    ``unstack`` marks a batch that the receiver hands out again as single transitions (``send_many``).
+    """
     enc = _Encoder(compress)
     if isinstance(msg, Transition):
         enc.add("o", msg.obs)
@@ -335,43 +377,14 @@ def encode(msg: Message | Sequence[Transition], compress: bool = False) -> tuple
         enc.add("r", np.asarray(msg.reward))
         enc.add("te", np.asarray(msg.terminated))
         enc.add("tr", np.asarray(msg.truncated))
-        head = {"v": WIRE_VERSION, "k": "b", "a": enc.descs, "i": msg.info or None}
+        head = {"v": WIRE_VERSION, "k": "m" if unstack else "b", "a": enc.descs, "i": msg.info or None}
     else:
-        items = list(msg)
-        scal = []
-        for j, t in enumerate(items):
-            if not isinstance(t, Transition):
-                raise TransportError(f"send_many[{j}]: expected a Transition, got {type(t).__name__}")
-            enc.add(["o", j], t.obs)
-            enc.add(["a", j], t.action)
-            if t.next_obs is not None:
-                enc.add(["n", j], t.next_obs)
-            scal.append((float(t.reward), bool(t.terminated), bool(t.truncated), t.info or None))
-        head = {"v": WIRE_VERSION, "k": "m", "a": enc.descs, "s": scal}
-    try:
-        h = _packb(head)
-    except (TypeError, ValueError, OverflowError) as e:
-        raise TransportError(f"cannot frame the message: {e}") from e
-    return [h, *enc.frames], enc.nbytes + len(h)
+        raise TransportError(f"send: expected a Transition or TransitionBatch, got {type(msg).__name__}")
+    return enc.finish(head)
 
 
-def _array(desc: Sequence, frame: Any) -> np.ndarray:
-    _path, dts, shape, z = desc
-    dt = _dtype(dts)
-    shape = tuple(shape)
-    buf = frame.buffer if isinstance(frame, zmq.Frame) else frame
-    n = dt.itemsize
-    for s in shape:
-        if s < 0:
-            raise ValueError("negative dimension")
-        n *= s
-    if z:
-        import lz4.block
-
-        buf = lz4.block.decompress(buf)
-    if len(buf) != n:
-        raise ValueError(f"frame of {len(buf)} bytes for {dts}{list(shape)} ({n} bytes)")
-    return np.frombuffer(buf, dtype=dt).reshape(shape)
+def _buffer(frame: Any) -> Any:
+    return frame.buffer if isinstance(frame, zmq.Frame) else frame
 
 
 def _put(root: dict, path: Any, value: np.ndarray) -> None:
@@ -384,20 +397,82 @@ def _put(root: dict, path: Any, value: np.ndarray) -> None:
     d[path[-1]] = value
 
 
+def _arrays(frames: Sequence[Any]) -> tuple[dict, dict]:
+    """Header and ``{path: array}`` tree of one message; raises on anything malformed."""
+    if not frames:
+        raise ValueError("empty message")
+    first = _buffer(frames[0])
+    size = len(first)
+    if size < 4:
+        raise ValueError(f"first frame of {size} bytes is too short")
+    hl = _LEN.unpack_from(first)[0]
+    if 4 + hl > size:
+        raise ValueError(f"header length {hl} exceeds the frame ({size} bytes)")
+    head = _unpackb(memoryview(first)[4:4 + hl])
+    if not isinstance(head, dict) or head.get("v") != WIRE_VERSION:
+        raise ValueError(f"not a tinker v{WIRE_VERSION} message")
+    base = (4 + hl + 7) & ~7
+    extra = frames[1:]
+    fi = 0
+    root: dict = {}
+    for path, dts, shape, z, off, n in head["a"]:
+        dt = _dtype(dts)
+        count = 1
+        for s in shape:
+            if s < 0:
+                raise ValueError(f"negative dimension in {shape}")
+            count *= s
+        if off < 0:
+            if fi >= len(extra):
+                raise ValueError("header names more frames than the message has")
+            buf, start = _buffer(extra[fi]), 0
+            fi += 1
+            if len(buf) != n:
+                raise ValueError(f"frame of {len(buf)} bytes, header says {n}")
+        else:
+            buf, start = first, base + off
+            if start + n > size:
+                raise ValueError(f"array at {start}+{n} runs past the frame ({size} bytes)")
+        if z:
+            buf, start = lz4.block.decompress(memoryview(buf)[start:start + n]), 0
+            n = len(buf)
+        if n != count * dt.itemsize:
+            raise ValueError(f"{n} bytes for {dts}{list(shape)} ({count * dt.itemsize} bytes)")
+        arr = np.frombuffer(buf, dt, count, start)
+        _put(root, path, arr if len(shape) == 1 else arr.reshape(shape))
+    if fi != len(extra):
+        raise ValueError(f"message has {len(extra)} extra frames, header names {fi}")
+    return head, root
+
+
+def _check_batch(x: Any, n: int, name: str) -> None:
+    if isinstance(x, dict):
+        for v in x.values():
+            _check_batch(v, n, name)
+    elif x is not None and (x.ndim == 0 or x.shape[0] != n):
+        raise ValueError(f"batch field {name} has shape {x.shape}, expected {n} rows")
+
+
+def _rows(x: Any, n: int) -> list:
+    if isinstance(x, dict):
+        cols = {k: _rows(v, n) for k, v in x.items()}
+        return [{k: c[j] for k, c in cols.items()} for j in range(n)]
+    return list(x)  # views, one per row
+
+
+def _unstack(b: TransitionBatch) -> list[Transition]:
+    n = len(b)
+    obs, act = _rows(b.obs, n), list(b.action)
+    nxt = _rows(b.next_obs, n) if b.next_obs is not None else [None] * n
+    info = b.info or [{}] * n
+    rew, te, tr = b.reward.tolist(), b.terminated.tolist(), b.truncated.tolist()
+    return [Transition(obs[j], act[j], float(rew[j]), bool(te[j]), bool(tr[j]), info[j] or {}, nxt[j])
+            for j in range(n)]
+
+
 def decode(frames: Sequence[Any]) -> list[Message]:
     """Inverse of `encode`; raises ValueError/TypeError/KeyError on anything malformed."""
-    if len(frames) < 1:
-        raise ValueError("empty message")
-    h0 = frames[0]
-    head = _unpackb(h0.buffer if isinstance(h0, zmq.Frame) else h0)
-    if not isinstance(head, dict) or head.get("v") != WIRE_VERSION:
-        raise ValueError(f"not a tinker v{WIRE_VERSION} header")
-    descs = head["a"]
-    if len(descs) != len(frames) - 1:
-        raise ValueError(f"header lists {len(descs)} arrays, message has {len(frames) - 1}")
-    root: dict = {}
-    for desc, fr in zip(descs, frames[1:]):
-        _put(root, desc[0], _array(desc, fr))
+    head, root = _arrays(frames)
     kind = head["k"]
     if kind == "t":
         info = head.get("i") or {}
@@ -405,15 +480,15 @@ def decode(frames: Sequence[Any]) -> list[Message]:
             raise TypeError("info is not a dict")
         return [Transition(root["o"], root["a"], float(head["r"]), bool(head["te"]), bool(head["tr"]),
                            info, root.get("n"))]
-    if kind == "b":
+    if kind == "b" or kind == "m":
         info = head.get("i") or []
-        return [TransitionBatch(root["o"], root["a"], root["r"], root["te"], root["tr"], root.get("n"), list(info))]
-    if kind == "m":
-        obs, act, nxt = root.get("o", {}), root.get("a", {}), root.get("n", {})
-        out = []
-        for j, (r, te, tr, info) in enumerate(head["s"]):
-            out.append(Transition(obs[j], act[j], float(r), bool(te), bool(tr), info or {}, nxt.get(j)))
-        return out
+        n = len(root["r"])
+        if not isinstance(info, list) or (info and len(info) != n):
+            raise TypeError("info is not a list with one dict per transition")
+        b = TransitionBatch(root["o"], root["a"], root["r"], root["te"], root["tr"], root.get("n"), info)
+        for name in ("obs", "action", "terminated", "truncated", "next_obs"):
+            _check_batch(getattr(b, name), n, name)
+        return [b] if kind == "b" else _unstack(b)
     raise ValueError(f"unknown message kind {kind!r}")
 
 
@@ -445,7 +520,10 @@ class TransitionSender:
             if self._ep.closed:
                 raise TransportError(f"{self.endpoint}: sender is closed")
             try:
-                self._ep.sock.send_multipart(frames, flags=self._flags, copy=False)
+                if len(frames) == 1:
+                    self._ep.sock.send(frames[0], flags=self._flags, copy=True)
+                else:
+                    self._ep.sock.send_multipart(frames, flags=self._flags, copy=False)
             except zmq.Again:
                 self.dropped += n
                 return False
@@ -463,11 +541,20 @@ class TransitionSender:
         return self._send_frames(frames, len(t) if isinstance(t, TransitionBatch) else 1, nbytes)
 
     def send_many(self, ts: Sequence[Transition]) -> int:
-        """Queue many transitions, packed ``batch`` to a message; returns how many were queued."""
+        """Queue many transitions, stacked ``batch`` to a message (one copy, far fewer messages); the
+        receiver hands them out as single transitions again. Returns how many were queued."""
         ok = 0
         for i in range(0, len(ts), self.batch):
             chunk = ts[i:i + self.batch]
-            frames, nbytes = encode(chunk, self.compress)
+            for j, t in enumerate(chunk):
+                if not isinstance(t, Transition):
+                    raise TransportError(f"send_many[{i + j}]: expected a Transition, got {type(t).__name__}")
+            try:
+                b = TransitionBatch.from_transitions(chunk)
+            except (ValueError, KeyError, TypeError):  # layouts differ: send them one by one
+                ok += sum(self.send(t) for t in chunk)
+                continue
+            frames, nbytes = encode(b, self.compress, unstack=True)
             if self._send_frames(frames, len(chunk), nbytes):
                 ok += len(chunk)
         return ok
@@ -504,13 +591,19 @@ class TransitionReceiver:
 
     def _take(self) -> bool:
         """Receive one waiting message into the queue; False if none is waiting."""
+        sock = self._ep.sock
         try:
-            frames = self._ep.sock.recv_multipart(flags=zmq.NOBLOCK, copy=True)
+            frames: list = [sock.recv(flags=zmq.NOBLOCK, copy=True)]
+            nbytes = len(frames[0])
+            while sock.rcvmore:  # big arrays: keep them in ZeroMQ's buffer, no copy
+                f = sock.recv(copy=False)
+                frames.append(f)
+                nbytes += len(f.buffer)
         except zmq.Again:
             return False
         except zmq.ZMQError as e:
             raise TransportError(f"{self.endpoint}: receive failed: {e}") from None
-        self.bytes_received += sum(len(f) for f in frames)
+        self.bytes_received += nbytes
         try:
             msgs = decode(frames)
         except Exception as e:  # anything malformed: count and skip, never crash
@@ -568,6 +661,13 @@ class TransitionReceiver:
 # -- weights ----------------------------------------------------------------------------------------
 
 _WEIGHTS_TOPIC = b"tinker.weights"
+
+
+def _blob_array(name: str, v: Mapping) -> np.ndarray:
+    dt, shape, b = _dtype(v["d"]), tuple(v["s"]), v["b"]
+    if not isinstance(b, bytes) or any(s < 0 for s in shape) or len(b) != dt.itemsize * int(np.prod(shape)):
+        raise ValueError(f"blob {name!r}: bytes do not match {v['d']}{list(shape)}")
+    return np.frombuffer(b, dt).reshape(shape)
 
 
 class WeightsPublisher:
@@ -657,7 +757,7 @@ class WeightsSubscriber:
             blobs: dict[str, bytes | np.ndarray] = {}
             for k, v in msg["blobs"].items():
                 if isinstance(v, dict):
-                    blobs[k] = _array((k, v["d"], v["s"], 0), v["b"])
+                    blobs[k] = _blob_array(k, v)
                 elif isinstance(v, bytes):
                     blobs[k] = v
                 else:
