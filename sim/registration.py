@@ -8,7 +8,7 @@ import gymnasium as gym
 
 ENV_IDS: dict[str, dict[str, Any]] = {
     "tinker/ArmReach-v0": {"kwargs": {"task": "reach"}, "max_episode_steps": 50},
-    # ArmSort is added with sim/tasks/sort.py
+    "tinker/ArmSort-v0": {"kwargs": {"task": "sort"}, "max_episode_steps": 200},
 }
 """id -> registration arguments; every id here is run through gymnasium's env checker in the tests"""
 

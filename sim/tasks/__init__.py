@@ -2,7 +2,8 @@
 
 from sim.tasks.base import Task, term
 from sim.tasks.reach import ReachTask
+from sim.tasks.sort import SortTask
 
-TASKS: dict[str, type[Task]] = {"reach": ReachTask}
+TASKS: dict[str, type[Task]] = {"reach": ReachTask, "sort": SortTask}
 
-__all__ = ["Task", "term", "ReachTask", "TASKS"]
+__all__ = ["Task", "term", "ReachTask", "SortTask", "TASKS"]

@@ -1,0 +1,185 @@
+"""ArmSort: an industrial sorter. Objects of two kinds lie on a table; each must go into the bin of its kind.
+
+Kinds: 0 = red cube -> bin at ``-y``; 1 = blue cylinder -> bin at ``+y``. The arm carries a suction
+cup: the extra action dimension ``suction`` (> 0 = on) grips the object the end-effector link touches
+(a fixed constraint, created when suction turns on within ``SUCTION_REACH_M`` of an object) and releases it
+when it turns off. An object is *sorted* when it rests inside its bin and is not held; the episode
+succeeds (and terminates) when every object is sorted, and is truncated by the time limit (200 steps).
+Reward per step: ``-(distance ee->object) - (distance object->bin)`` for the first unsorted object,
+plus 2 per sorted object, ``-1`` per object in a wrong bin, and 5 at success.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pybullet as p
+
+from sim.dynamics import DynamicsParams
+from sim.pybullet_world import PyBulletWorld
+from sim.robot import ArmRobot
+from sim.tasks.base import Task, term
+
+TABLE_HALF = np.array([0.3, 0.6, 0.025])
+TABLE_CENTER = np.array([0.55, 0.0, 0.025])
+TABLE_TOP = float(TABLE_CENTER[2] + TABLE_HALF[2])
+SPAWN_LOW = np.array([0.45, -0.15])
+"""objects appear uniformly in this xy box on the table (base frame, m)"""
+SPAWN_HIGH = np.array([0.65, 0.15])
+MIN_SEPARATION = 0.09
+BIN_CENTERS = np.array([[0.5, -0.4], [0.5, 0.4]])
+"""xy of the bin for each kind"""
+BIN_INNER_HALF = 0.08
+BIN_WALL_HEIGHT = 0.04
+OBJECT_HALF = 0.025
+"""half the size of an object at object_size_scale = 1, m"""
+OBJECT_MASS = 0.1
+SUCTION_REACH_M = 0.01
+KIND_COLORS = [(0.85, 0.15, 0.1, 1.0), (0.1, 0.3, 0.9, 1.0)]
+NUM_KINDS = 2
+
+
+class SortTask(Task):
+    name = "sort"
+    action_terms = [term("suction", 1, "on>0", 1.0, 0.0, "none")]
+
+    def __init__(self, world: PyBulletWorld, robot: ArmRobot, num_objects: int = 2):
+        super().__init__(world, robot)
+        self.num_objects = int(num_objects)
+        self.params = DynamicsParams()
+        base = robot.base_position
+        self.table = world.add_box(TABLE_HALF, TABLE_CENTER + base, (0.55, 0.45, 0.35, 1.0))
+        self.bin_parts = []
+        for kind, (bx, by) in enumerate(BIN_CENTERS):
+            rgba = tuple(0.5 + 0.5 * c for c in KIND_COLORS[kind][:3]) + (1.0,)
+            h, t = BIN_WALL_HEIGHT / 2, 0.005
+            z = TABLE_TOP + h
+            for dx, dy, hx, hy in ((BIN_INNER_HALF + t, 0, t, BIN_INNER_HALF + 2 * t),
+                                   (-BIN_INNER_HALF - t, 0, t, BIN_INNER_HALF + 2 * t),
+                                   (0, BIN_INNER_HALF + t, BIN_INNER_HALF, t),
+                                   (0, -BIN_INNER_HALF - t, BIN_INNER_HALF, t)):
+                self.bin_parts.append(world.add_box((hx, hy, h), np.array([bx + dx, by + dy, z]) + base, rgba))
+        self.objects: list[int] = []
+        self.kinds = np.zeros(self.num_objects, dtype=int)
+        self.grip_constraint: int | None = None
+        self.held: int | None = None
+        self._size = OBJECT_HALF
+
+    def obs_terms(self) -> list[dict[str, Any]]:
+        terms = [term("suction_active", 1, "bool", 1.0, 0.0, "none")]
+        for i in range(self.num_objects):
+            terms += [
+                term(f"obj{i}_pos", 3, "m", 1.0 / self.workspace_half, self.workspace_center, "base"),
+                term(f"obj{i}_minus_ee", 3, "m", 1.0 / 0.3, 0.0, "base"),
+                term(f"obj{i}_kind", NUM_KINDS, "one-hot", 1.0, 0.0, "none"),
+                term(f"obj{i}_bin_minus_obj", 3, "m", 1.0 / 0.3, 0.0, "base"),
+                term(f"obj{i}_sorted", 1, "bool", 1.0, 0.0, "none"),
+            ]
+        return terms
+
+    def apply_dynamics(self, params: DynamicsParams) -> None:
+        self.params = params
+        c = self.world.client
+        for body in [self.table] + self.bin_parts:
+            p.changeDynamics(body, -1, lateralFriction=params.friction, physicsClientId=c)
+
+    def reset(self, rng: np.random.Generator, params: DynamicsParams) -> None:
+        self._release()
+        for body in self.objects:
+            self.world.remove(body)
+        self.params = params
+        self._size = OBJECT_HALF * params.object_size_scale
+        self.kinds = rng.integers(0, NUM_KINDS, self.num_objects)
+        if self.num_objects >= NUM_KINDS:  # at least one of each kind
+            self.kinds[:NUM_KINDS] = rng.permutation(NUM_KINDS)
+        positions: list[np.ndarray] = []
+        while len(positions) < self.num_objects:
+            xy = rng.uniform(SPAWN_LOW, SPAWN_HIGH)
+            if all(np.linalg.norm(xy - q) >= MIN_SEPARATION for q in positions):
+                positions.append(xy)
+        self.objects = []
+        mass = OBJECT_MASS * params.object_mass_scale
+        for kind, xy in zip(self.kinds, positions):
+            pos = np.array([xy[0], xy[1], TABLE_TOP + self._size]) + self.robot.base_position
+            if kind == 0:
+                body = self.world.add_box((self._size,) * 3, pos, KIND_COLORS[0], mass=mass)
+            else:
+                body = self.world.add_cylinder(self._size, 2 * self._size, pos, KIND_COLORS[1], mass=mass)
+            p.changeDynamics(body, -1, lateralFriction=params.friction, physicsClientId=self.world.client)
+            self.objects.append(body)
+        self._refresh()
+
+    # ---- suction ----------------------------------------------------------------------------------
+    def apply_action(self, extra: np.ndarray, ee: np.ndarray) -> None:
+        on = float(extra[0]) > 0.0
+        if not on:
+            self._release()
+        elif self.held is None:
+            c, r = self.world.client, self.robot
+            for body in self.objects:
+                if p.getClosestPoints(r.body, body, SUCTION_REACH_M, linkIndexA=r.ee_link, physicsClientId=c):
+                    self._attach(body)
+                    break
+
+    def _attach(self, body: int) -> None:
+        c, r = self.world.client, self.robot
+        link = p.getLinkState(r.body, r.ee_link, computeForwardKinematics=True, physicsClientId=c)
+        ee_pos, ee_orn = link[4], link[5]
+        obj_pos, obj_orn = p.getBasePositionAndOrientation(body, physicsClientId=c)
+        inv_pos, inv_orn = p.invertTransform(ee_pos, ee_orn)
+        rel_pos, rel_orn = p.multiplyTransforms(inv_pos, inv_orn, obj_pos, obj_orn)
+        self.grip_constraint = p.createConstraint(r.body, r.ee_link, body, -1, p.JOINT_FIXED, (0, 0, 0), rel_pos,
+                                                  (0, 0, 0), rel_orn, physicsClientId=c)
+        p.changeConstraint(self.grip_constraint, maxForce=200.0, physicsClientId=c)
+        self.held = body
+
+    def _release(self) -> None:
+        if self.grip_constraint is not None:
+            p.removeConstraint(self.grip_constraint, physicsClientId=self.world.client)
+        self.grip_constraint = None
+        self.held = None
+
+    # ---- state ------------------------------------------------------------------------------------
+    def _refresh(self) -> None:
+        base = self.robot.base_position
+        self.positions = np.array([self.world.position(b) for b in self.objects]) - base
+        goals = BIN_CENTERS[self.kinds]
+        self.goals = np.column_stack([goals, np.full(self.num_objects, TABLE_TOP + self._size)])
+        self.in_bin = np.full(self.num_objects, -1)
+        low_enough = self.positions[:, 2] < TABLE_TOP + BIN_WALL_HEIGHT + self._size
+        for kind, centre in enumerate(BIN_CENTERS):
+            inside = np.all(np.abs(self.positions[:, :2] - centre) < BIN_INNER_HALF, axis=1) & low_enough
+            self.in_bin[inside] = kind
+        held = np.array([b == self.held for b in self.objects])
+        self.sorted = (self.in_bin == self.kinds) & ~held
+        self.wrong = (self.in_bin >= 0) & (self.in_bin != self.kinds) & ~held
+
+    def observe(self, ee: np.ndarray) -> np.ndarray:
+        self._refresh()
+        parts = [np.array([1.0 if self.held is not None else 0.0])]
+        onehot = np.eye(NUM_KINDS)
+        for i in range(self.num_objects):
+            pos = self.positions[i]
+            parts += [pos, pos - ee, onehot[self.kinds[i]], self.goals[i] - pos, [float(self.sorted[i])]]
+        return np.concatenate(parts)
+
+    def evaluate(self, ee: np.ndarray) -> tuple[float, bool, dict[str, Any]]:
+        self._refresh()
+        n_sorted = int(self.sorted.sum())
+        success = n_sorted == self.num_objects
+        reward = 2.0 * n_sorted - 1.0 * int(self.wrong.sum())
+        if success:
+            reward += 5.0
+        else:
+            i = int(np.flatnonzero(~self.sorted)[0])
+            if self.held is not None:
+                i = self.objects.index(self.held)
+            reward -= float(np.linalg.norm(self.positions[i] - ee)) + float(np.linalg.norm(self.goals[i] - self.positions[i]))
+        info = {"sorted": n_sorted, "wrong_bin": int(self.wrong.sum()), "num_objects": self.num_objects,
+                "holding": self.held is not None}
+        return reward, success, info
+
+    def state(self, ee: np.ndarray) -> dict[str, Any]:
+        _, success, info = self.evaluate(ee)
+        return {"objects": self.positions.tolist(), "kinds": self.kinds.tolist(), "success": bool(success), **info}
