@@ -1,0 +1,123 @@
+"""`HotSwapPolicy`: replace the running model with a new bundle without ever running a broken one.
+
+``request_reload(path)`` validates the new bundle completely in a background thread (sha256 of every
+file, manifest format, the expected specs and joints, the same I/O as the running model, session
+creation, warm-up, and parity against the bundle's own recorded reference actions); only then does
+the next call use it. The swap is one reference assignment, read once per call, so a call runs
+entirely on the old or entirely on the new model, and a call never waits for a reload. A bundle that
+fails any check is listed in ``rejected`` with the reason, and the previous model keeps running.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tinker_core.errors import BundleError, TinkerError
+from tinker_core.module import ModuleBase
+
+from deploy.bundle import ExpectedIO, load_bundle
+from deploy.runtime import OnnxPolicy, OnnxPolicyConfig
+
+
+@dataclass
+class Rejection:
+    """A bundle that was not swapped in, and why."""
+
+    path: str
+    reason: str
+
+
+class HotSwapPolicy(ModuleBase[OnnxPolicyConfig]):
+    """A policy whose model can be replaced while it runs. Call it like `OnnxPolicy`."""
+
+    config_class = OnnxPolicyConfig
+    input_name, output_name = "obs", "action"
+
+    def __init__(self, initial_bundle: str | os.PathLike, expect: ExpectedIO | None = None,
+                 config: OnnxPolicyConfig | None = None, parity_tolerance: float = 1e-5, warmup_calls: int = 50,
+                 on_swap: Callable[[OnnxPolicy], None] | None = None):
+        super().__init__(config)
+        self.expect = expect
+        self.parity_tolerance = parity_tolerance
+        self.warmup_calls = warmup_calls
+        self.on_swap = on_swap
+        self._active: OnnxPolicy = self._validate(Path(initial_bundle))
+        self.input_spec, self.output_spec = self._active.input_spec, self._active.output_spec
+        self.reloads = 0
+        self.rejected: list[Rejection] = []
+        self._lock = threading.Lock()  # serializes reloads, never taken by __call__
+        self.name = "hot_swap_policy"
+
+    # -- the hot path -------------------------------------------------------------------------
+    def forward(self, obs: Any) -> np.ndarray:
+        return self._active.forward(obs)
+
+    @property
+    def active(self) -> OnnxPolicy:
+        return self._active
+
+    @property
+    def version(self) -> int:
+        return self._active.version
+
+    @property
+    def sha256(self) -> str:
+        return self._active.sha256
+
+    # -- reloading ----------------------------------------------------------------------------
+    def request_reload(self, path: str | os.PathLike) -> "Future[bool]":
+        """Validate ``path`` in the background and swap it in if it passes; the future says which."""
+        fut: Future[bool] = Future()
+        threading.Thread(target=self._reload, args=(Path(path), fut), name="tinker-hot-reload", daemon=True).start()
+        return fut
+
+    def reload(self, path: str | os.PathLike, timeout: float | None = 60.0) -> bool:
+        """Blocking `request_reload`: True if swapped in, False if rejected (see ``rejected``)."""
+        return self.request_reload(path).result(timeout)
+
+    def _reload(self, path: Path, fut: "Future[bool]") -> None:
+        with self._lock:
+            try:
+                new = self._validate(path)
+            except Exception as e:  # anything at all: the running model must keep running
+                why = str(e) if isinstance(e, TinkerError) else f"{type(e).__name__}: {e}"
+                self.rejected.append(Rejection(str(path), why))
+                fut.set_result(False)
+                return
+            self._active = new  # one reference assignment: the next call uses the new model
+            self.reloads += 1
+        if self.on_swap is not None:
+            self.on_swap(new)
+        fut.set_result(True)
+
+    def _validate(self, path: Path) -> OnnxPolicy:
+        bundle = load_bundle(path, expect=self.expect)
+        current = getattr(self, "_active", None)
+        if current is not None:
+            m, c = bundle.manifest, current.manifest
+            if m.obs_spec != c.obs_spec or m.action_spec != c.action_spec:
+                raise BundleError(f"{path}: I/O differs from the running model: obs {m.obs_spec.describe()} vs "
+                                  f"{c.obs_spec.describe()}, action {m.action_spec.describe()} vs {c.action_spec.describe()}")
+            if m.joint_names != c.joint_names:
+                raise BundleError(f"{path}: joint names differ from the running model: {m.joint_names} vs {c.joint_names}")
+        policy = OnnxPolicy(bundle, "policy", self.config)
+        obs, ref = bundle.recorded()
+        if "action" not in ref:
+            raise BundleError(f"{path}: recorded observations carry no reference actions to check parity with")
+        got = policy.forward(obs)
+        if got.shape != ref["action"].shape:
+            raise BundleError(f"{path}: model output shape {got.shape} differs from its reference {ref['action'].shape}")
+        diff = float(np.max(np.abs(got.astype(np.float64) - ref["action"]))) if got.size else 0.0
+        tol = self.parity_tolerance if not self.config.quantized else np.inf
+        if diff > tol:
+            raise BundleError(f"{path}: model output differs from its own reference actions by {diff:.3g} "
+                              f"(max abs), above {tol:g}")
+        policy.warmup(self.warmup_calls)
+        return policy
