@@ -1,0 +1,106 @@
+"""Composition helpers shared by the CLI commands: the one place that wires sim, safety and deploy.
+
+Imported only from inside ``run()`` of the commands, so ``tinker --help`` stays light.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from tinker_core.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[2]
+PRETRAINED = REPO / "pretrained"
+"""shipped pretrained policies: ``pretrained/<name>/bundle`` (ONNX) and ``pretrained/<name>/checkpoint``"""
+SAFETY_YAML = REPO / "safety" / "config" / "kuka_iiwa.yaml"
+
+PRETRAINED_FOR_ENV = {"tinker/ArmReach-v0": "arm_reach", "tinker/ArmSort-v0": "arm_sort"}
+
+
+def pretrained_dir(env_id: str) -> Path:
+    name = PRETRAINED_FOR_ENV.get(env_id)
+    if name is None:
+        raise ConfigError(f"no shipped pretrained policy for {env_id!r}; shipped: {sorted(PRETRAINED_FOR_ENV)}; "
+                          f"pass a bundle path")
+    d = PRETRAINED / name
+    if not (d / "bundle").is_dir():
+        raise ConfigError(f"{d / 'bundle'}: the pretrained bundle is missing; regenerate it with "
+                          f"'tinker train --config configs/sac_{name}.yaml' and 'tinker export'")
+    return d
+
+
+def default_bundle(env_id: str) -> Path:
+    return pretrained_dir(env_id) / "bundle"
+
+
+def make_guard(safety_yaml: str | os.PathLike | None = None):
+    from safety.safety_wrapper import SafetyWrapper
+
+    return SafetyWrapper.from_urdf(None, Path(safety_yaml) if safety_yaml else SAFETY_YAML)
+
+
+class GuardedEnv(gym.Wrapper):
+    """Resets the SafetyWrapper with the measured state at every episode start (so a latch in one
+    episode does not carry into the next, and the start ramp begins from the real pose)."""
+
+    def __init__(self, env: gym.Env, guard: Any):
+        super().__init__(env)
+        self.guard = guard
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        q, qd = self.env.unwrapped.joint_state
+        if not self.guard.reset(q, qd):
+            raise ConfigError(f"SafetyWrapper refused to reset from the measured state q={np.round(q, 3)}")
+        return obs, info
+
+
+def make_env(env_id: str, *, dynamics: Any = None, randomize: Any = False, action_chain: dict | None = None,
+             safety: bool = True, safety_yaml: str | None = None, camera: bool = False, seed: int | None = None,
+             **kwargs: Any) -> gym.Env:
+    """A sim env with the bundle's action chain and, by default, the SafetyWrapper as command filter."""
+    import sim  # noqa: F401  registers tinker/ ids
+    from tinker_core.action_chain import ActionChainConfig
+
+    chain = ActionChainConfig(**action_chain) if action_chain else None
+    guard = make_guard(safety_yaml) if safety else None
+    env = gym.make(env_id, dynamics=dynamics, randomize=randomize, action_chain=chain, command_filter=guard,
+                   camera=camera, **kwargs)
+    if guard is not None:
+        env = GuardedEnv(env, guard)
+    if seed is not None:
+        env.action_space.seed(seed)
+    return env
+
+
+def load_policy(bundle: str | os.PathLike):
+    """An onnxruntime policy from a bundle directory (or an .onnx path inside it)."""
+    from deploy.runtime import OnnxPolicy
+
+    return OnnxPolicy.from_bundle(bundle, part="policy")
+
+
+def policy_env_for_bundle(policy: Any, env_id: str, **kwargs: Any) -> gym.Env:
+    """Build the env the bundle was trained for, with the bundle's own action chain and camera setting."""
+    from deploy.bundle import ExpectedIO, check_expected
+    from tinker_core.spec import DictSpec, spec_from_space
+
+    m = policy.manifest
+    camera = isinstance(m.obs_spec, DictSpec) and "image" in m.obs_spec.fields
+    if camera:
+        kwargs.setdefault("image_size", int(m.obs_spec["image"].shape[0]))
+    env = make_env(env_id, action_chain=m.action_chain or None, camera=camera, **kwargs)
+    u = env.unwrapped
+    check_expected(m, ExpectedIO(obs_spec=spec_from_space(env.observation_space),
+                                 joint_names=list(getattr(u, "joint_names", [])) or None), where=str(bundle_name(policy)))
+    return env
+
+
+def bundle_name(policy: Any) -> str:
+    b = getattr(policy, "bundle", None)
+    return str(getattr(b, "path", "bundle"))

@@ -1,0 +1,85 @@
+"""Policy evaluation: success rate with a Wilson confidence interval, time to success, interventions.
+
+Framework-free: it takes an environment and a policy callable, so the CLI can compose any env
+(sim, with a fixed dynamics file and the SafetyWrapper as command filter) with any policy (an ONNX
+bundle, a torch checkpoint, a scripted controller).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (well-behaved at 0% and 100%)."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class EvalResult:
+    episodes: int
+    successes: int
+    success_rate: float
+    ci_low: float
+    ci_high: float
+    mean_time_to_success_s: float | None
+    mean_return: float
+    safety_interventions: int
+    per_episode: list[dict] = field(default_factory=list)
+
+    def to_dict(self, with_episodes: bool = False) -> dict:
+        d = asdict(self)
+        if not with_episodes:
+            d.pop("per_episode")
+        return d
+
+    def format(self) -> str:
+        tts = "n/a" if self.mean_time_to_success_s is None else f"{self.mean_time_to_success_s:.2f} s"
+        return (f"success rate {self.success_rate * 100:.1f}% ({self.successes}/{self.episodes}), "
+                f"95% CI [{self.ci_low * 100:.1f}%, {self.ci_high * 100:.1f}%]; "
+                f"mean time to success {tts}; mean return {self.mean_return:.2f}; "
+                f"safety interventions {self.safety_interventions}")
+
+
+def evaluate(env: Any, policy: Callable[[Any], np.ndarray], episodes: int, seed: int = 0,
+             control_period: float = 0.05, on_episode: Callable[[int, dict], None] | None = None) -> EvalResult:
+    """Run ``episodes`` episodes; an episode succeeds if ``info['is_success']`` was ever true."""
+    rows: list[dict] = []
+    for ep in range(episodes):
+        obs, info = env.reset(seed=seed + ep)
+        if hasattr(policy, "reset"):
+            policy.reset()
+        ret, steps, t_success, interventions = 0.0, 0, None, 0
+        while True:
+            obs, r, term, trunc, info = env.step(policy(obs))
+            ret += float(r)
+            steps += 1
+            interventions = int(info.get("safety_interventions", interventions))
+            if t_success is None and info.get("is_success", False):
+                t_success = steps * control_period
+            if term or trunc:
+                break
+        row = {"episode": ep, "success": t_success is not None, "return": ret, "steps": steps,
+               "time_to_success_s": t_success, "safety_interventions": interventions}
+        rows.append(row)
+        if on_episode:
+            on_episode(ep, row)
+    n = len(rows)
+    k = sum(r["success"] for r in rows)
+    lo, hi = wilson_interval(k, n)
+    tts = [r["time_to_success_s"] for r in rows if r["time_to_success_s"] is not None]
+    return EvalResult(
+        episodes=n, successes=k, success_rate=k / n if n else 0.0, ci_low=lo, ci_high=hi,
+        mean_time_to_success_s=float(np.mean(tts)) if tts else None,
+        mean_return=float(np.mean([r["return"] for r in rows])) if rows else 0.0,
+        safety_interventions=sum(r["safety_interventions"] for r in rows), per_episode=rows)
