@@ -20,5 +20,11 @@ setup(
     maintainer_email="tinker@example.org",
     description="tinker ROS 2 control stack: perception, policy, safety and robot nodes",
     license="Apache-2.0",
-    entry_points={"console_scripts": []},
+    entry_points={"console_scripts": [
+        "sim_robot = tinker.sim_robot:main",
+        "perception = tinker.perception:main",
+        "policy = tinker.policy:main",
+        "safety = tinker.safety:main",
+        "experience_bridge = tinker.experience_bridge:main",
+    ]},
 )

@@ -1,0 +1,71 @@
+"""Bring up the tinker control graph on a ROS 2 install: ``ros2 launch tinker bringup.launch.py``.
+
+Loads ``config/bringup.yaml`` (the one parameter file; `tinker bringup` reads the same file on
+pip-only hosts), starts every node in ``namespace``, and drives the lifecycle nodes (safety,
+policy) through configure -> activate with the standard lifecycle_msgs transitions.
+
+Arguments: ``namespace:=robot1``, ``params_file:=/path/other.yaml``, ``bundle:=/path/bundle``
+(perception and policy), ``record:=/path/run.mcap`` (experience_bridge). Empty = the file's value.
+"""
+
+import os
+
+import launch
+import launch.events
+from ament_index_python.packages import get_package_share_directory
+from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
+from launch_ros.actions import LifecycleNode, Node
+from launch_ros.event_handlers import OnStateTransition
+from launch_ros.events.lifecycle import ChangeState
+from lifecycle_msgs.msg import Transition
+
+NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
+"""Every node the package installs (one console script each)."""
+LIFECYCLE = ("safety", "policy")
+"""The nodes that command the robot: lifecycle nodes, configured then activated in this order."""
+PARAMS_FILE = os.path.join("config", "bringup.yaml")
+OVERRIDES = {"bundle": ("perception", "policy"), "record": ("experience_bridge",)}
+"""Launch arguments that, when not empty, override one parameter of these nodes."""
+
+
+def _change(node, transition_id):
+    return EmitEvent(event=ChangeState(lifecycle_node_matcher=launch.events.matches_action(node),
+                                       transition_id=transition_id))
+
+
+def _graph(context):
+    namespace = context.launch_configurations["namespace"]
+    params_file = context.launch_configurations["params_file"]
+    actions = []
+    for name in NODES:
+        params = [params_file]
+        for arg, nodes in OVERRIDES.items():
+            value = context.launch_configurations.get(arg, "")
+            if value and name in nodes:
+                params.append({arg: value})
+        if name in LIFECYCLE:
+            node = LifecycleNode(package="tinker", executable=name, name=name, namespace=namespace,
+                                 parameters=params, output="screen")
+            actions += [
+                node,
+                RegisterEventHandler(OnStateTransition(
+                    target_lifecycle_node=node, start_state="configuring", goal_state="inactive",
+                    entities=[_change(node, Transition.TRANSITION_ACTIVATE)])),
+                _change(node, Transition.TRANSITION_CONFIGURE),
+            ]
+        else:
+            actions.append(Node(package="tinker", executable=name, name=name, namespace=namespace,
+                                parameters=params, output="screen"))
+    return actions
+
+
+def generate_launch_description():
+    share = get_package_share_directory("tinker")
+    return launch.LaunchDescription([
+        DeclareLaunchArgument("namespace", default_value="", description="robot namespace, e.g. robot1"),
+        DeclareLaunchArgument("params_file", default_value=os.path.join(share, PARAMS_FILE),
+                              description="the graph's parameter file (ros__parameters per node)"),
+        DeclareLaunchArgument("bundle", default_value="", description="deploy bundle dir for perception and policy"),
+        DeclareLaunchArgument("record", default_value="", description="MCAP file to record every cycle to"),
+        OpaqueFunction(function=_graph),
+    ])

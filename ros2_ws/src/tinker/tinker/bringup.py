@@ -1,0 +1,290 @@
+"""`Graph`: the tinker node graph from the launch YAML, without `ros2 launch` (pip-only rclpy hosts).
+
+Reads the same ``config/bringup.yaml`` as ``launch/bringup.launch.py``, starts each node as its own
+process (``python -m tinker.<node> --ros-args --params-file ...``; or all in one executor with
+``composed=True``), drives the lifecycle nodes (safety, then policy) through configure and activate
+with the standard lifecycle_msgs services, and stops everything on ``stop()``: SIGTERM to each
+process group (every commanding node publishes its stop), SIGKILL for any that outlives the grace
+period, so no orphan survives. Overrides go into an overlay parameter file, loaded after the base::
+
+    from tinker.bringup import Graph
+    with Graph(namespace="robot1", overrides={"perception": {"bundle": b}, "policy": {"bundle": b}}) as g:
+        g.wait_active()
+        ...
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import yaml
+
+from tinker_core.errors import ConfigError, TinkerError
+
+NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
+"""Every node of the graph, in start order; the same list as the launch file's."""
+LIFECYCLE = ("safety", "policy")
+"""Commanding nodes: configured and activated in this order."""
+RECORD_NODE = "experience_bridge"
+
+
+class BringupError(TinkerError):
+    """The graph did not come up (a node died, a transition failed); the message quotes its log."""
+
+
+def default_params_file() -> Path:
+    """``config/bringup.yaml`` from the installed package share (colcon) or from the source tree."""
+    try:
+        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+
+        try:
+            p = Path(get_package_share_directory("tinker")) / "config" / "bringup.yaml"
+            if p.is_file():
+                return p
+        except (PackageNotFoundError, OSError):  # not installed with colcon, or no AMENT_PREFIX_PATH
+            pass
+    except ImportError:
+        pass
+    p = Path(__file__).resolve().parent.parent / "config" / "bringup.yaml"
+    if not p.is_file():
+        raise ConfigError(f"bringup: no parameter file found (looked in the package share and {p})")
+    return p
+
+
+def node_parameters(params_file: str | os.PathLike, node: str) -> dict[str, Any]:
+    """What a node gets from a parameter file: ``/**`` first, then ``/**/node`` and ``node`` entries."""
+    data = yaml.safe_load(Path(params_file).read_text()) or {}
+    out: dict[str, Any] = {}
+    for key in ("/**", f"/**/{node}", node, f"/{node}"):
+        out.update((data.get(key) or {}).get("ros__parameters", {}) or {})
+    return out
+
+
+def _fq(namespace: str, name: str) -> str:
+    ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
+    return f"{ns}/{name}"
+
+
+class Graph:
+    """One robot's node graph: start(), wait_active(), stop(); usable as a context manager."""
+
+    def __init__(self, params_file: str | os.PathLike | None = None, namespace: str = "",
+                 overrides: Mapping[str, Mapping[str, Any]] | None = None, composed: bool = False,
+                 record: str | os.PathLike | None = None, nodes: Sequence[str] = NODES,
+                 run_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
+                 python: str = sys.executable):
+        self.params_file = Path(params_file) if params_file else default_params_file()
+        if not self.params_file.is_file():
+            raise ConfigError(f"bringup --params: file not found: {self.params_file}")
+        unknown = [n for n in nodes if n not in NODES]
+        if unknown:
+            raise ConfigError(f"bringup nodes: unknown {unknown}; known: {list(NODES)}")
+        self.namespace = namespace.strip("/")
+        self.nodes = list(nodes)
+        self.composed = composed
+        self.overrides: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
+        bad = [k for k in self.overrides if k not in NODES and k != "/**"]
+        if bad:
+            raise ConfigError(f"bringup overrides: unknown node(s) {bad}; known: {list(NODES)}")
+        if record:
+            self.overrides.setdefault(RECORD_NODE, {})["record"] = str(Path(record).resolve())
+        self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="tinker-bringup-"))
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.env = dict(os.environ if env is None else env)
+        self.python = python
+        self.procs: dict[str, subprocess.Popen] = {}
+        self._ctx = self._node = self._executor = None
+
+    # --- parameters --------------------------------------------------------------------------------
+    def overlay_file(self) -> Path:
+        doc = {("/**" if n == "/**" else f"/**/{n}"): {"ros__parameters": p} for n, p in self.overrides.items()}
+        path = self.run_dir / "overrides.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        return path
+
+    def parameters(self, node: str) -> dict[str, Any]:
+        """The parameters ``node`` will run with (file, then overrides)."""
+        p = node_parameters(self.params_file, node)
+        p.update(self.overrides.get("/**", {}))
+        p.update(self.overrides.get(node, {}))
+        return p
+
+    def ros_args(self, node: str | None) -> list[str]:
+        args = ["--ros-args", "--params-file", str(self.params_file), "--params-file", str(self.overlay_file())]
+        if self.namespace:
+            args += ["-r", f"__ns:=/{self.namespace}"]
+        if node is not None:
+            args += ["-r", f"__node:={node}"]
+        return args
+
+    def command(self, node: str | None) -> list[str]:
+        if node is None:
+            return [self.python, "-m", "tinker.composed", "--nodes", ",".join(self.nodes), *self.ros_args(None)]
+        return [self.python, "-m", f"tinker.{node}", *self.ros_args(node)]
+
+    # --- processes -----------------------------------------------------------------------------------
+    def start(self, activate: bool = True, timeout: float = 60.0) -> "Graph":
+        """Start the processes, wait for every node, then configure and activate the lifecycle nodes."""
+        groups = [None] if self.composed else self.nodes
+        for g in groups:
+            name = g or "composed"
+            log = open(self.run_dir / f"{name}.log", "wb")
+            self.procs[name] = subprocess.Popen(self.command(g), stdout=log, stderr=subprocess.STDOUT,
+                                                env=self.env, start_new_session=True)
+            log.close()
+        try:
+            self._connect()
+            self.wait_for_nodes(timeout)
+            if activate:
+                for n in LIFECYCLE:
+                    if n in self.nodes:
+                        self.transition(n, "configure", timeout)
+                        self.transition(n, "activate", timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def pid(self, node: str) -> int:
+        """The process id of ``node`` (the composed process's in composed mode)."""
+        return self.procs["composed" if self.composed else node].pid
+
+    def log(self, node: str) -> str:
+        path = self.run_dir / f"{'composed' if self.composed else node}.log"
+        return path.read_text(errors="replace") if path.is_file() else ""
+
+    def _check_alive(self) -> None:
+        for name, p in self.procs.items():
+            if p.poll() is not None:
+                tail = "\n".join(self.log(name).strip().splitlines()[-15:])
+                raise BringupError(f"node {name} exited with code {p.returncode} during bring-up; its log "
+                                   f"({self.run_dir / (name + '.log')}) ends:\n{tail}")
+
+    def kill(self, node: str, sig: int = signal.SIGKILL) -> None:
+        os.killpg(self.procs[node].pid, sig)
+
+    def stop(self, grace: float = 10.0) -> dict[str, int | None]:
+        """SIGTERM every process group, wait up to ``grace`` s, SIGKILL the rest; returns exit codes."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        end = time.monotonic() + grace
+        for p in self.procs.values():
+            try:
+                p.wait(max(0.1, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for p in self.procs.values():
+            try:  # the group too: anything a node started must not outlive it
+                os.killpg(p.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            p.wait()
+        self._disconnect()
+        return {n: p.returncode for n, p in self.procs.items()}
+
+    def __enter__(self) -> "Graph":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # --- ROS side (own context: the caller's rclpy use is untouched) -------------------------------------
+    def _connect(self) -> None:
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.signals import SignalHandlerOptions
+
+        self._ctx = Context()
+        rclpy.init(context=self._ctx, args=[], signal_handler_options=SignalHandlerOptions.NO)
+        self._node = rclpy.create_node(f"tinker_bringup_{uuid.uuid4().hex[:8]}", context=self._ctx)
+        self._executor = SingleThreadedExecutor(context=self._ctx)
+        self._executor.add_node(self._node)
+
+    def _disconnect(self) -> None:
+        if self._node is not None:
+            self._executor.shutdown()
+            self._node.destroy_node()
+            self._ctx.try_shutdown()
+            self._node = self._ctx = self._executor = None
+
+    def _call(self, srv_type, name: str, request, timeout: float):
+        client = self._node.create_client(srv_type, name)
+        try:
+            end = time.monotonic() + timeout
+            while not client.wait_for_service(timeout_sec=0.2):
+                self._check_alive()
+                if time.monotonic() > end:
+                    raise BringupError(f"service {name} did not appear within {timeout:.0f} s")
+            fut = client.call_async(request)
+            while not fut.done():
+                self._executor.spin_once(timeout_sec=0.1)
+                self._check_alive()
+                if time.monotonic() > end:
+                    raise BringupError(f"service {name} did not answer within {timeout:.0f} s")
+            return fut.result()
+        finally:
+            self._node.destroy_client(client)
+
+    def wait_for_nodes(self, timeout: float = 60.0) -> None:
+        want = {_fq(self.namespace, n) for n in self.nodes}
+        end = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            have = {_fq(ns, n) for n, ns in self._node.get_node_names_and_namespaces()}
+            if want <= have:
+                return
+            if time.monotonic() > end:
+                raise BringupError(f"nodes {sorted(want - have)} did not appear within {timeout:.0f} s")
+            self._executor.spin_once(timeout_sec=0.1)
+
+    def state(self, node: str, timeout: float = 10.0) -> str:
+        """The lifecycle state label of ``node`` (``unconfigured``, ``inactive``, ``active``...)."""
+        from lifecycle_msgs.srv import GetState
+
+        return self._call(GetState, f"{_fq(self.namespace, node)}/get_state", GetState.Request(), timeout).current_state.label
+
+    def transition(self, node: str, label: str, timeout: float = 60.0) -> None:
+        """Run lifecycle transition ``label`` (configure, activate, deactivate, cleanup, shutdown) on ``node``."""
+        from lifecycle_msgs.msg import Transition
+        from lifecycle_msgs.srv import ChangeState
+
+        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP,
+               "shutdown": Transition.TRANSITION_INACTIVE_SHUTDOWN}
+        if label not in ids:
+            raise ConfigError(f"lifecycle transition: expected one of {sorted(ids)}, got {label!r}")
+        req = ChangeState.Request()
+        req.transition.id = ids[label]
+        res = self._call(ChangeState, f"{_fq(self.namespace, node)}/change_state", req, timeout)
+        if not res.success:
+            tail = "\n".join(self.log(node).strip().splitlines()[-10:])
+            raise BringupError(f"lifecycle {label} of {_fq(self.namespace, node)} failed; its log ends:\n{tail}")
+
+    def call_trigger(self, service: str, timeout: float = 10.0) -> tuple[bool, str]:
+        """Call a std_srvs/Trigger service by its path under the namespace (e.g. ``safety/estop``)."""
+        from std_srvs.srv import Trigger
+
+        res = self._call(Trigger, _fq(self.namespace, service), Trigger.Request(), timeout)
+        return res.success, res.message
+
+    def wait_active(self, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        for n in LIFECYCLE:
+            if n in self.nodes:
+                while self.state(n, max(1.0, end - time.monotonic())) != "active":
+                    if time.monotonic() > end:
+                        raise BringupError(f"{n} is not active after {timeout:.0f} s")
+                    time.sleep(0.1)

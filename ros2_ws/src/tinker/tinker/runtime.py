@@ -1,0 +1,186 @@
+"""What every tinker node shares: cycle statistics, /diagnostics, trace spans and the standard main().
+
+`NodeRuntime` is a mixin for `rclpy.node.Node` and `rclpy.lifecycle.LifecycleNode`: it declares the
+common parameters (``control_period``, ``trace_dir``, ``diagnostics_period``), keeps the cycle
+statistics, writes spans in the tinker_core tracer format and publishes a DiagnosticArray heartbeat.
+
+`main_for(cls)` is the standard entry point: SIGINT and SIGTERM are caught by tinker (not by rclpy)
+so that a commanding node can publish its stop while the context is still alive, then exit 0.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rclpy.executors import SingleThreadedExecutor
+from rclpy.signals import SignalHandlerOptions
+
+from tinker_core.errors import TinkerError
+from tinker_core.tracer import Tracer
+
+OK, WARN, ERROR, STALE = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR, DiagnosticStatus.STALE
+
+
+class CycleStats:
+    """Latency of each cycle's work, overruns (work longer than the budget) and deadline misses."""
+
+    def __init__(self, budget_s: float, window: int = 2000):
+        self.budget_ns = int(budget_s * 1e9)
+        self._lat: deque[int] = deque(maxlen=window)
+        self.cycles = 0
+        self.overruns = 0
+        self.deadline_misses = 0
+
+    def record(self, dur_ns: int) -> bool:
+        """Adds one cycle's work time; True when it overran the budget."""
+        self.cycles += 1
+        self._lat.append(dur_ns)
+        if dur_ns > self.budget_ns:
+            self.overruns += 1
+            return True
+        return False
+
+    def percentiles_us(self) -> tuple[float, float]:
+        if not self._lat:
+            return 0.0, 0.0
+        a = np.fromiter(self._lat, dtype=np.float64, count=len(self._lat)) / 1e3
+        return float(np.percentile(a, 50)), float(np.percentile(a, 99))
+
+
+class NodeFatal(Exception):
+    """A node found a condition it must not run under (named in the message); the process exits 3."""
+
+
+class NodeRuntime:
+    """Mixin: call ``_init_runtime(module)`` in ``__init__`` after the rclpy base constructor."""
+
+    def _init_runtime(self, module: str) -> None:
+        self.declare_parameter("control_period", 0.05)
+        self.declare_parameter("trace_dir", "")
+        self.declare_parameter("diagnostics_period", 1.0)
+        self.module = module
+        self.fatal = ""
+        self.period = float(self.get_parameter("control_period").value)
+        self.stats = CycleStats(self.period)
+        trace_dir = str(self.get_parameter("trace_dir").value)
+        fq = self.get_fully_qualified_name()
+        tag = fq.strip("/").replace("/", ".") or module
+        self.tracer = Tracer(Path(trace_dir) / f"{tag}.jsonl" if trace_dir else None, node=fq)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._diag_timer = self.create_timer(float(self.get_parameter("diagnostics_period").value),
+                                             self.publish_diagnostics)
+        self._started = time.monotonic()
+
+    # --- overridden by nodes -------------------------------------------------------------------
+    def diagnostic_values(self) -> dict[str, object]:
+        return {}
+
+    def diagnostic_level(self) -> tuple[bytes, str]:
+        return OK, "running"
+
+    def on_exit(self) -> None:
+        """Called once on SIGINT/SIGTERM while the context is alive: commanding nodes publish their stop."""
+
+    # --- shared ---------------------------------------------------------------------------------
+    def span(self, cycle: int, start_ns: int, dur_ns: int, module: str | None = None, **extra) -> None:
+        self.tracer.record(cycle, module or self.module, start_ns, dur_ns, **extra)
+
+    def diagnostics(self) -> DiagnosticStatus:
+        p50, p99 = self.stats.percentiles_us()
+        level, message = self.diagnostic_level()
+        values = {
+            "heartbeat_s": f"{time.monotonic() - self._started:.1f}",
+            "cycles": self.stats.cycles,
+            "cycle_latency_p50_us": f"{p50:.1f}",
+            "cycle_latency_p99_us": f"{p99:.1f}",
+            "overruns": self.stats.overruns,
+            "deadline_misses": self.stats.deadline_misses,
+        }
+        values.update(self.diagnostic_values())
+        st = DiagnosticStatus(level=level, name=self.get_fully_qualified_name(), message=message,
+                              hardware_id=self.get_fully_qualified_name())
+        st.values = [KeyValue(key=k, value=str(v)) for k, v in values.items()]
+        return st
+
+    def publish_diagnostics(self) -> None:
+        arr = DiagnosticArray()
+        arr.header.stamp = self.get_clock().now().to_msg()
+        arr.status = [self.diagnostics()]
+        self._diag_pub.publish(arr)
+
+    def close_runtime(self) -> None:
+        self.tracer.close()
+
+
+def spin_until_signal(nodes: list, on_ready: Callable[[], None] | None = None) -> None:
+    """Spins ``nodes`` in one executor until SIGINT/SIGTERM, then lets each node publish its stop.
+
+    rclpy's own signal handlers are off (``SignalHandlerOptions.NO`` at init): tinker's handler only
+    sets a flag, so the stop is published with a live context before shutdown.
+    """
+    stop = threading.Event()
+
+    def handler(signum, frame):  # noqa: ARG001
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    ex = SingleThreadedExecutor()
+    for n in nodes:
+        ex.add_node(n)
+    if on_ready:
+        on_ready()
+    try:
+        while not stop.is_set() and rclpy.ok():
+            ex.spin_once(timeout_sec=0.05)
+            fatal = [n.fatal for n in nodes if n.fatal]
+            if fatal:
+                raise NodeFatal("; ".join(fatal))
+    finally:
+        for n in nodes:
+            try:
+                n.on_exit()
+            except Exception as e:  # the stop must not be skipped for one node's failure
+                n.get_logger().error(f"on_exit failed: {e}")
+        # let the stop messages leave before the participant goes away
+        end = time.monotonic() + 0.1
+        while time.monotonic() < end:
+            ex.spin_once(timeout_sec=0.02)
+        for n in nodes:
+            n.close_runtime()
+            ex.remove_node(n)
+            n.destroy_node()
+        ex.shutdown()
+
+
+def main_for(cls) -> Callable[[list[str] | None], int]:
+    """The standard ``main()`` of a tinker node class: init, construct, spin, stop, shut down."""
+
+    def main(args: list[str] | None = None) -> int:
+        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+        try:
+            node = cls()
+            spin_until_signal([node])
+        except NodeFatal as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            return 3
+        except TinkerError as e:
+            print(f"error: {cls.__name__}: {e}", file=sys.stderr, flush=True)
+            return 2
+        finally:
+            if rclpy.ok():
+                rclpy.shutdown()
+        return 0
+
+    main.__doc__ = f"Runs the {cls.__name__} node until SIGINT/SIGTERM."
+    return main
+

@@ -1,0 +1,46 @@
+"""``tinker replay import RUN.mcap``: a recorded ROS 2 run -> the learner's replay format."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+ORDER = 45
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("replay", help="replay data tools (import a recorded run)",
+                       description="Replay data for offline fine-tuning.")
+    rsub = p.add_subparsers(dest="replay_command", metavar="ACTION")
+    imp = rsub.add_parser("import", help="convert a recorded MCAP run into a replay buffer directory",
+                          description="Read the cycle records of RUN.mcap (written by 'tinker record' or the "
+                                      "experience_bridge's 'record' parameter) with the standard mcap reader, make "
+                                      "transitions (features, raw action, next reward/done, next features; held "
+                                      "cycles skipped) and save them as a tinker_core.replay.ReplayBuffer.")
+    imp.add_argument("mcap", metavar="RUN.mcap")
+    imp.add_argument("-o", "--out", metavar="DIR", help="replay directory (default: RUN.replay next to the file)")
+    imp.set_defaults(func=run)
+    p.set_defaults(func=lambda a: (p.print_help(), 0)[1])
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from tinker.recording import cycles_to_transitions, read_cycles
+    from tinker_core.errors import ConfigError
+    from tinker_core.replay import ReplayBuffer
+
+    src = Path(args.mcap)
+    if not src.is_file():
+        raise ConfigError(f"replay import: file not found: {src}")
+    records = list(read_cycles(src))
+    ts = cycles_to_transitions(records)
+    if not ts:
+        raise ConfigError(f"replay import: {src} holds {len(records)} cycle(s) but no complete transition "
+                          f"(every cycle held, or the run was shorter than two cycles)")
+    out = Path(args.out) if args.out else src.with_suffix(".replay")
+    buf = ReplayBuffer(capacity=len(ts))
+    buf.extend(ts)
+    buf.save(out)
+    print(f"tinker replay import: {len(records)} cycles -> {len(ts)} transitions in {out}")
+    return 0
