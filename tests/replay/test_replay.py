@@ -217,3 +217,16 @@ def test_million_state_transitions_fit_in_memory():
                    next_obs=np.zeros(30, np.float32))
     buf.add(t)
     assert abs(buf.nbytes() - est) <= 1_000_000 + 64  # the arrays are allocated up front; plus the link flags
+
+
+def test_threaded_decode_matches_single_thread():
+    ts = frames_stream(80)
+    one = ReplayBuffer(80, storage=StorageConfig(decode_threads=1))
+    two = ReplayBuffer(80, storage=StorageConfig(decode_threads=2, lz4_level=4))
+    one.extend(ts)
+    two.extend(ts)
+    a, b = one.storage.get(np.arange(80)), two.storage.get(np.arange(80))
+    np.testing.assert_array_equal(a.obs["image"], b.obs["image"])
+    np.testing.assert_array_equal(a.next_obs["image"], b.next_obs["image"])
+    with pytest.raises(ConfigError, match="decode_threads"):
+        StorageConfig(decode_threads=0)

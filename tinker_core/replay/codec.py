@@ -24,12 +24,16 @@ def is_image(shape: tuple[int, ...], dtype: np.dtype) -> bool:
     return np.dtype(dtype) == np.uint8 and len(shape) == 3 and shape[-1] in (1, 3) and min(shape[:2]) >= 8
 
 
-def encode_frames(frames: np.ndarray, codec: str, quality: int = 85) -> list[bytes]:
-    """Encode each ``frames[i]`` separately; returns one bytes object per frame."""
+def encode_frames(frames: np.ndarray, codec: str, quality: int = 85, lz4_level: int = 0) -> list[bytes]:
+    """Encode each ``frames[i]`` separately; returns one bytes object per frame.
+
+    ``lz4_level`` 0 is lz4's fast mode; 1..12 is lz4-HC at that level (smaller, slower to write).
+    """
     if codec == "none":
         return [np.ascontiguousarray(f).tobytes() for f in frames]
     if codec == "lz4":
-        return [lz4.block.compress(np.ascontiguousarray(f), store_size=False) for f in frames]
+        kw = {"mode": "high_compression", "compression": int(lz4_level)} if lz4_level else {}
+        return [lz4.block.compress(np.ascontiguousarray(f), store_size=False, **kw) for f in frames]
     if codec == "jpeg":
         from PIL import Image
 
@@ -43,8 +47,24 @@ def encode_frames(frames: np.ndarray, codec: str, quality: int = 85) -> list[byt
     raise ValidationError("codec", f"one of {CODECS}", repr(codec))
 
 
-def decode_frames_into(out: np.ndarray, blobs: Sequence[bytes], codec: str) -> None:
-    """Decode ``blobs[i]`` into ``out[i]`` (``out`` has the frame shape and dtype)."""
+_POOLS: dict[int, Any] = {}
+
+
+def decode_frames_into(out: np.ndarray, blobs: Sequence[bytes], codec: str, threads: int = 1) -> None:
+    """Decode ``blobs[i]`` into ``out[i]`` (``out`` has the frame shape and dtype).
+
+    With ``threads`` > 1 the frames are split across a thread pool (lz4 and Pillow release the GIL).
+    """
+    if threads > 1 and len(blobs) >= 32:
+        from concurrent.futures import ThreadPoolExecutor
+
+        pool = _POOLS.get(threads)
+        if pool is None:
+            pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="tinker-decode")
+        step = -(-len(blobs) // threads)
+        parts = [(lo, min(lo + step, len(blobs))) for lo in range(0, len(blobs), step)]
+        list(pool.map(lambda r: decode_frames_into(out[r[0]:r[1]], blobs[r[0]:r[1]], codec), parts))
+        return
     nbytes = out[0].nbytes if len(out) else 0
     if codec == "none":
         for i, b in enumerate(blobs):

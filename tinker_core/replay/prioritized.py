@@ -9,6 +9,8 @@ updates O(log n).
 
 from __future__ import annotations
 
+from typing import Iterable
+
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
@@ -41,6 +43,14 @@ class PrioritizedReplay(ReplayBuffer):
             slot = self.storage.add(t)
             self.tree.update(slot, self.max_priority)
             return slot
+
+    def extend(self, ts: Iterable[Transition]) -> int:
+        """Add many transitions with one vectorized priority update."""
+        with self.lock:
+            slots = [self.storage.add(t) for t in ts]
+            if slots:
+                self.tree.update(np.asarray(slots), self.max_priority)
+            return len(slots)
 
     def sample(self, batch_size: int, with_info: bool = True) -> tuple[TransitionBatch, np.ndarray, np.ndarray]:  # type: ignore[override]
         """Returns ``(batch, slots, weights)``; pass ``slots`` back to `update_priorities`."""

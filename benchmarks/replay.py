@@ -1,0 +1,237 @@
+"""Replay memory benchmark: bytes per image transition (raw vs lz4 vs JPEG) on frames from the sim camera
+with the arm moving, sampling throughput (batch 256) against an uncompressed numpy buffer in the same run,
+and prioritized sampling time at 1e6 capacity against numpy's O(n) weighted choice.
+
+    python benchmarks/replay.py [--quick]
+
+Writes benchmarks/results/replay.json (``--quick``: replay.quick.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tinker_core.replay import PrioritizedReplay, ReplayBuffer, StorageConfig, SumTree  # noqa: E402
+from tinker_core.transition import Transition  # noqa: E402
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "gpu": None}
+
+
+def sim_camera_transitions(n: int, seed: int = 0) -> list[Transition]:
+    """``n`` transitions of tinker/ArmReach-v0 with the 84x84 camera, randomized, random actions (the arm moves)."""
+    import sim
+
+    env = sim.make("tinker/ArmReach-v0", camera=True, image_size=84, randomize=True)
+    env.action_space.seed(seed)
+    obs, _ = env.reset(seed=seed)
+    out = []
+    for _ in range(n):
+        a = env.action_space.sample()
+        nxt, r, term, trunc, info = env.step(a)
+        out.append(Transition(obs, a, float(r), term, trunc, {"source": "sim"}, nxt))
+        obs = env.reset()[0] if (term or trunc) else nxt
+    env.close()
+    return out
+
+
+def with_noise(ts: list[Transition], sigma: float, seed: int = 1) -> list[Transition]:
+    """The same stream with Gaussian sensor noise on every frame (a frame shared by t and t+1 stays shared)."""
+    rng = np.random.default_rng(seed)
+    cache: dict[int, np.ndarray] = {}
+
+    def noisy(img: np.ndarray) -> np.ndarray:
+        k = id(img)
+        if k not in cache:
+            cache[k] = np.clip(img + rng.normal(0, sigma, img.shape), 0, 255).astype(np.uint8)
+        return cache[k]
+
+    return [Transition({**t.obs, "image": noisy(t.obs["image"])}, t.action, t.reward, t.terminated, t.truncated,
+                       t.info, {**t.next_obs, "image": noisy(t.next_obs["image"])}) for t in ts]
+
+
+class NumpyBuffer:
+    """The competitor: an uncompressed ring of numpy arrays, obs and next_obs stored separately."""
+
+    def __init__(self, ts: list[Transition]):
+        n = len(ts)
+        self.img = np.stack([t.obs["image"] for t in ts])
+        self.next_img = np.stack([t.next_obs["image"] for t in ts])
+        self.state = np.stack([t.obs["state"] for t in ts])
+        self.next_state = np.stack([t.next_obs["state"] for t in ts])
+        self.action = np.stack([t.action for t in ts])
+        self.reward = np.array([t.reward for t in ts], np.float32)
+        self.done = np.array([t.terminated for t in ts])
+        self.rng = np.random.default_rng(0)
+        self.n = n
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in (self.img, self.next_img, self.state, self.next_state, self.action,
+                                      self.reward, self.done))
+
+    def sample(self, b: int):
+        i = self.rng.integers(0, self.n, b)
+        return (self.img[i], self.next_img[i], self.state[i], self.next_state[i], self.action[i], self.reward[i],
+                self.done[i])
+
+
+def per_transition_bytes(ts: list[Transition], codec: str, **kw) -> tuple[float, float, ReplayBuffer]:
+    buf = ReplayBuffer(len(ts), storage=StorageConfig(image_codec=codec, keep_info=False, **kw))
+    buf.extend(ts)
+    st = buf.storage
+    img = sum(len(b) for arr in (st.frames["image"], st.next_frames["image"]) for b in arr if b is not None)
+    return buf.nbytes() / len(ts), img / len(ts), buf
+
+
+def time_sampling(fn, reps: int, batch: int) -> list[float]:
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn(batch)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer frames and repetitions (about a minute)")
+    args = ap.parse_args()
+    n = 600 if args.quick else 3000
+    reps = 15 if args.quick else 60
+    cap_prio = 100_000 if args.quick else 1_000_000
+    batch = 256
+    fig: dict = {}
+
+    t0 = time.perf_counter()
+    ts = sim_camera_transitions(n)
+    fig["sim_frames"] = n
+    fig["sim_collect_s"] = round(time.perf_counter() - t0, 2)
+    frame = ts[0].obs["image"].nbytes
+    np_buf = NumpyBuffer(ts)
+    raw_per_t = np_buf.nbytes() / n
+    fig["raw_frame_bytes"] = frame
+    fig["raw_per_transition_bytes"] = round(raw_per_t, 1)
+    bufs = {}
+    for codec in ("lz4", "jpeg"):
+        per_t, img_per_t, bufs[codec] = per_transition_bytes(ts, codec)
+        fig[f"{codec}_per_transition_bytes"] = round(per_t, 1)
+        fig[f"{codec}_image_bytes_per_transition"] = round(img_per_t, 1)
+        fig[f"{codec}_ratio_vs_raw"] = round(raw_per_t / per_t, 2)
+        # without the shared-frame saving: one compressed frame against one raw frame
+        frames_per_t = 1 + (1 - bufs[codec].storage.linked.mean())  # obs frame + the unshared next frames
+        fig[f"{codec}_frame_ratio_vs_raw_frame"] = round(frame / (img_per_t / frames_per_t), 2)
+    per_t, _, _ = per_transition_bytes(ts, "lz4", lz4_level=4)
+    fig["lz4hc4_per_transition_bytes"] = round(per_t, 1)
+    fig["lz4hc4_ratio_vs_raw"] = round(raw_per_t / per_t, 2)
+    noisy = with_noise(ts, sigma=6.0)
+    raw_noisy = NumpyBuffer(noisy).nbytes() / n
+    for codec in ("lz4", "jpeg"):
+        per_t, _, _ = per_transition_bytes(noisy, codec)
+        fig[f"noisy_sigma6_{codec}_per_transition_bytes"] = round(per_t, 1)
+        fig[f"noisy_sigma6_{codec}_ratio_vs_raw"] = round(raw_noisy / per_t, 2)
+
+    # sampling: alternate tinker and numpy in the same loop
+    lz = bufs["lz4"]
+    jp = bufs["jpeg"]
+    lz2 = ReplayBuffer(n, storage=StorageConfig(image_codec="lz4", keep_info=False, decode_threads=2))
+    lz2.extend(ts)
+    t_lz, t_np, t_jp, t_lz2 = [], [], [], []
+    for _ in range(reps):
+        t_np += time_sampling(np_buf.sample, 1, batch)
+        t_lz += time_sampling(lambda b: lz.sample(b, with_info=False), 1, batch)
+        t_lz2 += time_sampling(lambda b: lz2.sample(b, with_info=False), 1, batch)
+        t_jp += time_sampling(lambda b: jp.sample(b, with_info=False), 1, batch)
+    fig["lz4_2threads_sample256_per_s"] = round(1 / statistics.median(t_lz2), 1)
+    fig["lz4_2threads_sampling_ratio_vs_numpy"] = round(statistics.median(t_np) / statistics.median(t_lz2), 3)
+    fig["numpy_sample256_per_s"] = round(1 / statistics.median(t_np), 1)
+    fig["lz4_sample256_per_s"] = round(1 / statistics.median(t_lz), 1)
+    fig["jpeg_sample256_per_s"] = round(1 / statistics.median(t_jp), 1)
+    fig["lz4_sampling_ratio_vs_numpy"] = round(statistics.median(t_np) / statistics.median(t_lz), 3)
+    fig["jpeg_sampling_ratio_vs_numpy"] = round(statistics.median(t_np) / statistics.median(t_jp), 3)
+
+    # prioritized sampling at 1e6: the sum tree vs numpy's O(n) weighted choice, and the whole buffer
+    rng = np.random.default_rng(0)
+    pri = rng.random(cap_prio) + 1e-3
+    tree = SumTree(cap_prio)
+    tree.set_leaves(pri)
+    t_tree, t_choice, t_upd = [], [], []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        idx = tree.sample(batch, rng)
+        t_tree.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        tree.update(idx, rng.random(batch))
+        t_upd.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        rng.choice(cap_prio, size=batch, p=pri / pri.sum())
+        t_choice.append(time.perf_counter() - t0)
+    fig["prio_capacity"] = cap_prio
+    fig["sumtree_sample256_us"] = round(statistics.median(t_tree) * 1e6, 1)
+    fig["sumtree_update256_us"] = round(statistics.median(t_upd) * 1e6, 1)
+    fig["numpy_weighted_choice256_us"] = round(statistics.median(t_choice) * 1e6, 1)
+    fig["sumtree_speedup_vs_numpy_choice_ratio"] = round(statistics.median(t_choice) / statistics.median(t_tree), 1)
+    pr = PrioritizedReplay(cap_prio, storage=StorageConfig(keep_info=False), seed=0)
+    state_ts = [Transition(t.obs["state"], t.action, t.reward, t.terminated, t.truncated, {}, t.next_obs["state"])
+                for t in ts]
+    t0 = time.perf_counter()
+    k = 0
+    while k < cap_prio:
+        m = min(len(state_ts), cap_prio - k)
+        pr.extend(state_ts[:m])
+        k += m
+    fig["prio_fill_per_s"] = round(cap_prio / (time.perf_counter() - t0), 1)
+    pr.update_priorities(np.arange(cap_prio), rng.random(cap_prio))
+    t_full = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        _, slots, _w = pr.sample(batch, with_info=False)
+        pr.update_priorities(slots, rng.random(batch))
+        t_full.append(time.perf_counter() - t0)
+    fig["prioritized_sample_and_update256_state_us"] = round(statistics.median(t_full) * 1e6, 1)
+    fig["prioritized_state_buffer_bytes"] = pr.nbytes()
+
+    result = {
+        "benchmark": "replay",
+        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine(),
+        "command": "python benchmarks/replay.py" + (" --quick" if args.quick else ""),
+        "figures": fig,
+        "goals": {"lz4_ratio_vs_raw": ">= 8.0", "lz4_sampling_ratio_vs_numpy": ">= 0.5"},
+        "notes": ("raw = an uncompressed numpy buffer storing obs and next_obs images and state (as a plain replay "
+                  "does); tinker stores each frame once when it is both next_obs of t and obs of t+1. "
+                  "*_frame_ratio_vs_raw_frame compares one compressed frame with one raw frame, without that saving. "
+                  "noisy = Gaussian noise sigma 6 on every frame."),
+    }
+    out = ROOT / "benchmarks" / "results" / ("replay.quick.json" if args.quick else "replay.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
