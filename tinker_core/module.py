@@ -33,13 +33,14 @@ import dataclasses
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any, ClassVar, Generic, Mapping, TypeVar
 
 import numpy as np
 
-from tinker_core.errors import CheckpointError, ConfigError
-from tinker_core.spec import AnySpec, spec_from_dict
+from tinker_core.errors import CheckpointError, ConfigError, SpecError
+from tinker_core.spec import AnySpec, describe_spec, spec_from_dict
 
 FORMAT = "tinker.module"
 FORMAT_VERSION = 1
@@ -97,16 +98,29 @@ def tensors_digest(tensors: Mapping[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def file_digest(meta: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> str:
+    """sha256 over the tensors and the canonical JSON of the metadata (without the digest itself),
+    so neither the weights nor the recorded config/specs can be changed unnoticed."""
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    h = hashlib.sha256(tensors_digest(tensors).encode())
+    h.update(json.dumps(body, sort_keys=True, separators=(",", ":"), default=_json_default).encode())
+    return h.hexdigest()
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     """Write ``data`` so that ``path`` is either the old file or the whole new one, never half."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{threading.get_ident()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     try:
         dfd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -168,7 +182,8 @@ class ModuleBase(Generic[C]):
         tensors = {k: np.ascontiguousarray(v) for k, v in self.get_state().items()}
         meta = self.metadata()
         meta["extra"] = dict(extra or {})
-        meta["sha256"] = tensors_digest(tensors)
+        meta = json.loads(json.dumps(meta, default=_json_default))  # what the file will hold, exactly
+        meta["sha256"] = file_digest(meta, tensors)
         blob = st_save(tensors, metadata={"tinker": json.dumps(meta, default=_json_default)})
         atomic_write_bytes(path, blob)
         return Path(path)
@@ -189,30 +204,40 @@ class ModuleBase(Generic[C]):
             raise CheckpointError(f"{path}: not a readable tinker module file ({e})") from e
         if raw is None:
             raise CheckpointError(f"{path}: safetensors file without tinker metadata")
-        meta = json.loads(raw)
+        try:
+            meta = json.loads(raw)
+        except json.JSONDecodeError as e:
+            raise CheckpointError(f"{path}: tinker metadata is not valid JSON ({e})") from None
+        if not isinstance(meta, dict):
+            raise CheckpointError(f"{path}: tinker metadata is a {type(meta).__name__}, expected an object")
         if meta.get("format") != FORMAT:
             raise CheckpointError(f"{path}: format {meta.get('format')!r}, expected {FORMAT!r}")
-        if int(meta.get("format_version", -1)) > FORMAT_VERSION:
+        version = meta.get("format_version")
+        if not isinstance(version, int) or version < 1:
+            raise CheckpointError(f"{path}: format_version {version!r} is not a positive integer")
+        if version > FORMAT_VERSION:
             raise CheckpointError(
-                f"{path}: format version {meta.get('format_version')} is newer than this tinker ({FORMAT_VERSION})")
-        if tensors_digest(tensors) != meta.get("sha256"):
-            raise CheckpointError(f"{path}: tensor digest does not match the recorded sha256: the file was modified")
+                f"{path}: format version {version} is newer than this tinker ({FORMAT_VERSION})")
+        if file_digest(meta, tensors) != meta.get("sha256"):
+            raise CheckpointError(f"{path}: content does not match the recorded sha256: the file was modified")
         return meta, tensors
 
     def load(self, path: str | os.PathLike) -> "ModuleBase":
         """Load state saved by ``save`` into this module; refuses a file for another spec or class."""
         meta, tensors = self.read_file(path)
         mine = self.metadata()
-        if meta["class"] != mine["class"]:
-            raise CheckpointError(f"{path}: written by {meta['class']}, cannot load into {mine['class']}")
+        if meta.get("class") != mine["class"]:
+            raise CheckpointError(f"{path}: written by {meta.get('class')}, cannot load into {mine['class']}")
         for key in ("input_spec", "output_spec"):
             theirs = meta.get(key)
-            if (theirs is None) != (mine[key] is None) or (
-                theirs is not None and spec_from_dict(theirs) != spec_from_dict(mine[key])
-            ):
-                exp = "nothing" if mine[key] is None else spec_from_dict(mine[key]).describe()
-                got = "nothing" if theirs is None else spec_from_dict(theirs).describe()
-                raise CheckpointError(f"{path}: {key} mismatch: this module expects {exp}, the file was saved for {got}")
+            try:
+                t_spec = None if theirs is None else spec_from_dict(theirs)
+            except SpecError as e:
+                raise CheckpointError(f"{path}: {key} in the file is not a valid spec ({e})") from None
+            m_spec = getattr(self, key)
+            if (t_spec is None) != (m_spec is None) or (t_spec is not None and t_spec != m_spec):
+                raise CheckpointError(f"{path}: {key} mismatch: this module expects {describe_spec(m_spec)}, "
+                                      f"the file was saved for {describe_spec(t_spec)}")
         self.set_state(tensors)
         return self
 

@@ -127,17 +127,18 @@ class Pipeline:
                 return
             self._pending[role] = module
             if not self._applied.wait_for(lambda: role not in self._pending or not self._running, timeout):
-                raise PipelineError(f"swap of {role!r} not applied within {timeout}s")
-            if role in self._pending:  # run ended before the swap was applied
-                self.modules[self._pending.pop(role).name] = module
+                if self._pending.get(role) is module:
+                    del self._pending[role]  # withdrawn: the old module keeps running
+                raise PipelineError(f"swap of {role!r} not applied within {timeout}s; the old module keeps running")
+            if self._pending.get(role) is module:  # run ended before the swap was applied
+                self.modules[role] = self._pending.pop(role)
 
     def _apply_pending(self) -> None:
-        if self._pending:
-            with self._applied:
-                for role, m in self._pending.items():
-                    self.modules[role] = m
-                self._pending.clear()
-                self._applied.notify_all()
+        with self._applied:
+            for role, m in self._pending.items():
+                self.modules[role] = m
+            self._pending.clear()
+            self._applied.notify_all()
 
     # -- running -------------------------------------------------------------------------------
     def stop(self) -> None:
@@ -159,52 +160,83 @@ class Pipeline:
             self.tracer.flush()
         return self.stats
 
-    def _timed(self, edge: Edge, spec: Any, value: Any, module: ModuleBase, cycle: int) -> Any:
-        t0 = time.perf_counter_ns()
-        self.validator.check_value(edge, spec, value)
-        out = module(value)
-        dt = time.perf_counter_ns() - t0
-        self.monitor.record(edge.name, payload_bytes(value), dt * 1e-9)
-        self.tracer.record(cycle, module.name, time.time_ns() - dt, dt)
-        return out
+    def _edges_now(self) -> tuple[Edge, Edge, Edge, Edge]:
+        m = self.modules
+        return (Edge("env", "perception", m["perception"].input_name),
+                Edge("perception", "policy", m["policy"].input_name),
+                Edge("policy", "env", m["env"].input_name),
+                Edge("env", "learner", "transition"))
 
     def _run(self, steps: int) -> None:
-        m = self.modules
-        env = m["env"]
-        e_perc = Edge("env", "perception", m["perception"].input_name)
-        e_pol = Edge("perception", "policy", m["policy"].input_name)
-        e_env = Edge("policy", "env", env.input_name)
-        e_learn = Edge("env", "learner", "transition")
+        # Locals and bound methods are hoisted out of the loop: it runs once per control cycle.
+        env = self.modules["env"]
+        env_step = env.step  # type: ignore[attr-defined]
+        e_perc, e_pol, e_env, e_learn = self._edges_now()
+        validator, stats, pending, stop = self.validator, self.stats, self._pending, self._stop
+        record = self.monitor.record
+        tracer = self.tracer
+        trace = tracer.record if tracer.enabled else None
+        clock = time.perf_counter_ns
         if self._obs is None:
             self._obs, _ = env.reset_env(seed=self.seed)  # type: ignore[attr-defined]
+        m = self.modules
+        perception, policy, learner = m["perception"], m["policy"], m.get("learner")
         for _ in range(steps):
-            if self._stop.is_set():
+            if stop.is_set():
                 break
-            self._apply_pending()
-            m = self.modules
-            cycle = self.stats.steps
+            if pending:
+                self._apply_pending()
+                m = self.modules
+                perception, policy, learner = m["perception"], m["policy"], m.get("learner")
+                e_perc, e_pol, e_env, e_learn = self._edges_now()
+            check = validator.enabled
+            cycle = stats.steps
             obs = self._obs
-            feats = self._timed(e_perc, m["perception"].input_spec, obs, m["perception"], cycle)
-            action = self._timed(e_pol, m["policy"].input_spec, feats, m["policy"], cycle)
-            self.validator.check_value(e_env, env.input_spec, action)
-            t0 = time.perf_counter_ns()
-            next_obs, reward, term, trunc, info = env.step(action)  # type: ignore[attr-defined]
-            dt = time.perf_counter_ns() - t0
-            self.monitor.record(e_env.name, payload_bytes(action), dt * 1e-9)
-            self.tracer.record(cycle, "env", time.time_ns() - dt, dt)
+
+            t0 = clock()
+            if check:
+                validator.check_value(e_perc, perception.input_spec, obs)
+            feats = perception(obs)
+            t1 = clock()
+            if check:
+                validator.check_value(e_pol, policy.input_spec, feats)
+            action = policy(feats)
+            t2 = clock()
+            if check:
+                validator.check_value(e_env, env.input_spec, action)
+            next_obs, reward, term, trunc, info = env_step(action)
+            t3 = clock()
             t = Transition(obs, action, float(reward), bool(term), bool(trunc), dict(info), next_obs)
-            self.stats.steps += 1
+            stats.steps += 1
             metrics = None
-            learner = m.get("learner")
             if learner is not None:
-                metrics = self._timed(e_learn, None, t, learner, cycle)
-            self.stats.transitions += 1
+                if check and learner.input_spec is not None:
+                    validator.check_value(e_learn, learner.input_spec, t)
+                metrics = learner(t)
+            t4 = clock()
+            stats.transitions += 1
+
+            b_obs, b_feats, b_act = payload_bytes(obs), payload_bytes(feats), payload_bytes(action)
+            record(e_perc.name, b_obs, (t1 - t0) * 1e-9)
+            record(e_pol.name, b_feats, (t2 - t1) * 1e-9)
+            record(e_env.name, b_act, (t3 - t2) * 1e-9)
+            if learner is not None:
+                b_t = t.nbytes()
+                record(e_learn.name, b_t, (t4 - t3) * 1e-9)
+            if trace is not None:
+                base = time.time_ns() - (t4 - t0)
+                trace(cycle, "perception", base, t1 - t0, edge=e_perc.name, bytes=b_obs)
+                trace(cycle, "policy", base + (t1 - t0), t2 - t1, edge=e_pol.name, bytes=b_feats)
+                trace(cycle, "env", base + (t2 - t0), t3 - t2, edge=e_env.name, bytes=b_act)
+                if learner is not None:
+                    trace(cycle, "learner", base + (t3 - t0), t4 - t3, edge=e_learn.name, bytes=b_t)
+
             for cb in self.callbacks:
                 cb(t, metrics)
             self._ep_return += t.reward
-            if t.done:
-                self.stats.episodes += 1
-                self.stats.episode_returns.append(self._ep_return)  # type: ignore[union-attr]
+            if t.terminated or t.truncated:
+                stats.episodes += 1
+                stats.episode_returns.append(self._ep_return)  # type: ignore[union-attr]
                 self._ep_return = 0.0
                 for mod in m.values():
                     mod.reset()

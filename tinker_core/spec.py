@@ -7,6 +7,7 @@ batch dimension; `check(value, batched=True)` accepts one leading batch axis.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Union
 
@@ -15,6 +16,19 @@ import numpy as np
 from tinker_core.errors import SpecError, ValidationError
 
 Bound = Union[float, tuple, None]
+
+
+_add_reduce = np.add.reduce
+_isfinite = math.isfinite
+
+
+def _inward(b: np.ndarray, dt: np.dtype, direction: int) -> Any:
+    """``b`` in dtype ``dt``, nudged toward the inside of the box where the cast rounded outward."""
+    c = b.astype(dt)
+    out = c < b if direction > 0 else c > b
+    if out.any():
+        c = np.where(out, np.nextafter(c, np.array(direction * np.inf, dt)), c).astype(dt)
+    return c.flat[0] if c.size and (c == c.flat[0]).all() else c
 
 
 def _bound_array(b: Any, shape: tuple[int, ...]) -> np.ndarray | None:
@@ -61,10 +75,27 @@ class Spec:
             object.__setattr__(self, "dtype", np.dtype(self.dtype).name)
         except TypeError as e:
             raise SpecError(f"Spec dtype {self.dtype!r} is not a numpy dtype") from e
-        object.__setattr__(self, "low", _bound_array(self.low, shape))
-        object.__setattr__(self, "high", _bound_array(self.high, shape))
+        try:
+            object.__setattr__(self, "low", _bound_array(self.low, shape))
+            object.__setattr__(self, "high", _bound_array(self.high, shape))
+        except ValueError as e:
+            raise SpecError(f"Spec bounds do not fit shape {shape}: {e}") from None
+        if self.low is not None and np.isnan(self.low).any() or self.high is not None and np.isnan(self.high).any():
+            raise SpecError("Spec bounds must not be NaN (use None or +-inf for unbounded)")
         if self.low is not None and self.high is not None and np.any(self.low > self.high):
             raise SpecError(f"Spec low > high somewhere: low={self.low}, high={self.high}")
+        # Cached for the hot path (`check`): the dtype object, its kind, and one-comparison bounds.
+        dt = np.dtype(self.dtype)
+        object.__setattr__(self, "_dt", dt)
+        object.__setattr__(self, "_float", dt.kind in "fc")
+        lo, hi = self.low, self.high
+        object.__setattr__(self, "_lo", None if lo is None else (float(lo.flat[0]) if lo.size and (lo == lo.flat[0]).all() else lo))
+        object.__setattr__(self, "_hi", None if hi is None else (float(hi.flat[0]) if hi.size and (hi == hi.flat[0]).all() else hi))
+        # With finite bounds on both sides, one comparison also rejects NaN and inf. The bounds are
+        # cast to the spec's dtype, rounded inward, so that passing it implies passing the exact check.
+        box = (dt.kind == "f" and lo is not None and hi is not None
+               and bool(np.isfinite(lo).all() and np.isfinite(hi).all()))
+        object.__setattr__(self, "_box", (_inward(lo, dt, +1), _inward(hi, dt, -1)) if box else None)
 
     # -- description -------------------------------------------------------------------------
     def describe(self) -> str:
@@ -120,29 +151,54 @@ class Spec:
         return rng.uniform(lo, hi, size=shape).astype(self.dtype)
 
     def check(self, value: Any, where: str = "value", batched: bool = False, bounds: bool = True) -> None:
-        """Raise `ValidationError` unless ``value`` matches shape, dtype, finiteness and bounds."""
-        if not isinstance(value, np.ndarray):
+        """Raise `ValidationError` unless ``value`` matches shape, dtype, finiteness and bounds.
+
+        The passing path is a handful of attribute reads and at most two numpy reductions; the
+        exact failure (which index, which value) is worked out only once something is wrong.
+        """
+        if type(value) is not np.ndarray and not isinstance(value, np.ndarray):
             raise ValidationError(where, self.describe(), describe_value(value), "not a numpy array")
-        shape = value.shape[1:] if batched else value.shape
-        if batched and value.ndim == 0:
-            raise ValidationError(where, f"batch of {self.describe()}", describe_value(value))
-        if value.dtype.name != self.dtype or shape != self.shape:
+        shape = value.shape
+        if batched:
+            if not shape:
+                raise ValidationError(where, f"batch of {self.describe()}", describe_value(value))
+            shape = shape[1:]
+        if value.dtype is not self._dt and value.dtype != self._dt or shape != self.shape:
             exp = f"batch of {self.describe()}" if batched else self.describe()
             raise ValidationError(where, exp, describe_value(value))
-        if value.dtype.kind == "f" and not np.isfinite(value).all():
-            bad = "NaN" if np.isnan(value).any() else "inf"
-            idx = np.argwhere(~np.isfinite(value))[0].tolist()
-            raise ValidationError(where, f"finite {self.describe()}", f"{bad} at index {idx}")
-        if bounds and self.low is not None and np.any(value < self.low):
-            idx = np.argwhere(value < np.broadcast_to(self.low, value.shape))[0]
-            raise ValidationError(
-                where, f"values >= {float(np.broadcast_to(self.low, value.shape)[tuple(idx)]):g}",
-                f"{float(value[tuple(idx)]):g} at index {idx.tolist()}", "below lower bound")
-        if bounds and self.high is not None and np.any(value > self.high):
-            idx = np.argwhere(value > np.broadcast_to(self.high, value.shape))[0]
-            raise ValidationError(
-                where, f"values <= {float(np.broadcast_to(self.high, value.shape)[tuple(idx)]):g}",
-                f"{float(value[tuple(idx)]):g} at index {idx.tolist()}", "above upper bound")
+        if not self._float:
+            if bounds and (self._lo is not None or self._hi is not None):
+                self._check_bounds(value, where)
+            return
+        if bounds and self._box is not None:
+            lo, hi = self._box
+            if not ((value >= lo) & (value <= hi)).all():  # NaN fails both comparisons
+                self._check_finite(value, where)
+                self._check_bounds(value, where)
+            return
+        if not _isfinite(_add_reduce(value, axis=None)):  # one reduction; NaN and inf propagate
+            self._check_finite(value, where)
+        if bounds and (self._lo is not None or self._hi is not None):
+            self._check_bounds(value, where)
+
+    def _check_finite(self, value: np.ndarray, where: str) -> None:
+        bad = ~np.isfinite(value)
+        if bad.any():
+            idx = np.argwhere(bad)[0]
+            what = "NaN" if np.isnan(value[tuple(idx)]) else "inf"
+            raise ValidationError(where, f"finite {self.describe()}", f"{what} at index {idx.tolist()}")
+
+    def _check_bounds(self, value: np.ndarray, where: str) -> None:
+        if self.low is not None and np.any(value < self._lo):
+            low = np.broadcast_to(self.low, value.shape)
+            idx = tuple(np.argwhere(value < low)[0])
+            raise ValidationError(where, f"values >= {float(low[idx]):g}",
+                                  f"{float(value[idx]):g} at index {list(map(int, idx))}", "below lower bound")
+        if self.high is not None and np.any(value > self._hi):
+            high = np.broadcast_to(self.high, value.shape)
+            idx = tuple(np.argwhere(value > high)[0])
+            raise ValidationError(where, f"values <= {float(high[idx]):g}",
+                                  f"{float(value[idx]):g} at index {list(map(int, idx))}", "above upper bound")
 
     def incompatibility(self, consumer: "AnySpec") -> str | None:
         """Why data of this (producer) spec cannot feed ``consumer``; ``None`` if it can."""
@@ -245,6 +301,9 @@ class DictSpec:
         missing = [k for k in consumer.fields if k not in self.fields]
         if missing:
             return f"consumer needs keys {missing} that the producer does not emit"
+        extra = [k for k in self.fields if k not in consumer.fields]
+        if extra:  # run-time checks refuse undeclared keys, so connect time must too
+            return f"producer emits keys {extra} that the consumer does not declare"
         for k, s in consumer.fields.items():
             why = self.fields[k].incompatibility(s)
             if why:
@@ -263,13 +322,21 @@ def describe_spec(spec: AnySpec | None) -> str:
 
 
 def spec_from_dict(d: Mapping) -> AnySpec:
-    """Inverse of ``to_dict`` for both kinds."""
+    """Inverse of ``to_dict`` for `Spec`, `DictSpec` and `TransitionSpec` (``{"obs", "action"}``)."""
+    if not isinstance(d, Mapping):
+        raise SpecError(f"spec dict must be a mapping, got {type(d).__name__}")
+    if "obs" in d and "action" in d and "shape" not in d:
+        from tinker_core.transition import TransitionSpec
+
+        return TransitionSpec.from_dict(d)  # type: ignore[return-value]
     if "fields" in d:
         return DictSpec({k: spec_from_dict(v) for k, v in d["fields"].items()})
     try:
         return Spec(tuple(d["shape"]), d["dtype"], d.get("low"), d.get("high"), d.get("unit", ""))
     except KeyError as e:
         raise SpecError(f"spec dict is missing {e.args[0]!r}: {dict(d)}") from None
+    except (TypeError, ValueError) as e:
+        raise SpecError(f"spec dict is invalid ({e}): {dict(d)}") from None
 
 
 def spec_from_space(space: Any) -> AnySpec:

@@ -34,7 +34,8 @@ class TorchModule(ModuleBase[C], nn.Module):
         extra = sorted(set(state) - set(own))
         if missing or extra:
             raise CheckpointError(f"{type(self).__name__}: state mismatch, missing {missing}, unexpected {extra}")
-        for k, v in state.items():
+        for k in own:
+            v = state[k]
             if tuple(own[k].shape) != tuple(v.shape):
                 raise CheckpointError(
                     f"{type(self).__name__}.{k}: expected shape {tuple(own[k].shape)}, file has {tuple(v.shape)}")

@@ -4,8 +4,11 @@ The format (one object per line) is shared by the in-process pipeline and the RO
 
     {"cycle": 12, "module": "policy", "node": "policy_node", "start_ns": 1712..., "dur_ns": 84000}
 
-``python -m tinker_core.tracer --latency_breakdown TRACE [--plot latency.png]`` prints a per-module
-table (count, p50, p99, max, share of the cycle) and optionally a histogram PNG.
+Optional keys: ``edge`` (``"env->perception"``) and ``bytes`` (payload size), from which ``--flow``
+computes per-edge messages/s, bytes/s and latency percentiles offline.
+
+``python -m tinker_core.tracer --latency_breakdown TRACE [--plot latency.png] [--flow]`` prints a
+per-module table (count, p50, p99, max, share of the cycle) and optionally a histogram PNG.
 """
 
 from __future__ import annotations
@@ -88,11 +91,46 @@ def read_trace(paths: list[str | os.PathLike]) -> list[dict]:
                 if not line:
                     continue
                 try:
-                    events.append(json.loads(line))
+                    ev = json.loads(line)
                 except json.JSONDecodeError:
                     print(f"warning: {p}:{n}: skipped a line that is not JSON (a trace cut off mid-write?)",
                           file=sys.stderr)
+                    continue
+                if not isinstance(ev, dict) or not _REQUIRED.issubset(ev) or not isinstance(ev["dur_ns"], int):
+                    print(f"warning: {p}:{n}: skipped a span without {sorted(_REQUIRED)}", file=sys.stderr)
+                    continue
+                events.append(ev)
     return events
+
+
+_REQUIRED = frozenset({"cycle", "module", "start_ns", "dur_ns"})
+
+
+def flow_from_events(events: list[dict]) -> list[dict]:
+    """Per-edge flow from spans that carry ``edge`` (and ``bytes``): the monitor's figures, offline."""
+    by: dict[str, list[dict]] = {}
+    for e in events:
+        if "edge" in e:
+            by.setdefault(e["edge"], []).append(e)
+    rows = []
+    for edge, evs in by.items():
+        starts = np.asarray([e["start_ns"] for e in evs], dtype=np.float64)
+        durs = np.asarray([e["dur_ns"] for e in evs], dtype=np.float64) / 1e3
+        nbytes = sum(int(e.get("bytes", 0)) for e in evs)
+        span_s = (starts.max() - starts.min()) / 1e9
+        rate = (len(evs) - 1) / span_s if len(evs) > 1 and span_s > 0 else 0.0
+        rows.append({"edge": edge, "messages": len(evs), "bytes": nbytes, "messages_per_s": rate,
+                     "bytes_per_s": rate * nbytes / len(evs), "latency_p50_us": float(np.percentile(durs, 50)),
+                     "latency_p99_us": float(np.percentile(durs, 99))})
+    return rows
+
+
+def format_flow(rows: list[dict]) -> str:
+    out = [f"{'edge':<28}{'msg/s':>10}{'KB/s':>10}{'p50 us':>10}{'p99 us':>10}{'count':>10}"]
+    for r in rows:
+        out.append(f"{r['edge']:<28}{r['messages_per_s']:>10.0f}{r['bytes_per_s'] / 1e3:>10.1f}"
+                   f"{r['latency_p50_us']:>10.1f}{r['latency_p99_us']:>10.1f}{r['messages']:>10d}")
+    return "\n".join(out)
 
 
 def latency_breakdown(events: list[dict]) -> list[dict]:
@@ -151,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency_breakdown", "--latency-breakdown", nargs="+", metavar="TRACE", required=True,
                     help="trace file(s) written by the pipeline or the ROS 2 nodes")
     ap.add_argument("--plot", metavar="PNG", help="also write a latency histogram to this PNG")
+    ap.add_argument("--flow", action="store_true",
+                    help="also print per-edge flow (messages/s, KB/s, latency p50/p99) from spans that name an edge")
     ap.add_argument("--json", action="store_true", help="print the table as JSON")
     args = ap.parse_args(argv)
     missing = [p for p in args.latency_breakdown if not Path(p).is_file()]
@@ -163,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = latency_breakdown(events)
     print(json.dumps(rows, indent=2) if args.json else format_breakdown(rows))
+    if args.flow:
+        flow = flow_from_events(events)
+        print(json.dumps(flow, indent=2) if args.json else "\n" + format_flow(flow))
     if args.plot:
         print(f"wrote {plot_breakdown(events, args.plot)}")
     return 0

@@ -10,6 +10,7 @@ policy version), and observations may be nested dicts (see `DictSpec`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -123,18 +124,31 @@ class TransitionSpec:
     obs: AnySpec
     action: Spec
 
-    def check(self, t: Transition | TransitionBatch, where: str = "transition") -> None:
+    def check(self, t: Any, where: str = "transition", batched: bool | None = None, bounds: bool = True) -> None:
+        """Check every field of a `Transition` (or, batched, a `TransitionBatch`) against the specs."""
+        if not isinstance(t, (Transition, TransitionBatch)):
+            raise ValidationError(where, self.describe(), type(t).__name__, "not a Transition")
         batched = isinstance(t, TransitionBatch)
-        self.obs.check(t.obs, f"{where}.obs", batched=batched)
-        self.action.check(t.action, f"{where}.action", batched=batched)
+        self.obs.check(t.obs, f"{where}.obs", batched=batched, bounds=bounds)
+        self.action.check(t.action, f"{where}.action", batched=batched, bounds=bounds)
         if t.next_obs is not None:
-            self.obs.check(t.next_obs, f"{where}.next_obs", batched=batched)
-        r = np.asarray(t.reward)
-        if not np.isfinite(r).all():
+            self.obs.check(t.next_obs, f"{where}.next_obs", batched=batched, bounds=bounds)
+        r = t.reward
+        if not (math.isfinite(r) if isinstance(r, float) else np.isfinite(np.asarray(r, dtype=np.float64)).all()):
             raise ValidationError(f"{where}.reward", "finite reward", str(r))
 
     def describe(self) -> str:
         return f"Transition(obs={self.obs.describe()}, action={self.action.describe()})"
+
+    def incompatibility(self, consumer: Any) -> str | None:
+        """Why transitions of this spec cannot feed ``consumer``; ``None`` if they can."""
+        if not isinstance(consumer, TransitionSpec):
+            return f"expected {getattr(consumer, 'describe', lambda: consumer)()}, got {self.describe()}"
+        why = self.obs.incompatibility(consumer.obs)
+        if why:
+            return f"obs: {why}"
+        why = self.action.incompatibility(consumer.action)
+        return f"action: {why}" if why else None
 
     def to_dict(self) -> dict:
         return {"obs": self.obs.to_dict(), "action": self.action.to_dict()}
