@@ -179,7 +179,8 @@ class ArmReport:
             lines.append(f"  max abs diff aarch64 vs the bundle's torch reference: {self.max_abs_diff_vs_reference:.3g}")
         if "emulated_inference_s" in e:
             lines.append(f"  emulated timings (qemu, NOT performance figures): import {e.get('import_s')} s, "
-                         f"inference of all obs {e.get('emulated_inference_s')} s")
+                         f"inference of all obs {e.get('emulated_inference_s')} s, "
+                         f"whole run {e.get('wall_s_all_bundles')} s")
         if self.reason:
             lines.append(f"  reason: {self.reason}")
         return "\n".join(lines)
@@ -187,50 +188,79 @@ class ArmReport:
 
 def check_arm(bundle_path: str | os.PathLike, *, ort_version: str = ARM_ORT_VERSION, tolerance: float = 1e-5,
               write_manifest: bool = False, timeout: float = 900, log: Callable[[str], None] = print) -> ArmReport:
-    """Run the bundle under aarch64 emulation and compare with x86; see the module docstring.
+    """Run one bundle under aarch64 emulation and compare with x86; see `check_arm_many`."""
+    return check_arm_many([bundle_path], ort_version=ort_version, tolerance=tolerance, write_manifest=write_manifest,
+                          timeout=timeout, log=log)[0]
+
+
+def check_arm_many(bundle_paths: list[str | os.PathLike], *, ort_version: str = ARM_ORT_VERSION,
+                   tolerance: float = 1e-5, write_manifest: bool = False, timeout: float = 900,
+                   log: Callable[[str], None] = print) -> list[ArmReport]:
+    """Run bundles under aarch64 emulation (one emulated python for all) and compare each with x86.
 
     Raises `ArmCheckUnavailable` when the check cannot run here; returns a failed `ArmReport` (with
-    the reason) when the bundle does not pass.
+    the reason) for each bundle that does not pass.
     """
     from deploy.runtime import OnnxPolicy
 
-    try:
-        bundle = load_bundle(bundle_path)
-    except BundleError as e:
-        return ArmReport(str(bundle_path), False, f"the bundle fails verification on x86 already: {e}",
-                         tolerance=tolerance)
+    reports: list[ArmReport | None] = []
+    todo: list[tuple[int, object, np.ndarray]] = []
+    for path in bundle_paths:
+        try:
+            bundle = load_bundle(path)
+        except BundleError as e:
+            reports.append(ArmReport(str(path), False, f"the bundle fails verification on x86 already: {e}",
+                                     tolerance=tolerance))
+            continue
+        todo.append((len(reports), bundle, OnnxPolicy(bundle).forward(bundle.recorded()[0])))
+        reports.append(None)
+    if not todo:
+        return reports  # type: ignore[return-value]
     qemu = find_qemu()
     root = cache_root()
     with _locked(root / ".lock"):
         sysroot = ensure_sysroot(root, log)
         site = ensure_site(root, ort_version, np.__version__, log)
-    x86 = OnnxPolicy(bundle).forward(bundle.recorded()[0])
     with tempfile.TemporaryDirectory(prefix="tinker-armcheck-") as d:
         src = _source_tree(Path(d) / "src")
-        out = Path(d) / "arm_actions.npz"
+        outs = [Path(d) / f"arm_actions_{i}.npz" for i, _, _ in todo]
+        args = [x for (_, b, _), o in zip(todo, outs) for x in (str(b.path.resolve()), str(o))]
         env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{site}:{src}", "PYTHONNOUSERSITE": "1",
                "PYTHONDONTWRITEBYTECODE": "1", "HOME": d, "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
-        log(f"arm: running {bundle.path.name} under qemu-aarch64 (python3.11, onnxruntime {ort_version}) ...")
+        names = ", ".join(b.path.name for _, b, _ in todo)
+        log(f"arm: running {names} under qemu-aarch64 (python3.11, onnxruntime {ort_version}) ...")
         t0 = time.perf_counter()
         try:
             p = subprocess.run([qemu, "-L", str(sysroot), str(sysroot / "usr/bin/python3.11"), "-m", "deploy.arm_probe",
-                                str(bundle.path.resolve()), str(out)], env=env, capture_output=True, text=True,
-                               timeout=timeout)
+                                *args], env=env, capture_output=True, text=True, timeout=timeout)
+            lines = [json.loads(ln.split(" ", 1)[1]) for ln in p.stdout.splitlines()
+                     if ln.startswith("TINKER_ARM_REPORT ")]
+            why = " | ".join((p.stderr or p.stdout).strip().splitlines()[-4:])
+            why = f"the emulated python exited {p.returncode} without a report: {why}"
         except subprocess.TimeoutExpired:
-            return ArmReport(str(bundle.path), False, f"the emulated run did not finish within {timeout:.0f} s",
-                             tolerance=tolerance)
-        line = next((ln for ln in p.stdout.splitlines() if ln.startswith("TINKER_ARM_REPORT ")), None)
-        if line is None:
-            tail = " | ".join((p.stderr or p.stdout).strip().splitlines()[-4:])
-            return ArmReport(str(bundle.path), False, f"the emulated python exited {p.returncode} without a report: "
-                             f"{tail}", tolerance=tolerance)
-        emu = json.loads(line.split(" ", 1)[1])
-        emu["wall_s"] = round(time.perf_counter() - t0, 1)
-        if not emu.get("ok"):
-            return ArmReport(str(bundle.path), False, f"on aarch64: {emu.get('error')}", tolerance=tolerance,
-                             emulated=emu)
-        with np.load(out, allow_pickle=False) as z:
-            arm = z["action"]
+            lines, why = [], f"the emulated run did not finish within {timeout:.0f} s"
+        wall = round(time.perf_counter() - t0, 1)
+        if len(lines) == 1 and "bundle" not in lines[0]:  # the probe failed before any bundle
+            why, lines = f"on aarch64: {lines[0].get('error')}", []
+        for k, (i, bundle, x86) in enumerate(todo):
+            emu = lines[k] if k < len(lines) else None
+            if emu is None:
+                reports[i] = ArmReport(str(bundle.path), False, why, tolerance=tolerance)
+                continue
+            emu["wall_s_all_bundles"] = wall
+            reports[i] = _compare(bundle, x86, emu, outs[k], tolerance)
+    for r in reports:
+        if r is not None and r.ok and write_manifest:
+            record_verified(Path(r.bundle), "aarch64", r.emulated["onnxruntime"])
+            log(f"arm: recorded onnxruntime {r.emulated['onnxruntime']} on aarch64 in {Path(r.bundle) / MANIFEST}")
+    return reports  # type: ignore[return-value]
+
+
+def _compare(bundle, x86: np.ndarray, emu: dict, out: Path, tolerance: float) -> ArmReport:
+    if not emu.get("ok"):
+        return ArmReport(str(bundle.path), False, f"on aarch64: {emu.get('error')}", tolerance=tolerance, emulated=emu)
+    with np.load(out, allow_pickle=False) as z:
+        arm = z["action"]
     report = ArmReport(str(bundle.path), True, tolerance=tolerance, emulated=emu,
                        max_abs_diff_vs_reference=emu.get("max_abs_diff_vs_reference"))
     if arm.shape != x86.shape:
@@ -246,9 +276,6 @@ def check_arm(bundle_path: str | os.PathLike, *, ort_version: str = ARM_ORT_VERS
         report.ok = False
         report.reason = (f"aarch64 output differs from the bundle's recorded reference actions by "
                          f"{report.max_abs_diff_vs_reference:.3g} (max abs), above the export tolerance {ref_tol:g}")
-    if report.ok and write_manifest:
-        record_verified(bundle.path, "aarch64", emu["onnxruntime"])
-        log(f"arm: recorded onnxruntime {emu['onnxruntime']} on aarch64 in {bundle.path / MANIFEST}")
     return report
 
 

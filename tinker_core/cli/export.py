@@ -1,0 +1,72 @@
+"""``tinker export CHECKPOINT -o policy.onnx``: a trained checkpoint -> a verified model bundle."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+ORDER = 30
+
+EPILOG = """\
+output path rule:
+  -o out/policy.onnx  writes the bundle DIRECTORY out/policy/ (the suffix is dropped), holding
+                      manifest.json, policy.onnx (obs -> action), perception.onnx + actor.onnx (when the
+                      policy has both parts), recorded_obs.npz and, with --int8, policy.int8.onnx.
+  -o out/policy       writes the same directory.
+  Everything that reads bundles accepts the directory or any .onnx path inside it (or out/policy.onnx).
+
+checks (any failure writes nothing):
+  data-dependent control flow in forward() (Python `if` on a tensor) is refused in plain words;
+  onnx.checker (full check); opset 17 against the onnxruntime releases that load it; torch vs
+  onnxruntime on the recorded observations (max abs diff printed, --tolerance, default 1e-5).
+
+examples:
+  tinker export runs/arm_reach/final -o policy.onnx
+  tinker export runs/arm_reach/final -o bundles/v3.onnx --int8 --policy-version 3
+  tinker deploy verify bundles/v3 && tinker deploy check-arm bundles/v3
+"""
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("export", help="export a checkpoint as an ONNX model bundle (with parity checks)",
+                       description="Export the deployable part of a trained policy (perception + actor, "
+                                   "observation normalization folded in, deterministic action) to ONNX opset 17 "
+                                   "with a dynamic batch axis, check it, and write a model bundle.",
+                       epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("checkpoint", help="checkpoint directory written by algo.save()")
+    p.add_argument("-o", "--output", required=True, help="bundle path: X.onnx -> directory X/ (see below)")
+    p.add_argument("--tolerance", type=float, default=1e-5, help="max abs diff torch vs onnxruntime (default 1e-5)")
+    p.add_argument("--int8", action="store_true", help="also write policy.int8.onnx with an accuracy report")
+    p.add_argument("--policy-version", type=int, default=0, help="version number stored in the manifest")
+    p.add_argument("--recorded-obs", help="npz of observations for the parity check (key 'obs' or 'obs.<field>'); "
+                                          "default: generated within the observation spec")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tinker_core.errors import TinkerError
+
+    try:
+        import sim  # noqa: F401  (registers the tinker/ env ids the checkpoint may name)
+    except ImportError:
+        pass
+    try:
+        from tinker_core.algos import load_algorithm
+    except ImportError as e:
+        raise TinkerError(f"the training install is needed to export (pip install 'tinker-rl[train]'): {e}") from e
+    from deploy.bundle import unpack_recorded
+    from deploy.export import export_bundle
+
+    algo = load_algorithm(args.checkpoint, device="cpu")
+    meta = algo.export_metadata()
+    recorded = None
+    if args.recorded_obs:
+        from pathlib import Path
+
+        from tinker_core.spec import spec_from_dict
+
+        recorded, _ = unpack_recorded(Path(args.recorded_obs), spec_from_dict(meta["obs_spec"]))
+    out = export_bundle(algo.deployable_parts(), meta, args.output, recorded_obs=recorded, tolerance=args.tolerance,
+                        policy_version=args.policy_version, quantize=args.int8)
+    print(f"exported {args.checkpoint} -> {out}")
+    return 0
