@@ -25,7 +25,7 @@ from sim.camera import Camera
 from sim.dynamics import DynamicsParams, RandomizationRanges, resolve_dynamics, resolve_ranges
 from sim.pybullet_world import PyBulletWorld
 from sim.robot import ArmRobot
-from sim.tasks import TASKS, term
+from sim.tasks import TASKS, Task, term
 from tinker_core.action_chain import ActionChain, ActionChainConfig
 from tinker_core.errors import ConfigError, ValidationError
 
@@ -41,13 +41,17 @@ class ArmEnv(gym.Env):
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 20}
 
-    def __init__(self, task: str = "reach", dynamics: str | os.PathLike | DynamicsParams | None = None,
+    def __init__(self, task: str | type[Task] = "reach", dynamics: str | os.PathLike | DynamicsParams | None = None,
                  randomize: bool | str | os.PathLike | RandomizationRanges = False, camera: bool = False,
                  image_size: int = 64, control_period: float = 0.05, action_chain: ActionChainConfig | None = None,
                  command_filter: CommandFilter | None = None, render_mode: str | None = None,
                  urdf_path: str | os.PathLike | None = None, task_kwargs: dict[str, Any] | None = None):
-        if task not in TASKS:
-            raise ConfigError(f"ArmEnv.task: expected one of {sorted(TASKS)}, got {task!r}")
+        if isinstance(task, type) and issubclass(task, Task):
+            task_cls = task
+        elif task in TASKS:
+            task_cls = TASKS[task]
+        else:
+            raise ConfigError(f"ArmEnv.task: expected one of {sorted(TASKS)} or a Task subclass, got {task!r}")
         if render_mode not in (None, "rgb_array"):
             raise ConfigError(f"ArmEnv.render_mode: expected None or 'rgb_array', got {render_mode!r}")
         self.fixed_dynamics = resolve_dynamics(dynamics)
@@ -56,7 +60,7 @@ class ArmEnv(gym.Env):
         self.command_filter = command_filter
         self.world = PyBulletWorld(control_period=control_period)
         self.robot = ArmRobot(self.world, urdf_path)
-        self.task = TASKS[task](self.world, self.robot, **(task_kwargs or {}))
+        self.task = task_cls(self.world, self.robot, **(task_kwargs or {}))
         self.use_camera = bool(camera)
         self.camera = Camera(self.world, image_size) if (camera or render_mode == "rgb_array") else None
         self.action_chain_config = action_chain if action_chain is not None else ActionChainConfig()
