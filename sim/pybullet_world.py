@@ -1,7 +1,7 @@
 """`PyBulletWorld`: one headless PyBullet physics client and the clock that steps it.
 
-Physics runs at ``timestep`` (1/240 s by default); one control period (50 ms by default) is
-``substeps`` physics steps. Every call passes ``physicsClientId`` so several worlds can live in one
+Physics runs at ``timestep`` (by default the step nearest 1/240 s that divides the control period);
+one control period (50 ms by default: 12 steps of 1/240 s) is ``substeps`` physics steps. Every call passes ``physicsClientId`` so several worlds can live in one
 process (the scripted controller keeps a private kinematic world next to the env's).
 """
 
@@ -18,10 +18,14 @@ from tinker_core.errors import ConfigError
 class PyBulletWorld:
     """A DIRECT-mode physics client with gravity, a ground plane and a fixed control period."""
 
-    def __init__(self, control_period: float = 0.05, timestep: float = 1.0 / 240.0, gravity: float = -9.81,
+    def __init__(self, control_period: float = 0.05, timestep: float | None = None, gravity: float = -9.81,
                  ground: bool = True):
-        if not control_period > 0 or not timestep > 0:
-            raise ConfigError(f"PyBulletWorld: control_period and timestep must be > 0, got {control_period}, {timestep}")
+        if not control_period > 0:
+            raise ConfigError(f"PyBulletWorld.control_period: expected > 0 s, got {control_period}")
+        if timestep is None:
+            timestep = control_period / max(1, round(control_period * 240.0))
+        if not timestep > 0:
+            raise ConfigError(f"PyBulletWorld.timestep: expected > 0 s, got {timestep}")
         substeps = round(control_period / timestep)
         if substeps < 1 or abs(substeps * timestep - control_period) > 1e-9 + 1e-6 * control_period:
             raise ConfigError(
@@ -74,7 +78,8 @@ class PyBulletWorld:
         p.removeBody(body, physicsClientId=self.client)
 
     def close(self) -> None:
-        if self.client is not None and self.client >= 0:
+        client = getattr(self, "client", None)  # None if __init__ failed before connecting
+        if client is not None and client >= 0:
             try:
                 p.disconnect(physicsClientId=self.client)
             except p.error:

@@ -123,3 +123,13 @@ def test_command_filter_decides_the_applied_command_and_interventions_are_counte
     assert info["safety_interventions"] == 3
     _, info = env.reset(seed=1)
     assert info["safety_interventions"] == 0
+
+
+def test_control_period_sets_the_physics_substeps(make_env):
+    env = make_env(control_period=0.02)
+    w = env.unwrapped.world
+    assert w.substeps == 5 and abs(w.substeps * w.timestep - 0.02) < 1e-12
+    with pytest.raises(ConfigError, match="whole multiple of the physics timestep"):
+        PyBulletWorld(control_period=0.05, timestep=0.03)
+    with pytest.raises(ConfigError, match="control_period: expected > 0 s, got 0"):
+        PyBulletWorld(control_period=0)
