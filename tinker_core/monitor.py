@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 import numpy as np
@@ -26,31 +25,31 @@ def payload_bytes(x: Any) -> int:
     return 8 if x is not None else 0
 
 
-@dataclass
 class EdgeStats:
-    window: int = 4096
-    count: int = 0
-    bytes: int = 0
-    first_t: float = 0.0
-    last_t: float = 0.0
-    _lat: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    _i: int = 0
+    """Counters of one edge and a ring of its last ``window`` latencies (a plain list: cheap to write)."""
 
-    def __post_init__(self) -> None:
-        self._lat = np.zeros(self.window, dtype=np.float64)
+    __slots__ = ("window", "count", "bytes", "first_t", "last_t", "_lat")
+
+    def __init__(self, window: int = 4096):
+        self.window = window
+        self.count = 0
+        self.bytes = 0
+        self.first_t = 0.0
+        self.last_t = 0.0
+        self._lat = [0.0] * window
 
     def add(self, nbytes: int, latency_s: float, now: float) -> None:
-        if self.count == 0:
+        c = self.count
+        if c == 0:
             self.first_t = now
-        self.count += 1
+        self._lat[c % self.window] = latency_s
+        self.count = c + 1
         self.bytes += nbytes
         self.last_t = now
-        self._lat[self._i % self.window] = latency_s
-        self._i += 1
 
     def snapshot(self) -> dict[str, float]:
-        n = min(self._i, self.window)
-        lat = self._lat[:n]
+        n = min(self.count, self.window)
+        lat = np.asarray(self._lat[:n], dtype=np.float64)
         span = max(self.last_t - self.first_t, 1e-9)
         rate = (self.count - 1) / span if self.count > 1 else 0.0
         return {
@@ -71,13 +70,17 @@ class FlowMonitor:
         self._edges: dict[str, EdgeStats] = {}
         self._lock = threading.Lock()
 
-    def record(self, edge: str, nbytes: int, latency_s: float) -> None:
-        now = time.perf_counter()
-        st = self._edges.get(edge)
+    def edge(self, name: str) -> EdgeStats:
+        """The counters of edge ``name`` (created on first use); hot loops keep it and call ``add``."""
+        st = self._edges.get(name)
         if st is None:
             with self._lock:
-                st = self._edges.setdefault(edge, EdgeStats(self.window))
-        st.add(nbytes, latency_s, now)
+                st = self._edges.setdefault(name, EdgeStats(self.window))
+        return st
+
+    def record(self, edge: str, nbytes: int, latency_s: float, now: float | None = None) -> None:
+        """Count one message of ``nbytes`` on ``edge`` that took ``latency_s``; ``now`` in perf_counter seconds."""
+        self.edge(edge).add(nbytes, latency_s, time.perf_counter() if now is None else now)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
         with self._lock:

@@ -13,19 +13,22 @@ and the switch happens between two steps, so no transition is lost and counters 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from tinker_core.errors import PipelineError, SpecError
+from tinker_core.errors import PipelineError, SpecError, ValidationError
 from tinker_core.module import ModuleBase
-from tinker_core.monitor import FlowMonitor, payload_bytes
+from tinker_core.monitor import EdgeStats, FlowMonitor, payload_bytes
+from tinker_core.spec import DictSpec, Spec
 from tinker_core.tracer import Tracer
 from tinker_core.transition import Transition
 from tinker_core.validator import Edge, Validator
 
 ROLES = ("env", "perception", "policy", "learner")
+_isfinite = math.isfinite
 
 
 class Identity(ModuleBase):
@@ -167,34 +170,47 @@ class Pipeline:
                 Edge("policy", "env", m["env"].input_name),
                 Edge("env", "learner", "transition"))
 
+    def _plan(self) -> "_Plan":
+        """Everything the loop needs per step, worked out once per connect/swap."""
+        m = self.modules
+        env, perception, policy, learner = m["env"], m["perception"], m["policy"], m.get("learner")
+        edges = self._edges_now()
+        ls = None if learner is None else learner.input_spec
+        # A learner whose obs/action specs equal the ones already checked this cycle only needs
+        # next_obs and reward checked; next_obs is then not checked again as the next cycle's obs.
+        lean = (ls is not None and getattr(ls, "obs", None) == perception.input_spec
+                and getattr(ls, "action", None) == env.input_spec)
+        nb = [_nominal_bytes(s) for s in (env.output_spec, perception.output_spec, policy.output_spec)]
+        nb_t = None if None in (nb[0], nb[2]) else 2 * nb[0] + nb[2] + 10  # Transition.nbytes()
+        return _Plan(env, perception, policy, learner, edges, lean, ls,
+                     [self.monitor.edge(e.name) for e in edges], nb, nb_t)
+
     def _run(self, steps: int) -> None:
-        # Locals and bound methods are hoisted out of the loop: it runs once per control cycle.
-        env = self.modules["env"]
-        env_step = env.step  # type: ignore[attr-defined]
-        e_perc, e_pol, e_env, e_learn = self._edges_now()
+        # Locals are hoisted out of the loop: it runs once per control cycle.
         validator, stats, pending, stop = self.validator, self.stats, self._pending, self._stop
-        record = self.monitor.record
         tracer = self.tracer
         trace = tracer.record if tracer.enabled else None
         clock = time.perf_counter_ns
+        plan = self._plan()
+        env = plan.env
         if self._obs is None:
             self._obs, _ = env.reset_env(seed=self.seed)  # type: ignore[attr-defined]
-        m = self.modules
-        perception, policy, learner = m["perception"], m["policy"], m.get("learner")
+        checked = None  # the value last validated as an observation (skips checking it twice)
         for _ in range(steps):
             if stop.is_set():
                 break
             if pending:
                 self._apply_pending()
-                m = self.modules
-                perception, policy, learner = m["perception"], m["policy"], m.get("learner")
-                e_perc, e_pol, e_env, e_learn = self._edges_now()
+                plan = self._plan()
+                checked = None
+            perception, policy, learner = plan.perception, plan.policy, plan.learner
+            e_perc, e_pol, e_env, e_learn = plan.edges
             check = validator.enabled
             cycle = stats.steps
             obs = self._obs
 
             t0 = clock()
-            if check:
+            if check and obs is not checked:
                 validator.check_value(e_perc, perception.input_spec, obs)
             feats = perception(obs)
             t1 = clock()
@@ -204,27 +220,39 @@ class Pipeline:
             t2 = clock()
             if check:
                 validator.check_value(e_env, env.input_spec, action)
-            next_obs, reward, term, trunc, info = env_step(action)
+            next_obs, reward, term, trunc, info = env.step(action)  # type: ignore[attr-defined]
             t3 = clock()
             t = Transition(obs, action, float(reward), bool(term), bool(trunc), dict(info), next_obs)
             stats.steps += 1
             metrics = None
             if learner is not None:
-                if check and learner.input_spec is not None:
-                    validator.check_value(e_learn, learner.input_spec, t)
+                if check and plan.learner_spec is not None:
+                    if plan.lean:
+                        validator.check_value(e_learn, plan.learner_spec.obs, next_obs,
+                                              where=f"{e_learn.where}.next_obs")
+                        if not _isfinite(t.reward):
+                            raise ValidationError(f"{e_learn.where}.reward", "finite reward", str(t.reward))
+                        checked = next_obs
+                    else:
+                        validator.check_value(e_learn, plan.learner_spec, t)
                 metrics = learner(t)
             t4 = clock()
             stats.transitions += 1
 
-            b_obs, b_feats, b_act = payload_bytes(obs), payload_bytes(feats), payload_bytes(action)
-            record(e_perc.name, b_obs, (t1 - t0) * 1e-9)
-            record(e_pol.name, b_feats, (t2 - t1) * 1e-9)
-            record(e_env.name, b_act, (t3 - t2) * 1e-9)
+            nb_obs, nb_feats, nb_act = plan.nbytes
+            b_obs = nb_obs if nb_obs is not None else payload_bytes(obs)
+            b_feats = nb_feats if nb_feats is not None else payload_bytes(feats)
+            b_act = nb_act if nb_act is not None else payload_bytes(action)
+            now = t4 * 1e-9
+            st_perc, st_pol, st_env, st_learn = plan.stats
+            st_perc.add(b_obs, (t1 - t0) * 1e-9, now)
+            st_pol.add(b_feats, (t2 - t1) * 1e-9, now)
+            st_env.add(b_act, (t3 - t2) * 1e-9, now)
             if learner is not None:
-                b_t = t.nbytes()
-                record(e_learn.name, b_t, (t4 - t3) * 1e-9)
+                b_t = plan.nbytes_t if plan.nbytes_t is not None else t.nbytes()
+                st_learn.add(b_t, (t4 - t3) * 1e-9, now)
             if trace is not None:
-                base = time.time_ns() - (t4 - t0)
+                base = time.time_ns() - (clock() - t0)
                 trace(cycle, "perception", base, t1 - t0, edge=e_perc.name, bytes=b_obs)
                 trace(cycle, "policy", base + (t1 - t0), t2 - t1, edge=e_pol.name, bytes=b_feats)
                 trace(cycle, "env", base + (t2 - t0), t3 - t2, edge=e_env.name, bytes=b_act)
@@ -238,8 +266,29 @@ class Pipeline:
                 stats.episodes += 1
                 stats.episode_returns.append(self._ep_return)  # type: ignore[union-attr]
                 self._ep_return = 0.0
-                for mod in m.values():
+                for mod in self.modules.values():
                     mod.reset()
                 self._obs, _ = env.reset_env()  # type: ignore[attr-defined]
             else:
                 self._obs = next_obs
+
+
+def _nominal_bytes(spec: Any) -> int | None:
+    """Payload bytes of a value of ``spec`` when fixed by it (arrays and dicts of arrays), else None."""
+    if isinstance(spec, (Spec, DictSpec)):
+        return int(spec.nbytes)
+    return None
+
+
+@dataclass
+class _Plan:
+    env: ModuleBase
+    perception: ModuleBase
+    policy: ModuleBase
+    learner: ModuleBase | None
+    edges: tuple[Edge, Edge, Edge, Edge]
+    lean: bool
+    learner_spec: Any
+    stats: list[EdgeStats]
+    nbytes: list[int | None]
+    nbytes_t: int | None

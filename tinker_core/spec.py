@@ -96,6 +96,13 @@ class Spec:
         box = (dt.kind == "f" and lo is not None and hi is not None
                and bool(np.isfinite(lo).all() and np.isfinite(hi).all()))
         object.__setattr__(self, "_box", (_inward(lo, dt, +1), _inward(hi, dt, -1)) if box else None)
+        # Small 1-D float arrays are checked in plain Python: cheaper than several numpy calls.
+        small = dt.kind == "f" and len(shape) == 1 and shape[0] <= 32
+        object.__setattr__(self, "_small", small)
+        if small:
+            lo_l = [-math.inf] * shape[0] if lo is None else lo.tolist()
+            hi_l = [math.inf] * shape[0] if hi is None else hi.tolist()
+            object.__setattr__(self, "_pybounds", list(zip(lo_l, hi_l)) if lo is not None or hi is not None else None)
 
     # -- description -------------------------------------------------------------------------
     def describe(self) -> str:
@@ -166,6 +173,18 @@ class Spec:
         if value.dtype is not self._dt and value.dtype != self._dt or shape != self.shape:
             exp = f"batch of {self.describe()}" if batched else self.describe()
             raise ValidationError(where, exp, describe_value(value))
+        if self._small and not batched:
+            vals = value.tolist()
+            pb = self._pybounds if bounds else None
+            if pb is None or not self._box:
+                if not _isfinite(sum(vals)):  # NaN and inf propagate through the sum
+                    self._check_finite(value, where)
+            if pb is not None:
+                for x, (lo, hi) in zip(vals, pb):
+                    if not lo <= x <= hi:  # NaN fails too
+                        self._check_finite(value, where)
+                        self._check_bounds(value, where)
+            return
         if not self._float:
             if bounds and (self._lo is not None or self._hi is not None):
                 self._check_bounds(value, where)

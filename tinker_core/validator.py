@@ -48,6 +48,9 @@ class Validator:
         if why:
             raise SpecError(f"{edge.where}: {why} (edge {edge.name})")
 
-    def check_value(self, edge: Edge, spec: AnySpec | None, value: Any, batched: bool = False) -> None:
+    def check_value(self, edge: Edge, spec: AnySpec | None, value: Any, batched: bool = False,
+                    where: str | None = None) -> None:
+        """Raise `ValidationError` (named ``where``, default the edge's consumer port) unless ``value`` fits."""
         if self.enabled and spec is not None:
-            spec.check(value, edge.where, batched=batched, bounds=self.check_bounds)
+            spec.check(value, where or edge.where, batched=batched, bounds=self.check_bounds)
+

@@ -154,6 +154,7 @@ def test_tracer_cli_on_a_pipeline_trace(tmp_path, pendulum, parts, capsys):
     assert "trace file(s) not found" in capsys.readouterr().err
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")  # gymnasium warns about the NaN we let through on purpose
 def test_run_time_validation_can_be_switched_off(pendulum, parts):
     class Broken(parts.Normalize):
         def forward(self, x):

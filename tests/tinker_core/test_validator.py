@@ -221,3 +221,44 @@ def test_specs_round_trip_through_dicts_and_spaces(pendulum):
     assert spec_from_dict(MULTI.to_dict()) == MULTI
     ts = TransitionSpec(OBS, Spec((1,), "float32", -2, 2))
     assert spec_from_dict(ts.to_dict()) == ts
+
+
+class _ScriptedEnv(ModuleBase):
+    """A pure-Python env whose step ``bad_at`` returns a NaN observation or reward (Pendulum never does)."""
+
+    input_name, output_name = "action", "obs"
+
+    def __init__(self, bad_at: int, what: str):
+        super().__init__()
+        self.input_spec, self.output_spec = Spec((1,), "float32", -2, 2), OBS
+        self.bad_at, self.what, self.n = bad_at, what, 0
+
+    def reset_env(self, seed=None):
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        self.n += 1
+        obs = np.full(3, 0.5, np.float32)
+        reward = -1.0
+        if self.n == self.bad_at:
+            if self.what == "obs":
+                obs[1] = np.nan
+            else:
+                reward = float("nan")
+        return obs, reward, False, False, {}
+
+
+# "equal": the learner's specs equal those already checked this cycle (only next_obs and reward are
+# checked again); "wider": they differ, so the whole transition is checked against the learner's spec.
+@pytest.mark.parametrize("learner_obs", [OBS, Spec((3,), "float32", -10, 10)], ids=["equal", "wider"])
+@pytest.mark.parametrize("what, message", [
+    ("obs", "learner.transition.next_obs: expected finite float32[3], got NaN at index [1]"),
+    ("reward", "learner.transition.reward: expected finite reward, got nan"),
+])
+def test_learner_edge_is_validated_at_run_time(parts, learner_obs, what, message):
+    learner = parts.KeepLearner(obs=learner_obs)
+    p = Pipeline().connect(_ScriptedEnv(5, what), parts.Normalize(), parts.MLPPolicy(), learner)
+    with pytest.raises(ValidationError) as e:
+        p.run(10)
+    assert str(e.value) == message
+    assert len(learner.seen) == 4 and p.stats.steps == 5

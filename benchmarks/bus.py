@@ -1,0 +1,358 @@
+"""Bus benchmark: what the tinker bus costs on top of the work it carries.
+
+1. In-process: `Pipeline.run` over cheap pure-Python modules (a Pendulum-sized env, identity
+   perception, constant policy, counting learner) against a plain Python loop that calls the same
+   modules in the same order, in the same run, alternating. The difference per step is the bus
+   overhead (validation, flow monitor, edge bookkeeping), with run-time validation off and on. Also:
+   the cost of one `Spec.check` and of one plain Python function call, for scale.
+2. Between two processes over ZeroMQ (tcp on loopback): transitions with 4 KB observations
+   (float32[1024]) from `TransitionSender` to `TransitionReceiver`, one message per transition and
+   batched with ``send_many``, against raw pyzmq PUSH/PULL of the same 4 KB per message, alternating.
+   The receiver runs in its own (spawned) process; throughput is counted end to end.
+
+    python benchmarks/bus.py [--quick]
+
+Writes benchmarks/results/bus.json (``--quick``: bus.quick.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import platform
+import statistics
+import sys
+import time
+import timeit
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tinker_core.module import ModuleBase  # noqa: E402
+from tinker_core.pipeline import Pipeline  # noqa: E402
+from tinker_core.spec import Spec  # noqa: E402
+from tinker_core.transition import Transition, TransitionSpec  # noqa: E402
+
+OBS = Spec((3,), "float32", [-1.0, -1.0, -8.0], [1.0, 1.0, 8.0])
+ACT = Spec((1,), "float32", -2.0, 2.0)
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "gpu": None}
+
+
+# -- in-process -------------------------------------------------------------------------------------
+
+class CheapEnv(ModuleBase):
+    """Pendulum-sized observations, no physics: the bus, not the env, is what is measured."""
+
+    input_name, output_name = "action", "obs"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_spec, self.output_spec = ACT, OBS
+        self._obs = [np.array([0.1 * i % 1, -0.5, 3.0], np.float32) for i in range(16)]
+        self._i = 0
+
+    def reset_env(self, seed=None):
+        return self._obs[0], {}
+
+    def step(self, action):
+        self._i = (self._i + 1) & 15
+        return self._obs[self._i], -1.0, False, False, {}
+
+
+class Through(ModuleBase):
+    input_name = output_name = "obs"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_spec = self.output_spec = OBS
+
+    def forward(self, x):
+        return x
+
+
+class Constant(ModuleBase):
+    input_name, output_name = "obs", "action"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_spec, self.output_spec = OBS, ACT
+        self._a = np.array([0.5], np.float32)
+
+    def forward(self, x):
+        return self._a
+
+
+class Count(ModuleBase):
+    input_name = "transition"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.input_spec = TransitionSpec(OBS, ACT)
+        self.n = 0
+
+    def forward(self, t):
+        self.n += 1
+        return None
+
+
+def plain_loop(env: CheapEnv, perc: Through, pol: Constant, learner: Count, steps: int) -> None:
+    """The same calls the pipeline makes per step, with nothing around them."""
+    obs, _ = env.reset_env()
+    for _ in range(steps):
+        feats = perc(obs)
+        action = pol(feats)
+        nxt, r, term, trunc, info = env.step(action)
+        t = Transition(obs, action, float(r), bool(term), bool(trunc), dict(info), nxt)
+        learner(t)
+        obs = nxt
+
+
+def bench_in_process(steps: int, reps: int) -> dict:
+    env, perc, pol, learner = CheapEnv(), Through(), Constant(), Count()
+    pipes = {v: Pipeline(validate=v).connect(env, perc, pol, learner) for v in (False, True)}
+    times: dict[str, list[float]] = {"plain": [], "off": [], "on": []}
+    plain_loop(env, perc, pol, learner, 2000)  # warm up every path once
+    for p in pipes.values():
+        p.run(2000)
+    for _ in range(reps):  # alternate, so drifting load hits all three alike
+        t0 = time.perf_counter()
+        plain_loop(env, perc, pol, learner, steps)
+        times["plain"].append((time.perf_counter() - t0) / steps * 1e6)
+        for key, v in (("off", False), ("on", True)):
+            t0 = time.perf_counter()
+            pipes[v].run(steps)
+            times[key].append((time.perf_counter() - t0) / steps * 1e6)
+    plain = statistics.median(times["plain"])
+    off = [t - p for t, p in zip(times["off"], times["plain"])]
+    on = [t - p for t, p in zip(times["on"], times["plain"])]
+
+    # Scale: one plain Python call, and one Spec.check of a passing value (bounded and unbounded, 3 and 1024 floats).
+    n = 200_000 if steps > 50_000 else 50_000
+
+    def f(x):
+        return x
+
+    x3 = np.array([0.5, -0.2, 3.0], np.float32)
+    x1k = np.random.default_rng(0).uniform(-1, 1, 1024).astype(np.float32)
+    s1k = Spec((1024,), "float32", -1.0, 1.0)
+    u1k = Spec((1024,), "float32")
+    call_us = min(timeit.repeat(lambda: f(x3), number=n, repeat=3)) / n * 1e6
+    loop_us = min(timeit.repeat(lambda: None, number=n, repeat=3)) / n * 1e6
+    check = {name: min(timeit.repeat(lambda s=s, v=v: s.check(v, "x"), number=n // 4, repeat=3)) / (n // 4) * 1e6
+             for name, s, v in (("bounded_3", OBS, x3), ("bounded_1024", s1k, x1k), ("unbounded_1024", u1k, x1k))}
+    ts = TransitionSpec(OBS, ACT)
+    tr = Transition(x3, np.array([0.5], np.float32), -1.0, False, False, {}, x3)
+    check["transition"] = min(timeit.repeat(lambda: ts.check(tr), number=n // 4, repeat=3)) / (n // 4) * 1e6
+    return {
+        "plain_loop_us_per_step": plain,
+        "pipeline_validation_off_us_per_step": statistics.median(times["off"]),
+        "pipeline_validation_on_us_per_step": statistics.median(times["on"]),
+        "bus_overhead_validation_off_us": statistics.median(off),
+        "bus_overhead_validation_off_us_min": min(off),
+        "bus_overhead_validation_off_us_max": max(off),
+        "bus_overhead_validation_on_us": statistics.median(on),
+        "bus_overhead_validation_on_us_min": min(on),
+        "bus_overhead_validation_on_us_max": max(on),
+        "validation_cost_us_per_step": statistics.median(on) - statistics.median(off),
+        "spec_checks_per_step": 4 + 3,  # perception, policy, env inputs + the learner's obs, action, next_obs, reward
+        "overhead_off_to_plain_loop_ratio": statistics.median(off) / plain,
+        "plain_python_call_us": max(call_us - loop_us, 0.0),
+        "spec_check_bounded_float32x3_us": check["bounded_3"],
+        "spec_check_bounded_float32x1024_us": check["bounded_1024"],
+        "spec_check_unbounded_float32x1024_us": check["unbounded_1024"],
+        "transition_spec_check_us": check["transition"],
+    }
+
+
+# -- between processes ------------------------------------------------------------------------------
+
+OBS_BYTES = 4096
+
+
+def receiver_main(conn) -> None:
+    """Child process: for each job (mode, endpoint, n) receive n transitions/messages, reply with timing."""
+    import zmq
+
+    from tinker_core.transport import TransitionReceiver
+
+    while True:
+        job = conn.recv()
+        if job is None:
+            return
+        mode, endpoint, n = job
+        if mode == "raw":
+            ctx = zmq.Context()
+            sock = ctx.socket(zmq.PULL)
+            sock.setsockopt(zmq.RCVHWM, 10000)
+            sock.connect(endpoint)
+            conn.send("ready")
+            got, first = 0, None
+            while got < n:
+                if not sock.poll(10000):
+                    break
+                msg = sock.recv(copy=True)
+                if first is None:
+                    first = time.perf_counter()
+                got += 1
+                last_len = len(msg)
+            conn.send((got, first, time.perf_counter(), last_len))
+            sock.close(0)
+            ctx.term()
+        else:
+            r = TransitionReceiver(endpoint, bind=False)
+            conn.send("ready")
+            got, first, check = 0, None, 0.0
+            while got < n:
+                ts = r.recv_many(4096, 10000)
+                if not ts:
+                    break
+                if first is None:
+                    first = time.perf_counter()
+                got += len(ts)
+                check += float(ts[-1].obs[0])
+            conn.send((got, first, time.perf_counter(), r.rejected))
+            r.close()
+
+
+def bench_zmq(n: int, reps: int) -> dict:
+    import zmq
+
+    from tinker_core.transport import TransitionSender
+
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=receiver_main, args=(child,), daemon=True)
+    proc.start()
+    obs = np.random.default_rng(0).standard_normal(OBS_BYTES // 4).astype(np.float32)
+    act = np.zeros(2, np.float32)
+    rates: dict[str, list[float]] = {"raw": [], "send": [], "send_many": []}
+    wire: dict[str, int] = {}
+
+    def run(mode: str) -> None:
+        if mode == "raw":
+            zctx = zmq.Context()
+            sock = zctx.socket(zmq.PUSH)
+            sock.setsockopt(zmq.SNDHWM, 10000)
+            port = sock.bind_to_random_port("tcp://127.0.0.1")
+            endpoint = f"tcp://127.0.0.1:{port}"
+        else:
+            s = TransitionSender("tcp://127.0.0.1:*", bind=True, block=True)
+            endpoint = s.endpoint
+        parent.send(("raw" if mode == "raw" else "tinker", endpoint, n))
+        assert parent.recv() == "ready"
+        time.sleep(0.3)  # connection established before the clock starts
+        t0 = time.perf_counter()
+        if mode == "raw":
+            buf = obs.tobytes()
+            for _ in range(n):
+                sock.send(buf, copy=True)
+        elif mode == "send":
+            for i in range(n):
+                s.send(Transition(obs, act, 0.0, False))
+        else:
+            chunk = 64
+            for i in range(0, n, chunk):
+                s.send_many([Transition(obs, act, 0.0, False) for _ in range(min(chunk, n - i))])
+        got, first, end, extra = parent.recv()
+        if got != n:
+            raise RuntimeError(f"{mode}: receiver got {got} of {n}")
+        rates[mode].append(n / (end - t0))
+        if mode == "raw":
+            wire[mode] = extra
+            sock.close(0)
+            zctx.term()
+        else:
+            wire[mode] = s.bytes_sent // n
+            s.close()
+
+    for mode in ("raw", "send", "send_many"):  # warm up
+        n_real = n
+        n = min(n, 5000)
+        run(mode)
+        n = n_real
+        rates[mode].clear()
+    for _ in range(reps):
+        for mode in ("raw", "send", "send_many"):
+            run(mode)
+    parent.send(None)
+    proc.join(timeout=10)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return {
+        "raw_pyzmq_4kb_msgs_per_s": med["raw"],
+        "tinker_send_transitions_per_s": med["send"],
+        "tinker_send_many_transitions_per_s": med["send_many"],
+        "tinker_send_transitions_per_s_min": min(rates["send"]),
+        "tinker_send_many_transitions_per_s_min": min(rates["send_many"]),
+        "raw_pyzmq_4kb_msgs_per_s_min": min(rates["raw"]),
+        "send_to_raw_ratio": med["send"] / med["raw"],
+        "send_many_to_raw_ratio": med["send_many"] / med["raw"],
+        "raw_bytes_per_msg": wire["raw"],
+        "tinker_send_bytes_per_transition": wire["send"],
+        "tinker_send_many_bytes_per_transition": wire["send_many"],
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (about a minute)")
+    args = ap.parse_args()
+    steps, reps_in = (20_000, 3) if args.quick else (100_000, 5)
+    n_zmq, reps_zmq = (30_000, 1) if args.quick else (200_000, 3)
+
+    print("in-process bus ...", flush=True)
+    fig = bench_in_process(steps, reps_in)
+    for k, v in fig.items():
+        print(f"  {k}: {v:.3f}")
+    print("ZeroMQ between two processes ...", flush=True)
+    z = bench_zmq(n_zmq, reps_zmq)
+    for k, v in z.items():
+        print(f"  {k}: {v:,.3f}")
+    fig.update(z)
+    result = {
+        "benchmark": "bus",
+        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine(),
+        "command": "python benchmarks/bus.py" + (" --quick" if args.quick else ""),
+        "figures": {k: round(v, 4) if isinstance(v, float) else v for k, v in fig.items()},
+        "goals": {
+            "bus_overhead_validation_off_us": "<= 5",
+            "bus_overhead_validation_on_us": "<= 20",
+            "tinker_send_many_transitions_per_s": ">= 100000",
+            "send_many_to_raw_ratio": ">= 0.6",
+            "tinker_send_transitions_per_s": ">= 100000 (one message per transition; see notes)",
+            "send_to_raw_ratio": ">= 0.6 (one message per transition)",
+        },
+        "notes": (f"in-process: {steps} steps x {reps_in} alternating reps, overhead = pipeline - plain loop per step; "
+                  f"ZeroMQ: {n_zmq} transitions x {reps_zmq} alternating reps over tcp loopback, receiver in a "
+                  "spawned process, end-to-end rate; the machine is shared by other jobs, so ratios count more "
+                  "than absolute figures."),
+    }
+    out = ROOT / "benchmarks" / "results" / ("bus.quick.json" if args.quick else "bus.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
