@@ -1,0 +1,98 @@
+"""`LearnerConfig`: every setting of a learner run, one typed dataclass (loadable from YAML)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tinker_core.errors import ConfigError
+
+
+@dataclass
+class LearnerConfig:
+    """Settings of `Learner`; ``tinker learner --config FILE`` reads them from the ``learner:`` section."""
+
+    transitions_endpoint: str = "tcp://127.0.0.1:5555"
+    """Where the learner binds its PULL socket; every source (sim workers, the ROS bridge) connects here."""
+    weights_endpoint: str = "tcp://127.0.0.1:5556"
+    """PUB socket announcing each gated bundle: version, bundle path and sha256 (the policy node listens)."""
+    params_endpoint: str = "tcp://127.0.0.1:5558"
+    """PUB socket with raw algorithm parameters for rollout workers (not gated: never reaches a robot)."""
+    control_endpoint: str = "tcp://127.0.0.1:5557"
+    """REP socket of ``tinker learner ctl``."""
+    algo: str = "sac"
+    """Algorithm name, as the CLI's factory knows it ("sac", "ppo")."""
+    env_id: str = "Pendulum-v1"
+    """Env the CLI builds for the spec and the evaluation gate (a gymnasium id; ``tinker/...`` loads sim)."""
+    env_kwargs: dict | None = None
+    """Keyword arguments for the gate env (e.g. ``{"randomize": true}``)."""
+    algo_kwargs: dict | None = None
+    """Keyword arguments for the algorithm constructor (learning rate, network sizes, ...)."""
+    device: str = "auto"
+    """"auto" (CUDA when available, else CPU), "cpu" or "cuda[:N]"."""
+    batch_size: int = 256
+    """Transitions per gradient update."""
+    update_interval: int = 1
+    """One gradient update per this many transitions ingested; 0 trains continuously."""
+    max_updates_per_tick: int = 64
+    """Cap on updates between two looks at the sockets, so ingest and control stay responsive."""
+    warmup: int = 1000
+    """Transitions in replay before the first update."""
+    replay_capacity: int = 1_000_000
+    """Capacity of the simulation replay."""
+    real_capacity: int = 200_000
+    """Capacity of the real-robot replay."""
+    real_fraction: float = 0.0
+    """Share of each batch drawn from real-robot data (when there is any); the rest comes from simulation."""
+    prioritized: bool = False
+    """Prioritized replay (TD-error priorities) instead of uniform."""
+    image_codec: str = "lz4"
+    """Camera frames in replay: "lz4", "jpeg" or "none"."""
+    jpeg_quality: int = 85
+    """JPEG quality when ``image_codec`` is "jpeg"."""
+    publish_every: int = 1000
+    """Try to publish (gate, then bundle) every this many updates; 0 never."""
+    param_sync_every: int = 100
+    """Send parameters to rollout workers every this many updates; 0 never."""
+    checkpoint_dir: str | None = None
+    """Where algorithm, replay and counters are checkpointed; None disables checkpoints."""
+    checkpoint_every: int = 1000
+    """Checkpoint every this many updates (also on ``ctl checkpoint`` and on a clean stop); 0 only on request."""
+    bundle_dir: str = "runs/learner/bundles"
+    """Where published bundles are written (one sub-directory per version)."""
+    gate_episodes: int = 5
+    """Episodes the candidate runs in simulation before it may be published."""
+    gate_min_success: float = 0.0
+    """Least success rate (``info['is_success']``) a candidate needs in the gate."""
+    gate_min_return: float | None = None
+    """Least mean episode return a candidate needs in the gate (None: not checked)."""
+    gate_seed: int = 10_000
+    """Seed of the gate episodes (fixed, so candidates are compared on the same episodes)."""
+    seed: int = 0
+    """Seed of replay sampling."""
+
+    def __post_init__(self) -> None:
+        positive = ("batch_size", "max_updates_per_tick", "replay_capacity", "real_capacity", "gate_episodes")
+        for name in positive:
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"LearnerConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
+        for name in ("update_interval", "warmup", "publish_every", "param_sync_every", "checkpoint_every"):
+            if int(getattr(self, name)) < 0:
+                raise ConfigError(f"LearnerConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
+        if not 0.0 <= float(self.real_fraction) <= 1.0:
+            raise ConfigError(f"LearnerConfig.real_fraction: expected 0..1, got {self.real_fraction!r}")
+        if not 0.0 <= float(self.gate_min_success) <= 1.0:
+            raise ConfigError(f"LearnerConfig.gate_min_success: expected 0..1, got {self.gate_min_success!r}")
+        if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
+            raise ConfigError(f"LearnerConfig.device: expected 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
+
+
+def resolve_device(device: str) -> str:
+    """"auto" → "cuda" when torch sees a GPU, else "cpu"."""
+    if device != "auto":
+        return device
+    try:
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        return "cpu"

@@ -1,0 +1,370 @@
+"""`Learner`: the training process. Ingests transitions over ZeroMQ, trains, checkpoints, publishes.
+
+One loop, one thread, so training state is never shared: each `tick` answers pending control
+requests, drains the transition socket into replay (``info["source"]`` "real" goes to the real-robot
+replay, anything else to simulation), runs gradient updates within the ``update_interval`` budget,
+and at their intervals sends parameters to rollout workers, checkpoints, and runs the evaluation
+gate. A bundle is written (``publisher(algo, version) -> Path``) and announced on the weights socket
+(version, path, sha256) only when the gate passed: the learner never talks to a robot.
+
+Senders never wait for the learner: they drop on a full queue and count it, and ZeroMQ reconnects
+them when a restarted learner binds the endpoint again. A restart with the same ``checkpoint_dir``
+resumes the algorithm, the replay and the counters of the last checkpoint; what was acknowledged
+(saved by a checkpoint) is not lost.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import queue
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tinker_core.errors import CheckpointError, ConfigError, TinkerError
+from tinker_core.learner.config import LearnerConfig, resolve_device
+from tinker_core.learner.gate import GateResult, run_gate
+from tinker_core.learner.mix import MixedReplay
+from tinker_core.module import atomic_write_bytes
+from tinker_core.replay import StorageConfig
+from tinker_core.transition import TransitionBatch
+
+STATE_FILE = "learner.json"
+#: longest stretch of updates between two looks at control requests
+TICK_SECONDS = 0.1
+ALGO_FILE = "algo"  # a checkpoint directory, as Algorithm.save writes it
+#: settings ``ctl set`` may change on the learner itself; anything else goes to ``algo.control.set``
+LIVE_SETTINGS = {"batch_size": int, "update_interval": int, "real_fraction": float, "publish_every": int,
+                 "param_sync_every": int, "checkpoint_every": int, "gate_min_success": float,
+                 "gate_min_return": float, "gate_episodes": int, "max_updates_per_tick": int, "warmup": int}
+
+
+def bundle_sha256(path: Path) -> str:
+    """sha256 of a bundle file, or of a bundle directory's files (names and bytes, in name order)."""
+    h = hashlib.sha256()
+    if path.is_file():
+        h.update(path.read_bytes())
+        return h.hexdigest()
+    for p in sorted(q for q in path.rglob("*") if q.is_file()):
+        h.update(str(p.relative_to(path)).encode())
+        h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def algo_bytes(algo: Any) -> bytes:
+    """The algorithm's saved checkpoint directory packed into one msgpack blob (what rollout workers load)."""
+    from tinker_core.replay.codec import pack
+
+    with tempfile.TemporaryDirectory(prefix="tinker-params-") as d:
+        root = Path(d) / ALGO_FILE
+        algo.save(root)
+        return pack({str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()})
+
+
+def algo_from_bytes(blob: bytes) -> Any:
+    """Inverse of `algo_bytes`: unpack into a temporary directory and load the algorithm from it."""
+    from tinker_core.algos import load_algorithm
+    from tinker_core.replay.codec import unpack
+
+    files = unpack(blob)
+    with tempfile.TemporaryDirectory(prefix="tinker-params-") as d:
+        root = Path(d) / ALGO_FILE
+        for name, data in files.items():
+            if Path(name).is_absolute() or ".." in Path(name).parts:
+                raise CheckpointError(f"parameter blob names a file outside its directory: {name!r}")
+            (root / name).parent.mkdir(parents=True, exist_ok=True)
+            (root / name).write_bytes(data)
+        return load_algorithm(root)
+
+
+class Learner:
+    """The learner process: see the module docstring."""
+
+    def __init__(self, config: LearnerConfig, algo_factory: Callable[[], Any],
+                 publisher: Callable[[Any, int], Path] | None = None,
+                 env_factory: Callable[[], Any] | None = None):
+        self.config = config
+        self.algo_factory, self.publisher, self.env_factory = algo_factory, publisher, env_factory
+        self.device = resolve_device(config.device)
+        storage = StorageConfig(image_codec=config.image_codec, jpeg_quality=config.jpeg_quality)
+        self.replay = MixedReplay(config.replay_capacity, config.real_capacity, config.real_fraction,
+                                  config.prioritized, storage, seed=config.seed)
+        self.algo: Any = None
+        self.updates = 0
+        self.ingested = {"sim": 0, "real": 0}
+        self.rejected = 0
+        self.last_reject = ""
+        self.version = 0
+        self.paused = False
+        self.settings: dict[str, Any] = {}
+        self.last_gate: dict | None = None
+        self.published: list[dict] = []
+        self.restored_from: str | None = None
+        self.last_checkpoint: dict | None = None
+        self.last_train: dict = {}
+        self._started = time.monotonic()
+        self._requests: queue.Queue = queue.Queue()
+        self._stop = threading.Event()
+        self._last_param_sync = -1
+        self._sockets_open = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def open(self) -> "Learner":
+        """Restore from the checkpoint if there is one, then bind the sockets."""
+        from tinker_core.transport import ControlServer, TransitionReceiver, WeightsPublisher
+
+        self._restore_or_build()
+        c = self.config
+        self.receiver = TransitionReceiver(c.transitions_endpoint, bind=True)
+        self.weights_pub = WeightsPublisher(c.weights_endpoint, bind=True)
+        self.params_pub = WeightsPublisher(c.params_endpoint, bind=True)
+        self.control = ControlServer(c.control_endpoint, self._handle, bind=True).start()
+        self._sockets_open = True
+        self._sync_params()
+        return self
+
+    def close(self, checkpoint: bool = True) -> None:
+        if checkpoint and self.config.checkpoint_dir and self.algo is not None:
+            self.checkpoint()
+        if self._sockets_open:
+            self._sockets_open = False
+            self.control.close()
+            self.receiver.close()
+            self.weights_pub.close()
+            self.params_pub.close()
+
+    def stop(self) -> None:
+        """Ask `run` to return after the current tick (safe from any thread or a signal handler)."""
+        self._stop.set()
+
+    def run(self, max_updates: int | None = None, max_seconds: float | None = None) -> dict:
+        """Open, loop until stopped (or a limit), checkpoint, close; returns the final status."""
+        self.open()
+        t0 = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                self.tick()
+                if max_updates is not None and self.updates >= max_updates:
+                    break
+                if max_seconds is not None and time.monotonic() - t0 >= max_seconds:
+                    break
+        finally:
+            status = self.status()
+            self.close()
+        return status
+
+    # -- checkpoint ----------------------------------------------------------------------------
+    def _restore_or_build(self) -> None:
+        d = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
+        if d is not None and (d / STATE_FILE).is_file():
+            from tinker_core.algos import load_algorithm
+
+            try:
+                state = json.loads((d / STATE_FILE).read_text())
+            except json.JSONDecodeError as e:
+                raise CheckpointError(f"{d / STATE_FILE}: not valid JSON ({e})") from e
+            self.algo = load_algorithm(d / ALGO_FILE)
+            self.replay.restore(d, seed=self.config.seed)
+            self.updates = int(state["updates"])
+            self.version = int(state["version"])
+            self.published = list(state.get("published", []))
+            self.ingested = {k: int(v) for k, v in state["ingested"].items()}
+            self.restored_from = str(d)
+            for k, v in state.get("settings", {}).items():
+                self._apply_setting(k, v)
+        else:
+            self.algo = self.algo_factory()
+
+    def checkpoint(self) -> dict:
+        """Save algorithm, replay and counters to ``checkpoint_dir``; returns what was saved."""
+        if not self.config.checkpoint_dir:
+            raise ConfigError("checkpoint: LearnerConfig.checkpoint_dir is not set")
+        d = Path(self.config.checkpoint_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        self.algo.save(d / ALGO_FILE)
+        acked = self.replay.save(d)
+        state = {"updates": self.updates, "version": self.version, "ingested": self.ingested, "acked": acked,
+                 "settings": self.settings, "published": self.published[-20:], "time": time.time()}
+        atomic_write_bytes(d / STATE_FILE, json.dumps(state, indent=1).encode())
+        self.last_checkpoint = {"path": str(d), "updates": self.updates, "acked": acked,
+                                "seconds": round(time.monotonic() - t0, 3)}
+        return self.last_checkpoint
+
+    # -- the loop ------------------------------------------------------------------------------
+    def _ingest(self, timeout_ms: int) -> int:
+        n = 0
+        for m in self.receiver.recv_many(max_n=512, timeout_ms=timeout_ms):
+            for t in (m.to_transitions() if isinstance(m, TransitionBatch) else [m]):
+                try:
+                    src = self.replay.add(t)
+                except TinkerError as e:  # a source with the wrong layout must not stop training
+                    self.rejected += 1
+                    self.last_reject = str(e)
+                    continue
+                self.ingested[src] += 1
+                n += 1
+        return n
+
+    def _update_budget(self) -> int:
+        c = self.config
+        if self.paused or len(self.replay) < max(c.warmup, 1):
+            return 0
+        if c.update_interval == 0:
+            return c.max_updates_per_tick
+        allowed = (sum(self.ingested.values()) - c.warmup) // c.update_interval + 1
+        return max(0, min(c.max_updates_per_tick, allowed - self.updates))
+
+    def tick(self) -> None:
+        """One pass: control requests, ingest, updates and whatever falls due."""
+        self._serve_requests()
+        budget = self._update_budget()
+        self._ingest(timeout_ms=0 if budget else 20)
+        c = self.config
+        t_end = time.monotonic() + TICK_SECONDS
+        for _ in range(self._update_budget()):
+            if time.monotonic() > t_end or not self._requests.empty():
+                break  # come back to the sockets and control requests
+            self._ingest(timeout_ms=0)
+            batch, weights, slots = self.replay.sample(c.batch_size)
+            out = self.algo.train_on_batch(batch, weights=weights)
+            if slots and out is not None and "td_errors" in out:
+                self.replay.update_priorities(slots, out["td_errors"])
+            self.updates += 1
+            self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
+            if c.param_sync_every and self.updates % c.param_sync_every == 0:
+                self._sync_params()
+            if c.checkpoint_every and c.checkpoint_dir and self.updates % c.checkpoint_every == 0:
+                self.checkpoint()
+            if c.publish_every and self.updates % c.publish_every == 0:
+                self.try_publish()
+
+    def _sync_params(self) -> None:
+        if self._last_param_sync == self.updates:
+            return
+        self.params_pub.publish(self.updates, {"algo": algo_bytes(self.algo)}, meta={"updates": self.updates})
+        self._last_param_sync = self.updates
+
+    # -- gate and publishing -------------------------------------------------------------------
+    def try_publish(self) -> dict:
+        """Run the gate; publish a bundle only if it passed. Returns the gate result and the version."""
+        c = self.config
+        if self.env_factory is None:
+            self.last_gate = {"passed": False, "reason": "no gate env (env_factory is None): nothing is published"}
+            return self.last_gate
+        res: GateResult = run_gate(self.algo, self.env_factory, c.gate_episodes, c.gate_min_success,
+                                   c.gate_min_return, c.gate_seed)
+        self.last_gate = {**res.to_dict(), "updates": self.updates}
+        if not res.passed or self.publisher is None:
+            if self.publisher is None:
+                self.last_gate["reason"] += " (no publisher: nothing is published)"
+            return self.last_gate
+        self.version += 1
+        path = Path(self.publisher(self.algo, self.version))
+        entry = {"version": self.version, "bundle": str(path), "sha256": bundle_sha256(path),
+                 "updates": self.updates, "gate": res.to_dict()}
+        self.published.append(entry)
+        self.weights_pub.publish(self.version, {}, meta=entry)
+        self.last_gate["version"] = self.version
+        return self.last_gate
+
+    # -- control -------------------------------------------------------------------------------
+    def _handle(self, req: dict) -> dict:
+        """Runs in the control thread: queue the request for the loop and wait for its answer."""
+        done = threading.Event()
+        box: dict = {}
+        self._requests.put((req, done, box))
+        if not done.wait(timeout=float(req.get("timeout_s", 60.0))):
+            return {"ok": False, "error": "the learner loop did not answer in time"}
+        return box["reply"]
+
+    def _serve_requests(self) -> None:
+        while True:
+            try:
+                req, done, box = self._requests.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                box["reply"] = {"ok": True, **self.command(req)}
+            except Exception as e:
+                box["reply"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
+            done.set()
+
+    def command(self, req: dict) -> dict:
+        """Execute one control request: set, pause, resume, checkpoint, publish, status, stop."""
+        cmd = req.get("cmd")
+        if cmd == "set":
+            values = req.get("values") or {}
+            if not isinstance(values, dict) or not values:
+                raise ConfigError(f"set: expected values {{name: value}}, got {values!r}")
+            for k, v in values.items():
+                self._apply_setting(k, v)
+            return {"settings": dict(self.settings)}
+        if cmd == "pause":  # the learner holds its own loop; the algorithm's control is not paused
+            self.paused = True
+            return {"paused": True, "updates": self.updates}
+        if cmd == "resume":
+            self.paused = False
+            return {"paused": False, "updates": self.updates}
+        if cmd == "checkpoint":
+            return {"checkpoint": self.checkpoint()}
+        if cmd == "publish":
+            return {"gate": self.try_publish()}
+        if cmd == "status":
+            return self.status()
+        if cmd == "stop":
+            self.stop()
+            return {"stopping": True}
+        raise ConfigError(f"ctl: unknown command {cmd!r}; known: set, pause, resume, checkpoint, publish, status, stop")
+
+    def _apply_setting(self, key: str, value: Any) -> None:
+        if key in LIVE_SETTINGS:
+            try:
+                v = None if value is None else LIVE_SETTINGS[key](value)
+            except (TypeError, ValueError):
+                raise ConfigError(f"set {key}: expected a {LIVE_SETTINGS[key].__name__}, got {value!r}") from None
+            old = getattr(self.config, key)
+            setattr(self.config, key, v)
+            try:
+                self.config.__post_init__()
+            except ConfigError:
+                setattr(self.config, key, old)
+                raise
+            if key == "real_fraction":
+                self.replay.real_fraction = float(v)  # type: ignore[arg-type]
+        else:
+            ctl = getattr(self.algo, "control", None)
+            if ctl is None:
+                raise ConfigError(f"set {key}: not a learner setting ({sorted(LIVE_SETTINGS)}) "
+                                  f"and {type(self.algo).__name__} has no live control")
+            ctl.set(**{key: value})
+            ctl.apply_pending()  # this runs in the loop thread, between two updates
+        self.settings[key] = value
+
+    def status(self) -> dict:
+        el = max(time.monotonic() - self._started, 1e-9)
+        algo_settings = {"lr": getattr(getattr(self.algo, "config", None), "learning_rate", None),
+                         "settable": list(getattr(getattr(self.algo, "control", None), "settable", []))}
+        recv = getattr(self, "receiver", None)
+        return {
+            "updates": self.updates, "paused": self.paused, "device": self.device, "version": self.version,
+            "ingested": dict(self.ingested), "rejected": self.rejected, "last_reject": self.last_reject,
+            "replay": {k: len(b) for k, b in self.replay.buffers.items()}, "acked": self.replay.acked,
+            "settings": dict(self.settings), "algo_settings": algo_settings,
+            "last_train": self.last_train, "last_gate": self.last_gate, "last_checkpoint": self.last_checkpoint,
+            "published": self.published[-1] if self.published else None, "restored_from": self.restored_from,
+            "uptime_s": round(el, 2),
+            "receiver": None if recv is None else {"received": recv.received, "rejected": recv.rejected},
+        }
+
+
+def _is_scalar(v: Any) -> bool:
+    try:
+        float(v)
+        return getattr(v, "ndim", 0) == 0
+    except (TypeError, ValueError):
+        return False
+
