@@ -1,0 +1,160 @@
+"""Deploy benchmark: batch-1 latency of torch eager vs onnxruntime fp32 and int8, same run, same inputs.
+
+    python benchmarks/deploy.py [--quick]
+
+Policies: the MLP 10 -> 256 -> 256 -> 4 and a Nature-DQN-sized CNN (32-64-64 filters) + MLP on
+{"image": uint8[84,84,3], "state": float32[7]}. Every engine gets one intra-op thread and numpy in,
+numpy out (what a control loop does); the three engines alternate in rounds so they share the machine
+load. Figures are medians over rounds of each round's p50/p99, with min/max of the p50s.
+Goals (issue 6): onnxruntime MLP p50 <= 15 us, CNN p50 <= 150 us, >= 3x faster than torch eager at
+batch 1 for both, int8 not slower than fp32 for the CNN.
+Writes benchmarks/results/deploy.json (``--quick``: deploy.quick.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import torch  # noqa: E402
+
+from deploy.export import export_bundle, generate_obs  # noqa: E402
+from deploy.reference_policies import cnn_policy, mlp_policy  # noqa: E402
+from deploy.runtime import OnnxPolicy  # noqa: E402
+
+
+def machine() -> dict:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import onnxruntime as ort
+
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "onnxruntime": ort.__version__, "gpu": None}
+
+
+def latencies_us(fn: Callable[[], Any], n: int) -> np.ndarray:
+    clock = time.perf_counter_ns
+    out = np.empty(n)
+    for i in range(n):
+        t0 = clock()
+        fn()
+        out[i] = clock() - t0
+    return out / 1e3
+
+
+def torch_eager(module: torch.nn.Module, dict_obs: bool) -> Callable[[Any], np.ndarray]:
+    """numpy obs -> numpy action through the torch module, batch 1, inference mode."""
+    def call(obs: Any) -> np.ndarray:
+        with torch.inference_mode():
+            if dict_obs:
+                x = {k: torch.from_numpy(v)[None] for k, v in obs.items()}
+            else:
+                x = torch.from_numpy(obs)[None]
+            return module(x)[0].numpy()
+    return call
+
+
+def bench_policy(name: str, engines: dict[str, Callable[[], Any]], rounds: int, calls: int) -> dict[str, Any]:
+    for fn in engines.values():  # warm-up: first calls allocate, JIT, fault pages in
+        for _ in range(max(50, calls // 10)):
+            fn()
+    p50: dict[str, list[float]] = {k: [] for k in engines}
+    p99: dict[str, list[float]] = {k: [] for k in engines}
+    for _ in range(rounds):
+        for k, fn in engines.items():
+            lat = latencies_us(fn, calls)
+            p50[k].append(float(np.percentile(lat, 50)))
+            p99[k].append(float(np.percentile(lat, 99)))
+    fig: dict[str, Any] = {}
+    for k in engines:
+        fig[f"{name}_{k}_p50_us"] = round(statistics.median(p50[k]), 2)
+        fig[f"{name}_{k}_p50_min_us"] = round(min(p50[k]), 2)
+        fig[f"{name}_{k}_p50_max_us"] = round(max(p50[k]), 2)
+        fig[f"{name}_{k}_p99_us"] = round(statistics.median(p99[k]), 2)
+    # ratios per round (side by side), then the median
+    fig[f"{name}_torch_vs_ort_fp32_ratio"] = round(statistics.median(
+        t / o for t, o in zip(p50["torch_eager"], p50["ort_fp32"])), 2)
+    fig[f"{name}_torch_vs_ort_int8_ratio"] = round(statistics.median(
+        t / o for t, o in zip(p50["torch_eager"], p50["ort_int8"])), 2)
+    fig[f"{name}_int8_vs_fp32_ratio"] = round(statistics.median(
+        q / f for q, f in zip(p50["ort_int8"], p50["ort_fp32"])), 3)
+    return fig
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer rounds and calls (about a minute)")
+    args = ap.parse_args()
+    rounds, calls = (3, 300) if args.quick else (9, 2000)
+    torch.set_num_threads(1)
+    quiet = lambda _m: None  # noqa: E731
+    figures: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="tinker-bench-deploy-") as d:
+        mlp, mlp_meta = mlp_policy(10, 4, 256)
+        mlp_dir = export_bundle(mlp, mlp_meta, Path(d) / "mlp.onnx", quantize=True, log=quiet)
+        cnn_parts, cnn_meta = cnn_policy(image=84, state_dim=7, act_dim=7)
+        cnn_dir = export_bundle(cnn_parts, cnn_meta, Path(d) / "cnn.onnx", quantize=True, log=quiet,
+                                recorded_obs=generate_obs(cnn_meta["obs_spec"], 64))
+        cnn_full = torch.nn.Sequential()  # perception then actor, as the exporter composes them
+        cnn_full.forward = lambda x: cnn_parts["actor"](cnn_parts["perception"](x))  # type: ignore[method-assign]
+
+        for name, bundle, module, dict_obs in (("mlp", mlp_dir, mlp, False), ("cnn", cnn_dir, cnn_full, True)):
+            fp32 = OnnxPolicy.from_bundle(bundle, threads=1)
+            int8 = OnnxPolicy.from_bundle(bundle, threads=1, quantized=True)
+            obs_all, _ = fp32.bundle.recorded()
+            obs = {k: v[0] for k, v in obs_all.items()} if dict_obs else obs_all[0]
+            t_call = torch_eager(module, dict_obs)
+            engines = {"torch_eager": lambda: t_call(obs), "ort_fp32": lambda: fp32(obs), "ort_int8": lambda: int8(obs)}
+            r = bench_policy(name, engines, rounds, calls)
+            acc = int8.manifest.models["policy_int8"].accuracy
+            r[f"{name}_int8_max_abs_diff_vs_fp32"] = round(acc["max_abs_diff_vs_fp32"], 5)
+            figures.update(r)
+            print(f"{name}: torch eager p50 {r[f'{name}_torch_eager_p50_us']} us, ort fp32 {r[f'{name}_ort_fp32_p50_us']} us, "
+                  f"ort int8 {r[f'{name}_ort_int8_p50_us']} us; torch/ort fp32 x{r[f'{name}_torch_vs_ort_fp32_ratio']}, "
+                  f"int8/fp32 {r[f'{name}_int8_vs_fp32_ratio']}")
+
+    goals = {"mlp_ort_fp32_p50_us": "<= 15", "cnn_ort_fp32_p50_us": "<= 150",
+             "mlp_torch_vs_ort_fp32_ratio": ">= 3.0", "cnn_torch_vs_ort_fp32_ratio": ">= 3.0",
+             "cnn_int8_vs_fp32_ratio": "<= 1.0"}
+    met = {k: bool(eval(f"{figures[k]} {g}")) for k, g in goals.items()}  # noqa: S307 (our own literals)
+    result = {
+        "benchmark": "deploy",
+        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": machine(),
+        "command": "python benchmarks/deploy.py" + (" --quick" if args.quick else ""),
+        "settings": {"rounds": rounds, "calls_per_round": calls, "threads": 1, "batch": 1,
+                     "note": "numpy in/out for every engine; torch.inference_mode; ort via OnnxPolicy (IOBinding)"},
+        "figures": figures,
+        "goals": goals,
+        "goals_met": met,
+    }
+    out = ROOT / "benchmarks" / "results" / ("deploy.quick.json" if args.quick else "deploy.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(met))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
