@@ -6,7 +6,7 @@ module class, its config and its specs as JSON metadata, and a sha256 digest of 
 file written for another spec or modified after saving is refused with a `CheckpointError`. Nothing
 is ever unpickled.
 
-Template for a custom module::
+A complete, tested template with learned state lives in ``docs/custom_module.md``. In short::
 
     @dataclass
     class ScaleConfig:
