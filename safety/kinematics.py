@@ -75,8 +75,10 @@ class RobotModel:
         self.self_pairs = [(a, b) for k, a in enumerate(solid) for b in solid[k + 1:]
                            if parent.get(b) != a and parent.get(a) != b and frozenset((a, b)) not in skip]
         # the root link is fixed to its mount: its distance to the scene never changes
+        self.solid_links = solid
         self.moving_links = [i for i in solid if i != -1]
-        self.scene_bodies = [(s.name, self._add_primitive(s)) for s in scene]
+        bodies = [(s.name, self._add_primitive(s)) for s in scene]
+        self.scene_bodies = [(name, body, p.getAABB(body, -1, physicsClientId=cid)) for name, body in bodies]
         self._targets = [[0.0] for _ in self.joint_indices]
 
     def _add_primitive(self, s: ScenePrimitive) -> int:
@@ -107,19 +109,26 @@ class RobotModel:
         return np.array(state[4])
 
     def closest(self, q: np.ndarray, within: float) -> Clearance | None:
-        """The closest self or scene pair at configuration ``q`` if nearer than ``within`` m, else None."""
+        """The closest self or scene pair at configuration ``q`` if nearer than ``within`` m, else None.
+
+        Bounding boxes first (one cheap query per link): only pairs whose boxes, grown by ``within``,
+        overlap get the exact distance query.
+        """
         self.set_positions(q)
         p, cid, robot = self._p, self.client, self.robot
+        box = {link: p.getAABB(robot, link, physicsClientId=cid) for link in self.solid_links}
         best, between = math.inf, ""
         for a, b in self.self_pairs:
-            for pt in p.getClosestPoints(robot, robot, within, a, b, physicsClientId=cid):
-                if pt[8] < best:
-                    best, between = pt[8], f"links {self.link_names[a]} and {self.link_names[b]}"
-        for name, body in self.scene_bodies:
-            for link in self.moving_links:
-                for pt in p.getClosestPoints(robot, body, within, link, -1, physicsClientId=cid):
+            if _near(box[a], box[b], within):
+                for pt in p.getClosestPoints(robot, robot, within, a, b, physicsClientId=cid):
                     if pt[8] < best:
-                        best, between = pt[8], f"link {self.link_names[link]} and scene {name!r}"
+                        best, between = pt[8], f"links {self.link_names[a]} and {self.link_names[b]}"
+        for name, body, body_box in self.scene_bodies:
+            for link in self.moving_links:
+                if _near(box[link], body_box, within):
+                    for pt in p.getClosestPoints(robot, body, within, link, -1, physicsClientId=cid):
+                        if pt[8] < best:
+                            best, between = pt[8], f"link {self.link_names[link]} and scene {name!r}"
         return None if best == math.inf else Clearance(float(best), between)
 
     def close(self) -> None:
@@ -132,3 +141,10 @@ class RobotModel:
 
     def __del__(self) -> None:
         self.close()
+
+
+def _near(a: tuple, b: tuple, within: float) -> bool:
+    """Whether boxes ``a`` and ``b`` ((min xyz), (max xyz)) come within ``within`` of each other."""
+    (a0, a1), (b0, b1) = a, b
+    return (a0[0] - within <= b1[0] and b0[0] - within <= a1[0] and a0[1] - within <= b1[1]
+            and b0[1] - within <= a1[1] and a0[2] - within <= b1[2] and b0[2] - within <= a1[2])
