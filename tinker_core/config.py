@@ -39,6 +39,8 @@ def load_config(cls: type[T], source: str | os.PathLike | Mapping[str, Any] | No
             raise ConfigError(f"{where}: no section {section!r}; sections: {sorted(data)}")
         data = data[section] or {}
         where = f"{where}:{section}"
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
     return config_from_dict(cls, data, where)
 
 

@@ -65,6 +65,10 @@ def config_to_dict(config: Any) -> dict:
 
 def config_from_dict(cls: type, d: Mapping[str, Any], where: str = "config") -> Any:
     """Build dataclass ``cls`` from a mapping; unknown keys are an error that names them."""
+    if not dataclasses.is_dataclass(cls):
+        raise ConfigError(f"{where}: {getattr(cls, '__name__', cls)!s} is not a dataclass")
+    if not isinstance(d, Mapping):
+        raise ConfigError(f"{where}: expected a mapping for {cls.__name__}, got {type(d).__name__}")
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(d) - names)
     if unknown:

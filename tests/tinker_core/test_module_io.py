@@ -156,3 +156,12 @@ def test_config_loading_names_file_and_key(tmp_path):
         load_config(_Cfg, y, section="eval")
     with pytest.raises(ConfigError, match=r"_Cfg.layers: expected >= 1, got 0"):
         load_config(_Cfg, {"layers": 0})
+
+
+def test_config_section_must_be_a_mapping(tmp_path):
+    y = tmp_path / "c.yaml"
+    y.write_text("train: [1, 2]\n")
+    with pytest.raises(ConfigError, match=r"c.yaml:train: expected a mapping, got list"):
+        load_config(_Cfg, y, section="train")
+    with pytest.raises(ConfigError, match="int is not a dataclass"):
+        config_from_dict(int, {})
