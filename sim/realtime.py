@@ -60,6 +60,7 @@ class RealTimeArm:
             self._command: np.ndarray | None = None
             self._age = 0
             self._hold = q
+            self._suction = False
             self.holding = True
             self._stamp_ns = time.time_ns()
 
@@ -74,6 +75,13 @@ class RealTimeArm:
         with self._lock:
             self._command = q.copy()
             self._age = 0
+
+    def set_suction(self, on: bool) -> None:
+        """ArmSort's suction cup (the task's extra action): on grips the touched object, off releases it."""
+        if self.env.task.extra_action_dims != 1:
+            raise ConfigError(f"RealTimeArm.set_suction: task {self.env.task.name!r} has no suction")
+        with self._lock:
+            self._suction = bool(on)
 
     def state(self) -> tuple[np.ndarray, np.ndarray, int]:
         """Measured joint positions (rad), velocities (rad/s) and the wall-clock stamp (ns) of that state."""
@@ -107,6 +115,8 @@ class RealTimeArm:
                     self.holding = True
                     self.holds += 1
                 target = self._hold
+            if self.env.task.extra_action_dims:
+                self.env.task.apply_action(np.array([1.0 if self._suction else -1.0]), self.env.ee_position)
             self.env.step_joint_target(target, filtered=True)
             self._age += 1
             self.cycles += 1

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sim.realtime import RealTimeArm
-from tinker_core.errors import ValidationError
+from tinker_core.errors import ConfigError, ValidationError
 
 
 @pytest.fixture
@@ -76,3 +76,16 @@ def test_reset_draws_a_new_target(arm):
     a = arm.task_state()["target"]
     arm.reset(seed=4)
     assert arm.task_state()["target"] != a and arm.holding
+
+
+def test_sort_arm_has_a_suction_input_and_reach_has_none(arm):
+    with pytest.raises(ConfigError, match="has no suction"):
+        arm.set_suction(True)
+    sorter = RealTimeArm(task="sort", camera=False, seed=0)
+    try:
+        sorter.set_suction(True)
+        sorter.step()
+        ts = sorter.task_state()
+        assert ts["holding"] is False and len(ts["objects"]) == 2 and set(ts["kinds"]) == {0, 1}
+    finally:
+        sorter.close()
