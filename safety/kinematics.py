@@ -33,8 +33,11 @@ class RobotModel:
 
     def __init__(self, urdf_path: str | Path, joint_names: Sequence[str], ee_link: str = "",
                  scene: Sequence[ScenePrimitive] = (), self_collision_ignore: Sequence[Sequence[str]] = ()):
-        import pybullet as p
-
+        try:
+            import pybullet as p
+        except ImportError as e:  # the edge install has no pybullet
+            raise ConfigError("SafetyConfig: the workspace box and the collision check need pybullet "
+                              "(pip install pybullet==3.2.7), or disable both") from e
         self._p = p
         self.client = p.connect(p.DIRECT)
         try:

@@ -199,18 +199,27 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
     # -- calling ---------------------------------------------------------------------------------
     def __call__(self, action: Any, joint_positions: Any = None, joint_velocities: Any = None
                  ) -> tuple[np.ndarray, SafetyStatus]:  # type: ignore[override]
-        """Guard ``action`` for the measured state: ``(command, status)``. Also counts as a fresh action."""
+        """Guard ``action`` for the measured state: ``(command, status)``. Also counts as a fresh action.
+
+        Called with one mapping ``{"action", "q", "qd"}`` and nothing else, it is the `ModuleBase`
+        form and returns the command only (see `forward`).
+        """
+        if joint_positions is None and joint_velocities is None and isinstance(action, Mapping):
+            return self.forward(action)  # type: ignore[return-value]
+        return self._call(action, joint_positions, joint_velocities)
+
+    def forward(self, x: Mapping[str, Any]) -> np.ndarray:
+        """ModuleBase form: ``{"action", "q", "qd"}`` → command (status in ``last_status``)."""
+        if not isinstance(x, Mapping):
+            return self._call(x, None, None)[0]
+        return self._call(x.get("action"), x.get("q"), x.get("qd"))[0]
+
+    def _call(self, action: Any, joint_positions: Any, joint_velocities: Any) -> tuple[np.ndarray, SafetyStatus]:
         try:
             self._pending = (action, self.clock())
             return self._guard(action, joint_positions, joint_velocities)
         except Exception as e:  # a bug here must still give a safe command
             return self._internal_error(e, joint_positions)
-
-    def forward(self, x: Mapping[str, Any]) -> np.ndarray:
-        """ModuleBase form: ``{"action", "q", "qd"}`` → command (status in ``last_status``)."""
-        if not isinstance(x, Mapping):
-            return self(x)[0]
-        return self(x.get("action"), x.get("q"), x.get("qd"))[0]
 
     def feed(self, action: Any, now: float | None = None) -> None:
         """Store an action as it arrives (time ``now``, default the clock); `tick` sends it."""
@@ -271,7 +280,8 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
             changed = changed or c != t
             moved = moved or c != x
         self._invalid_streak = 0
-        self._phase = _RAMP if self._phase == _AWAIT_FIRST else self._phase
+        if self._phase == _AWAIT_FIRST:
+            self._phase = _RAMP
         status = SafetyStatus()
         if changed:
             self._explain_limits(a, q, qd, cmd, bounds, status)
@@ -368,7 +378,8 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
         status.add(Outcome.WORKSPACE, f"end effector would reach ({end[0]:.3f}, {end[1]:.3f}, {end[2]:.3f}) m, "
                                       f"{out:.3f} m outside the workspace box {list(self._ws_min)}..{list(self._ws_max)} m; "
                                       f"step shortened to {ok:.3f} of its length")
-        return q + ok * delta
+        # between q and cmd on every joint, so every limit cmd met still holds (rounding included)
+        return np.clip(q + ok * delta, np.minimum(q, cmd), np.maximum(q, cmd))
 
     def _outside(self, p: np.ndarray) -> float:
         """Distance from point ``p`` to the workspace box, m (0 inside)."""

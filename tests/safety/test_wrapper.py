@@ -232,11 +232,13 @@ def test_module_interface_counters_report_and_save_load(fast_guard, home, tmp_pa
     out = fast_guard.forward({"action": home + 0.01, "q": home, "qd": ZERO})
     assert np.allclose(out, home + 0.01) and fast_guard.last_status.outcome is Outcome.PASSED
     assert fast_guard.forward({"action": None, "q": home, "qd": ZERO}).shape == (7,)
+    out = fast_guard({"action": home + 0.02, "q": home + 0.01, "qd": ZERO})  # what Pipeline calls: module(x)
+    assert isinstance(out, np.ndarray) and np.allclose(out, home + 0.02)
     fast_guard.input_spec.check({"action": home, "q": home, "qd": ZERO}, "safety.request")
     fast_guard.output_spec.check(out, "safety.command")
     report = json.loads(json.dumps(fast_guard.report()))
-    assert report["counters"]["calls"] == 2 and report["counters"]["passed"] == 1
-    assert report["counters"]["held"] == 1 and report["last_status"]["outcome"] == "HELD"
+    assert report["counters"]["calls"] == 3 and report["counters"]["passed"] == 2
+    assert report["counters"]["held"] == 1 and report["last_status"]["outcome"] == "PASSED"
     assert report["limits"]["names"][0] == "lbr_iiwa_joint_1" and report["max_speed"] == [5.0] * 7
     path = fast_guard.save(tmp_path / "safety.safetensors")
     meta, _ = SafetyWrapper.read_file(path)
