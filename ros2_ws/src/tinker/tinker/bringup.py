@@ -208,7 +208,9 @@ class Graph:
         from rclpy.signals import SignalHandlerOptions
 
         self._ctx = Context()
-        rclpy.init(context=self._ctx, args=[], signal_handler_options=SignalHandlerOptions.NO)
+        domain = self.env.get("ROS_DOMAIN_ID", "")
+        rclpy.init(context=self._ctx, args=[], domain_id=int(domain) if domain.isdigit() else None,
+                   signal_handler_options=SignalHandlerOptions.NO)
         self._node = rclpy.create_node(f"tinker_bringup_{uuid.uuid4().hex[:8]}", context=self._ctx)
         self._executor = SingleThreadedExecutor(context=self._ctx)
         self._executor.add_node(self._node)

@@ -72,6 +72,7 @@ class PerceptionNode(NodeRuntime, Node):
                                f"max {r['max_us']:.0f} us after warm-up")
         self.model, self.asm, self.n_act = model, asm, n_act
         self.jmap = JointMap(m.joint_names, "perception.joint_states")
+        self._needed = {t[0] for t in asm.terms} - {"joint_pos", "joint_vel", "last_action"}
         self.sha = model.sha256
         self._checked_names = False
 
@@ -139,8 +140,8 @@ class PerceptionNode(NodeRuntime, Node):
 
     # --- the cycle ----------------------------------------------------------------------------
     def _maybe_run(self) -> None:
-        if self._js is None or (self.asm.image_key and self._img is None):
-            return
+        if self._js is None or (self.asm.image_key and self._img is None) or not self._needed <= self._task.keys():
+            return  # the first messages of each input are still on their way
         stamp, cycle, q, qd = self._js
         if stamp == self._done_stamp or (self.asm.image_key and self._img[0] != stamp):
             return

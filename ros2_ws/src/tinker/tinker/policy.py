@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from pathlib import Path
 
 import numpy as np
 from rcl_interfaces.msg import SetParametersResult
@@ -73,6 +74,10 @@ class PolicyNode(NodeRuntime, LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         try:
             self.runner = ActorRunner(g("bundle"))
+            trained = self.runner.manifest.control_period
+            if trained is not None and abs(float(trained) - self.period) > 1e-9:
+                raise TinkerError(f"policy.control_period: the bundle was trained at {trained} s per cycle, this "
+                                  f"graph runs at {self.period} s; set control_period in the launch YAML to match")
             self.jmap = JointMap(self.runner.joint_names, "policy.joint_states")
             lower, upper, _ = joint_limits(g("urdf"), self.runner.joint_names)
             self.chain = ActionChain(self.runner.chain_config, lower, upper)
@@ -133,6 +138,9 @@ class PolicyNode(NodeRuntime, LifecycleNode):
     def _on_params(self, params) -> SetParametersResult:
         for prm in params:
             if prm.name == "bundle" and self.runner is not None:
+                if not (Path(str(prm.value)) / "manifest.json").is_file():
+                    return SetParametersResult(successful=False,
+                                               reason=f"bundle {prm.value}: no manifest.json there; keeping the running bundle")
                 try:
                     self.runner.request_reload(str(prm.value))
                 except TinkerError as e:

@@ -56,7 +56,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.holds = 0
         self.refused = 0
         self.last_error = ""
-        self._subs, self._srvs, self._timers = [], [], []
+        self._subs, self._srvs, self._own_timers = [], [], []
         # publishers live for the node's whole life: deactivate keeps them, the stop needs them
         self.cmd_pub = self.create_publisher(Float64MultiArray, self.get_parameter("command_topic").value, COMMAND_QOS)
         self.estop_pub = self.create_publisher(DiagnosticStatus, self.get_parameter("estop_state_topic").value,
@@ -86,7 +86,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                       self.create_subscription(JointState, g("joint_states_topic"), self._on_joints, SENSOR_QOS)]
         self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
                       self.create_service(Trigger, "~/reset", self._on_reset)]
-        self._timers = [self.create_timer(self.period / 8, self._watchdog)]
+        self._own_timers = [self.create_timer(self.period / 8, self._watchdog)]
         self._publish_estop_state()
         return TransitionCallbackReturn.SUCCESS
 
@@ -121,9 +121,9 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             self.destroy_subscription(s)
         for s in self._srvs:
             self.destroy_service(s)
-        for t in self._timers:
+        for t in self._own_timers:
             self.destroy_timer(t)
-        self._subs, self._srvs, self._timers = [], [], []
+        self._subs, self._srvs, self._own_timers = [], [], []
         self.guard = None
 
     # --- inputs -------------------------------------------------------------------------------
@@ -163,12 +163,16 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         cmd, status = self.guard(target, self._q, self._qd)
         self._served_stamp = max(self._served_stamp, stamp or self._state_stamp)
         self._misses_in_row = 0
-        self._publish(cmd, stamp, int(meta.get("cycle", 0)), meta.get("version", ""), status.outcome.name.lower())
+        self._publish(cmd, stamp, int(meta.get("cycle", 0)), meta.get("version", ""), status.outcome.name.lower(),
+                      why=status.summary[:240] if status.intervened else "")
         dur = time.perf_counter_ns() - t0
         self.stats.record(dur)
         self.span(int(meta.get("cycle", 0)), t_wall, dur)
-        if self.guard.estopped:
+        if self.guard.estopped and status.outcome.name != "ESTOPPED":
+            self.get_logger().error(f"e-stop latched: {status.summary}")
             self._publish_estop_state()
+        elif status.outcome.name == "ESTOPPED":
+            self.get_logger().warning(f"holding: {status.summary}", throttle_duration_sec=2.0)
 
     # --- watchdog and stop ---------------------------------------------------------------------
     def _watchdog(self) -> None:
@@ -184,6 +188,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.holds += status.outcome.name in ("HELD", "ESTOPPED")
         self._publish(cmd, self._state_stamp, self._state_cycle, "", status.outcome.name.lower())
         if self.guard.estopped != was:
+            self.get_logger().error(f"e-stop latched: {status.summary}")
             self._publish_estop_state()
 
     def _send_hold(self, why: str) -> None:

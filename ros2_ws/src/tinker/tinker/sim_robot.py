@@ -73,6 +73,7 @@ class SimRobotNode(NodeRuntime, Node):
         self.episode = 0
         self.episode_step = 0
         self._last_tick_ns = 0
+        self._published: dict[int, int] = {}
         self.timer = self.create_timer(self.period, self._tick)
 
     # --- commands ----------------------------------------------------------------------------
@@ -86,10 +87,15 @@ class SimRobotNode(NodeRuntime, Node):
 
     def _on_array(self, msg: Float64MultiArray) -> None:
         try:
-            q, _ = read_array(msg, self.dof, "sim_robot.command")
+            q, meta = read_array(msg, self.dof, "sim_robot.command")
             self._accept(q)
         except ValidationError as e:
             self._reject(e)
+            return
+        sent = self._published.get(int(meta["stamp_ns"])) if meta.get("stamp_ns", "").isdigit() else None
+        if sent is not None:  # end to end: this state's publish -> the safe command's arrival here
+            now = time.time_ns()
+            self.span(int(meta.get("cycle", 0)), sent, now - sent, module="loop_e2e")
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         try:
@@ -115,6 +121,7 @@ class SimRobotNode(NodeRuntime, Node):
         q, qd, stamp = self.arm.state()
         self.cycle += 1
         self.episode_step += 1
+        img = self.arm.image() if self.img_pub is not None else None  # state and frame go out together
         js = JointState()
         set_stamp(js.header, stamp)
         js.header.frame_id = f"cycle={self.cycle}"
@@ -122,8 +129,10 @@ class SimRobotNode(NodeRuntime, Node):
         js.position = q.tolist()
         js.velocity = qd.tolist()
         self.js_pub.publish(js)
-        if self.img_pub is not None:
-            img = self.arm.image()
+        self._published[stamp] = time.time_ns()
+        if len(self._published) > 16:
+            self._published.pop(next(iter(self._published)))
+        if img is not None:
             m = Image()
             m.header = js.header
             m.height, m.width = int(img.shape[0]), int(img.shape[1])

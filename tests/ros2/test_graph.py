@@ -1,0 +1,253 @@
+"""The whole graph from the launch YAML, in separate processes over real DDS, under /robot1.
+
+One graph serves the module; the tests run in file order and the destructive ones come last
+(kill -9 of the policy, SIGTERM of safety, then stop and read the MCAP recording back).
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import time
+
+import numpy as np
+import pytest
+
+NS = "robot1"
+
+
+@pytest.fixture(scope="module")
+def g(ros2, bundles, tmp_path_factory):
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float32MultiArray, Float64MultiArray
+
+    from tinker.bringup import Graph
+    from tinker.wire import COMMAND_QOS, LATCHED_QOS, RECORD_QOS, SENSOR_QOS
+
+    tmp = tmp_path_factory.mktemp("graph")
+    domain = ros2.fresh_domain()
+    b = str(bundles["v1"])
+    graph = Graph(namespace=NS, record=tmp / "run.mcap", run_dir=tmp / "logs", env=ros2.graph_env(domain),
+                  overrides={"perception": {"bundle": b}, "policy": {"bundle": b},
+                             "/**": {"trace_dir": str(tmp / "trace"), "control_period": ros2.PERIOD}})
+    probe = ros2.Probe(domain)
+    t = f"/{NS}/"
+    probe.commands = probe.collect(Float64MultiArray, t + "forward_position_controller/commands", RECORD_QOS)
+    probe.targets = probe.collect(Float64MultiArray, t + "policy/joint_target", RECORD_QOS)
+    probe.features = probe.collect(Float32MultiArray, t + "perception/features", RECORD_QOS)
+    probe.task = probe.collect(Float64MultiArray, t + "task", RECORD_QOS)
+    probe.joints = probe.collect(JointState, t + "joint_states", SENSOR_QOS)
+    probe.diag = probe.collect(DiagnosticArray, "/diagnostics", RECORD_QOS)
+    probe.estop = probe.collect(DiagnosticStatus, t + "safety/estop_state", LATCHED_QOS)
+    graph.probe, graph.tmp = probe, tmp
+    graph.start()
+    graph.call_trigger("safety/reset")  # a start-up stall on the shared machine may have latched the watchdog
+    yield graph
+    graph.stop()
+    probe.close()
+
+
+def _served(g, ros2, since_ns=0):
+    """Safe commands answering a policy target (status other than held/estop) received after ``since_ns``."""
+    return [(t, m) for t, m in list(g.probe.commands)
+            if t >= since_ns and ros2.meta_of(m).get("version") not in ("", None)]
+
+
+def _diag(g, node: str) -> dict[str, str]:
+    for _, arr in reversed(list(g.probe.diag)):
+        for st in arr.status:
+            if st.name == f"/{NS}/{node}":
+                return {"level": st.level, "message": st.message, **{kv.key: kv.value for kv in st.values}}
+    return {}
+
+
+def test_graph_comes_up_from_the_launch_yaml_with_lifecycle_nodes_active(g, ros2):
+    names = {f"{ns.rstrip('/')}/{n}" for n, ns in g.probe.node.get_node_names_and_namespaces()}
+    for node in ("sim_robot", "perception", "policy", "safety", "experience_bridge"):
+        assert f"/{NS}/{node}" in names
+    assert g.state("policy") == "active" and g.state("safety") == "active"
+    assert g.parameters("sim_robot")["hold_after_cycles"] == 3  # from config/bringup.yaml
+
+
+def test_a_cycle_flows_robot_perception_policy_safety_robot_and_the_arm_reaches(g, ros2):
+    ros2.wait_until(lambda: len(_served(g, ros2)) >= 5, 30, "policy commands through safety")
+    ros2.wait_until(lambda: len(g.probe.task) >= 100, 30, "100 robot cycles")
+    dist = [float(m.data[3]) for _, m in list(g.probe.task)]
+    assert min(dist[-10:]) < 0.6 * dist[0], f"the arm did not approach its target: {dist[0]:.3f} -> {dist[-10:]}"
+    m = ros2.meta_of(_served(g, ros2)[-1][1])
+    assert m["version"] == "1" and m["status"] in ("passed", "clipped", "rate_limited", "workspace")
+    # the command answers a robot state: its stamp is one the robot published
+    stamps = {int(j.header.stamp.sec) * 10**9 + j.header.stamp.nanosec for _, j in list(g.probe.joints)}
+    assert int(m["stamp_ns"]) in stamps or len(stamps) < 5
+
+
+def test_every_node_publishes_diagnostics_with_latency_and_model_identity(g, ros2):
+    ros2.wait_until(lambda: all(_diag(g, n) for n in ("sim_robot", "perception", "policy", "safety",
+                                                        "experience_bridge")), 10, "diagnostics from every node")
+    pol, saf = _diag(g, "policy"), _diag(g, "safety")
+    for d in (pol, saf):
+        assert {"heartbeat_s", "cycle_latency_p50_us", "cycle_latency_p99_us", "overruns", "deadline_misses"} <= d.keys()
+    assert pol["model_version"] == "1" and len(pol["actor_sha256"]) == 64
+    assert saf["estopped"] == "False" and "interventions.clipped" in saf
+    assert int(_diag(g, "experience_bridge")["recorded_cycles"]) > 0
+
+
+def test_malformed_messages_on_every_input_hold_and_warn_never_crash(g, ros2):
+    from sensor_msgs.msg import JointState
+    from std_msgs.msg import Float32MultiArray, Float64MultiArray
+
+    from tinker.wire import COMMAND_QOS, SENSOR_QOS, array_msg
+
+    t = f"/{NS}/"
+    pubs = {
+        "safety": g.probe.publisher(Float64MultiArray, t + "policy/joint_target", COMMAND_QOS),
+        "policy": g.probe.publisher(Float32MultiArray, t + "perception/features", COMMAND_QOS),
+        "sim_robot": g.probe.publisher(Float64MultiArray, t + "forward_position_controller/commands", COMMAND_QOS),
+        "joints": g.probe.publisher(JointState, t + "joint_states", SENSOR_QOS),
+    }
+    time.sleep(1.0)  # discovery
+    before = {n: _diag(g, n) for n in ("safety", "policy", "sim_robot", "perception")}
+    since = time.time_ns()
+    nan7 = np.full(7, np.nan)
+    pubs["safety"].publish(array_msg(np.zeros(3), {"stamp_ns": 1}))           # wrong length
+    time.sleep(0.2)
+    pubs["safety"].publish(array_msg(nan7, {"stamp_ns": 2}))                  # NaN
+    bad = JointState(name=[f"lbr_iiwa_joint_{i}" for i in range(1, 8)], position=[float("nan")] * 7)
+    for _ in range(3):  # the robot side and the sensors may drop a sample; these inputs never latch anything
+        pubs["policy"].publish(array_msg(np.zeros(5), {"perception_sha256": "x"}, double=False))
+        pubs["sim_robot"].publish(array_msg(np.zeros(2)))
+        pubs["sim_robot"].publish(array_msg(nan7))
+        pubs["joints"].publish(bad)
+        time.sleep(0.15)
+    time.sleep(2.5)  # two diagnostics periods
+    held = [m for ts, m in list(g.probe.commands) if ts >= since and ros2.meta_of(m).get("status") == "held"]
+    assert held, "safety did not answer a malformed policy command with a hold"
+    for n in ("safety", "policy", "sim_robot", "perception"):
+        d = _diag(g, n)
+        key = "rejected_commands" if n == "sim_robot" else "refused_inputs"
+        assert int(d[key]) > int(before[n].get(key, 0)), f"{n} did not count the malformed input: {d}"
+    for name, p in g.procs.items():
+        assert p.poll() is None, f"{name} died on a malformed message:\n{g.log(name)[-2000:]}"
+    if g.probe.estop and ros2.meta_of is not None:
+        g.call_trigger("safety/reset")  # two invalid inputs in a row may have come close to the latch
+    ros2.wait_until(lambda: len(_served(g, ros2, time.time_ns() - 200_000_000)) >= 3, 10, "commanding again")
+
+
+def test_policy_hot_reload_mid_run_misses_no_cycle(g, ros2, bundles):
+    miss0 = int(_diag(g, "safety")["deadline_misses"])
+    since = time.time_ns()
+    assert g.probe.set_param(f"/{NS}/policy", "bundle", str(bundles["v2"]))
+    ros2.wait_until(lambda: any(ros2.meta_of(m).get("version") == "2" for _, m in _served(g, ros2, since)),
+                    30, "commands from bundle v2")
+    time.sleep(0.5)
+    cmds = [ros2.meta_of(m) for t, m in list(g.probe.commands) if t >= since]
+    by_policy = {int(c["cycle"]): c["version"] for c in cmds if c.get("version")}
+    swap = min(c for c, v in by_policy.items() if v == "2")
+    window = range(max(min(by_policy), swap - 10), min(max(by_policy), swap + 10) + 1)
+    missing = [c for c in window if c not in by_policy]
+    assert not missing, f"robot cycles {missing} got no policy command around the swap at cycle {swap}"
+    assert {by_policy[c] for c in window} == {"1", "2"}
+    ros2.wait_until(lambda: int(_diag(g, "policy")["reloads"]) >= 1, 5, "the reload in /diagnostics")
+    # a missing bundle is refused at once; a damaged one by the validator: v2 keeps running either way
+    assert not g.probe.set_param(f"/{NS}/policy", "bundle", str(g.tmp / "no_such_bundle"))
+    broken = g.tmp / "broken"
+    shutil.copytree(bundles["v1"], broken)
+    (broken / "actor.onnx").write_bytes((broken / "actor.onnx").read_bytes()[:-10])
+    assert g.probe.set_param(f"/{NS}/policy", "bundle", str(broken))
+    ros2.wait_until(lambda: int(_diag(g, "policy")["reload_rejections"]) >= 1, 10, "the damaged bundle's rejection")
+    assert ros2.meta_of(_served(g, ros2)[-1][1])["version"] == "2"
+    assert g.probe.set_param(f"/{NS}/policy", "bundle", str(bundles["v2"]))
+    assert int(_diag(g, "safety")["deadline_misses"]) - miss0 <= 1
+
+
+def test_lifecycle_transitions_and_the_start_ramp_respects_the_velocity_limit(g, ros2):
+    from std_msgs.msg import Float64MultiArray
+
+    from tinker.urdf_limits import joint_limits
+    from tinker.wire import COMMAND_QOS, array_msg
+
+    g.transition("policy", "deactivate")
+    assert g.state("policy") == "inactive"
+    since = time.time_ns()
+    ros2.wait_until(lambda: any(ros2.meta_of(m).get("status") in ("held", "estopped")
+                                for t, m in list(g.probe.commands) if t >= since), 5, "safety holding")
+    g.transition("policy", "cleanup")
+    assert g.state("policy") == "unconfigured"
+    # the start ramp: e-stop, reset, then a target far from the measured pose, sent as the policy would
+    g.call_trigger("safety/estop")
+    ok, msg = g.call_trigger("safety/reset")
+    assert ok, msg
+    pub = g.probe.publisher(Float64MultiArray, f"/{NS}/policy/joint_target", COMMAND_QOS)
+    time.sleep(0.5)
+    j = g.probe.joints[-1][1]
+    q = np.asarray(j.position)
+    far = q + 0.8 * np.sign(0.5 - np.arange(7) % 2)  # 0.8 rad away on every joint (within start_max_gap)
+    lower, upper, vel = joint_limits("", list(j.name))
+    far = np.clip(far, lower + 0.1, upper - 0.1)
+    since = time.time_ns()
+    for _ in range(12):
+        pub.publish(array_msg(far, {"stamp_ns": 0, "version": "test"}))
+        time.sleep(0.05)
+    steps = [(t, np.asarray(m.data)) for t, m in list(g.probe.commands)
+             if t >= since and ros2.meta_of(m).get("version") == "test"]
+    assert len(steps) >= 5
+    period = ros2.PERIOD
+    states = [(t, np.asarray(js.position)) for t, js in list(g.probe.joints) if t >= since - 10**8]
+    for t, cmd in steps:  # each command vs the newest state safety could have seen
+        qs = [s for ts, s in states if ts <= t]
+        if qs:
+            assert np.all(np.abs(cmd - qs[-1]) <= vel * period * 1.0 + 0.02), "ramp step above the velocity limit"
+    first_step = np.max(np.abs(steps[0][1] - q))
+    assert first_step < 0.5 * np.max(np.abs(far - q)), f"the first command jumped {first_step:.2f} rad toward the target"
+    g.transition("policy", "configure")
+    g.transition("policy", "activate")
+    g.call_trigger("safety/reset")
+    since = time.time_ns()
+    ros2.wait_until(lambda: len(_served(g, ros2, since)) >= 3, 20, "policy commanding after re-activation")
+
+
+def test_kill_9_of_the_policy_holds_within_one_cycle_then_latches(g, ros2):
+    ros2.wait_until(lambda: len(_served(g, ros2, time.time_ns() - 300_000_000)) >= 3, 10, "steady commanding")
+    g.kill("policy", signal.SIGKILL)
+    killed = time.time_ns()
+    ros2.wait_until(lambda: any(s.level == s.ERROR for t, s in list(g.probe.estop) if t >= killed), 10,
+                    "the e-stop to latch")
+    metas = [ros2.meta_of(m) for t, m in list(g.probe.commands) if t >= killed - 500_000_000]
+    served = [int(m["cycle"]) for m in metas if m.get("version")]
+    holds = [int(m["cycle"]) for m in metas if m.get("status") in ("held", "estopped") and int(m["cycle"]) > 0]
+    assert holds and served, metas[-8:]
+    after = [h for h in holds if h > max(served)]
+    # by the robot's own cycle counter: the first hold answers the cycle right after the last served one
+    assert after and min(after) == max(served) + 1, [(m.get("cycle"), m.get("status"), m.get("version"))
+                                                     for m in metas[-12:]]
+    assert "watchdog" in g.probe.estop[-1][1].message
+
+
+def test_sigterm_publishes_a_stop_before_exit(g, ros2):
+    since = time.time_ns()
+    g.kill("safety", signal.SIGTERM)
+    assert g.procs["safety"].wait(10) == 0
+    stops = [m for t, m in list(g.probe.commands) if t >= since and ros2.meta_of(m).get("why") == "shutdown"]
+    assert stops, "safety exited without publishing its stop"
+    q = np.asarray(g.probe.joints[-1][1].position)
+    assert np.allclose(np.asarray(stops[-1].data), q, atol=0.05)
+
+
+def test_stop_leaves_no_process_and_the_recording_reads_back_and_imports(g, ros2, tmp_path):
+    from tinker.recording import read_cycles
+    from tinker_core.cli import main as tinker
+    from tinker_core.replay import ReplayBuffer
+
+    codes = g.stop()
+    assert all(c is not None for c in codes.values())
+    recs = list(read_cycles(g.tmp / "run.mcap"))  # the standard mcap_ros2 reader
+    assert len(recs) > 50
+    full = [r for r in recs if len(r["raw_action"]) == 7 and len(r["safe_command"]) == 7]
+    assert full and full[-1]["policy_version"] in ("1", "2") and full[-1]["safety_status"]
+    assert full[-1]["action_recv_ns"] >= full[-1]["features_recv_ns"] > 0
+    assert tinker(["replay", "import", str(g.tmp / "run.mcap"), "-o", str(tmp_path / "replay")]) == 0
+    buf = ReplayBuffer.load(tmp_path / "replay")
+    assert len(buf) > 20
+    batch = buf.sample(8)
+    assert batch.action.shape == (8, 7) and np.isfinite(batch.reward).all()
