@@ -287,7 +287,7 @@ def _unpackb(b: Any) -> Any:
 class _Encoder:
     """Collects arrays: small ones packed (8-byte aligned) behind the header, big ones as own frames."""
 
-    __slots__ = ("compress", "descs", "parts", "frames", "off", "big")
+    __slots__ = ("compress", "descs", "parts", "frames", "off", "big", "any_z")
 
     def __init__(self, compress: bool):
         self.compress = compress
@@ -296,6 +296,7 @@ class _Encoder:
         self.frames: list = []
         self.off = 0
         self.big = 0
+        self.any_z = False
 
     def add(self, path: Any, x: Any) -> None:
         if isinstance(x, np.ndarray):
@@ -313,6 +314,7 @@ class _Encoder:
                 c = lz4.block.compress(x, store_size=True)
                 if len(c) < n:
                     buf, z, n = c, 1, len(c)
+                    self.any_z = True
             if n >= FRAME_MIN_BYTES:
                 self.descs.append((path, dts, x.shape, z, -1, n))
                 self.frames.append(buf)
@@ -325,31 +327,47 @@ class _Encoder:
                     self.parts.append(_PAD[pad])
                 self.off += n + pad
         elif isinstance(x, Mapping):
-            base = path if isinstance(path, list) else [path]
+            base = path if isinstance(path, tuple) else (path,)
             for k, v in x.items():
                 if not isinstance(k, str):
                     raise TransportError(f"{_path_str(path)}: dict keys must be strings, got {k!r}")
-                self.add(base + [k], v)
+                self.add(base + (k,), v)
         elif isinstance(x, (int, float, bool, np.number, np.bool_, list, tuple)):
             self.add(path, np.asarray(x))
         else:
             raise TransportError(
                 f"{_path_str(path)}: expected an array or a dict of arrays, got {type(x).__name__}")
 
-    def finish(self, head: dict) -> tuple[list, int]:
+    def finish(self, kind: str, scalars: list) -> tuple[list, int]:
+        """Frames: ``u32 | layout | u32 | scalars | pad | small arrays`` then the big arrays.
+
+        The layout (kind, paths, dtypes, shapes, offsets) repeats from message to message, so both
+        sides cache it: the sender its packed bytes, the receiver its parsed and checked form.
+        """
+        key = None if self.any_z else (kind, tuple(self.descs))
+        lay = _LAYOUT_OUT.get(key) if key is not None else None
         try:
-            h = _packb(head)
+            if lay is None:
+                lay = _packb([WIRE_VERSION, kind, self.descs])
+                if key is not None and len(_LAYOUT_OUT) < _LAYOUT_CACHE:
+                    _LAYOUT_OUT[key] = lay
+            sc = _packb(scalars)
         except (TypeError, ValueError, OverflowError) as e:
             raise TransportError(f"cannot frame the message: {e}") from e
-        first = b"".join([_LEN.pack(len(h)), h, _PAD[-(4 + len(h)) & 7], *self.parts])
+        hl = 8 + len(lay) + len(sc)
+        first = b"".join([_LEN.pack(len(lay)), lay, _LEN.pack(len(sc)), sc, _PAD[-hl & 7], *self.parts])
         return [first, *self.frames], len(first) + self.big
+
+
+_LAYOUT_CACHE = 256
+_LAYOUT_OUT: dict = {}
 
 
 _FIELDS = {"o": "obs", "a": "action", "n": "next_obs", "r": "reward", "te": "terminated", "tr": "truncated"}
 
 
 def _path_str(path: Any) -> str:
-    parts = path if isinstance(path, list) else [path]
+    parts = path if isinstance(path, (list, tuple)) else [path]
     s = _FIELDS.get(parts[0], str(parts[0]))
     return s + "".join(f"[{p!r}]" for p in parts[1:])
 
@@ -357,7 +375,7 @@ def _path_str(path: Any) -> str:
 def encode(msg: Message, compress: bool = False, unstack: bool = False) -> tuple[list, int]:
     """Frames of one message and its byte count.
 
-    The first frame is ``uint32 header length | msgpack header | pad | small arrays (8-byte aligned)``;
+    The first frame holds the msgpack layout and scalars and the small arrays (8-byte aligned);
     arrays of `FRAME_MIN_BYTES` or more follow as their own frames, handed to ZeroMQ without a copy.
     ``unstack`` marks a batch that the receiver hands out again as single transitions (``send_many``).
     """
@@ -367,9 +385,8 @@ def encode(msg: Message, compress: bool = False, unstack: bool = False) -> tuple
         enc.add("a", msg.action)
         if msg.next_obs is not None:
             enc.add("n", msg.next_obs)
-        head = {"v": WIRE_VERSION, "k": "t", "a": enc.descs, "r": float(msg.reward),
-                "te": bool(msg.terminated), "tr": bool(msg.truncated), "i": msg.info or None}
-    elif isinstance(msg, TransitionBatch):
+        return enc.finish("t", [float(msg.reward), bool(msg.terminated), bool(msg.truncated), msg.info or None])
+    if isinstance(msg, TransitionBatch):
         enc.add("o", msg.obs)
         enc.add("a", msg.action)
         if msg.next_obs is not None:
@@ -377,10 +394,8 @@ def encode(msg: Message, compress: bool = False, unstack: bool = False) -> tuple
         enc.add("r", np.asarray(msg.reward))
         enc.add("te", np.asarray(msg.terminated))
         enc.add("tr", np.asarray(msg.truncated))
-        head = {"v": WIRE_VERSION, "k": "m" if unstack else "b", "a": enc.descs, "i": msg.info or None}
-    else:
-        raise TransportError(f"send: expected a Transition or TransitionBatch, got {type(msg).__name__}")
-    return enc.finish(head)
+        return enc.finish("m" if unstack else "b", [msg.info or None])
+    raise TransportError(f"send: expected a Transition or TransitionBatch, got {type(msg).__name__}")
 
 
 def _buffer(frame: Any) -> Any:
@@ -388,7 +403,7 @@ def _buffer(frame: Any) -> Any:
 
 
 def _put(root: dict, path: Any, value: np.ndarray) -> None:
-    if not isinstance(path, list):
+    if type(path) is str:
         root[path] = value
         return
     d = root
@@ -397,52 +412,85 @@ def _put(root: dict, path: Any, value: np.ndarray) -> None:
     d[path[-1]] = value
 
 
-def _arrays(frames: Sequence[Any]) -> tuple[dict, dict]:
-    """Header and ``{path: array}`` tree of one message; raises on anything malformed."""
+class _Layout:
+    __slots__ = ("kind", "entries", "n_frames", "need")
+
+    def __init__(self, kind: str, entries: list, n_frames: int, need: int):
+        self.kind, self.entries, self.n_frames, self.need = kind, entries, n_frames, need
+
+
+_LAYOUT_IN: dict[bytes, _Layout] = {}
+
+
+def _parse_layout(raw: bytes) -> _Layout:
+    lay = _unpackb(raw)
+    if not isinstance(lay, list) or len(lay) != 3 or lay[0] != WIRE_VERSION:
+        raise ValueError(f"not a tinker v{WIRE_VERSION} message")
+    kind, descs = lay[1], lay[2]
+    if kind not in ("t", "b", "m"):
+        raise ValueError(f"unknown message kind {kind!r}")
+    entries, n_frames, need, cacheable = [], 0, 0, True
+    for path, dts, shape, z, off, n in descs:
+        dt = _dtype(dts)
+        if not isinstance(path, (str, list)) or not all(type(d) is int and d >= 0 for d in shape):
+            raise ValueError(f"bad path {path!r} or shape {shape!r}")
+        count = int(np.prod(shape, dtype=np.int64))
+        if type(off) is not int or type(n) is not int or off < -1 or n < 0:
+            raise ValueError(f"bad offset {off!r} or size {n!r}")
+        if not z and n != count * dt.itemsize:
+            raise ValueError(f"{n} bytes for {dts}{list(shape)} ({count * dt.itemsize} bytes)")
+        if off < 0:
+            n_frames += 1
+        else:
+            need = max(need, off + n)
+        cacheable = cacheable and not z
+        entries.append((path, dt, tuple(shape), count, bool(z), off, n, len(shape) == 1))
+    layout = _Layout(kind, entries, n_frames, need)
+    if cacheable and len(_LAYOUT_IN) < _LAYOUT_CACHE:
+        _LAYOUT_IN[raw] = layout
+    return layout
+
+
+def _arrays(frames: Sequence[Any]) -> tuple[str, Any, dict]:
+    """Kind, scalars and ``{path: array}`` tree of one message; raises on anything malformed."""
     if not frames:
         raise ValueError("empty message")
     first = _buffer(frames[0])
     size = len(first)
-    if size < 4:
+    if size < 8:
         raise ValueError(f"first frame of {size} bytes is too short")
-    hl = _LEN.unpack_from(first)[0]
-    if 4 + hl > size:
-        raise ValueError(f"header length {hl} exceeds the frame ({size} bytes)")
-    head = _unpackb(memoryview(first)[4:4 + hl])
-    if not isinstance(head, dict) or head.get("v") != WIRE_VERSION:
-        raise ValueError(f"not a tinker v{WIRE_VERSION} message")
-    base = (4 + hl + 7) & ~7
+    l1 = _LEN.unpack_from(first, 0)[0]
+    if 8 + l1 > size:
+        raise ValueError(f"layout length {l1} runs past the frame ({size} bytes)")
+    raw = bytes(first[4:4 + l1])
+    lay = _LAYOUT_IN.get(raw) or _parse_layout(raw)
+    l2 = _LEN.unpack_from(first, 4 + l1)[0]
+    if 8 + l1 + l2 > size:
+        raise ValueError(f"scalars length {l2} runs past the frame ({size} bytes)")
+    scalars = _unpackb(memoryview(first)[8 + l1:8 + l1 + l2])
+    base = (8 + l1 + l2 + 7) & ~7
+    if base + lay.need > size:
+        raise ValueError(f"arrays run past the frame ({base + lay.need} > {size} bytes)")
     extra = frames[1:]
+    if len(extra) != lay.n_frames:
+        raise ValueError(f"message has {len(extra)} extra frames, its layout names {lay.n_frames}")
     fi = 0
     root: dict = {}
-    for path, dts, shape, z, off, n in head["a"]:
-        dt = _dtype(dts)
-        count = 1
-        for s in shape:
-            if s < 0:
-                raise ValueError(f"negative dimension in {shape}")
-            count *= s
+    for path, dt, shape, count, z, off, n, flat in lay.entries:
         if off < 0:
-            if fi >= len(extra):
-                raise ValueError("header names more frames than the message has")
             buf, start = _buffer(extra[fi]), 0
             fi += 1
             if len(buf) != n:
-                raise ValueError(f"frame of {len(buf)} bytes, header says {n}")
+                raise ValueError(f"frame of {len(buf)} bytes, layout says {n}")
         else:
             buf, start = first, base + off
-            if start + n > size:
-                raise ValueError(f"array at {start}+{n} runs past the frame ({size} bytes)")
         if z:
             buf, start = lz4.block.decompress(memoryview(buf)[start:start + n]), 0
-            n = len(buf)
-        if n != count * dt.itemsize:
-            raise ValueError(f"{n} bytes for {dts}{list(shape)} ({count * dt.itemsize} bytes)")
+            if len(buf) != count * dt.itemsize:
+                raise ValueError(f"{len(buf)} bytes unpacked for {dt}{list(shape)}")
         arr = np.frombuffer(buf, dt, count, start)
-        _put(root, path, arr if len(shape) == 1 else arr.reshape(shape))
-    if fi != len(extra):
-        raise ValueError(f"message has {len(extra)} extra frames, header names {fi}")
-    return head, root
+        _put(root, path, arr if flat else arr.reshape(shape))
+    return lay.kind, scalars, root
 
 
 def _check_batch(x: Any, n: int, name: str) -> None:
@@ -472,16 +520,15 @@ def _unstack(b: TransitionBatch) -> list[Transition]:
 
 def decode(frames: Sequence[Any]) -> list[Message]:
     """Inverse of `encode`; raises ValueError/TypeError/KeyError on anything malformed."""
-    head, root = _arrays(frames)
-    kind = head["k"]
+    kind, sc, root = _arrays(frames)
     if kind == "t":
-        info = head.get("i") or {}
-        if not isinstance(info, dict):
+        r, te, tr, info = sc
+        if info is not None and not isinstance(info, dict):
             raise TypeError("info is not a dict")
-        return [Transition(root["o"], root["a"], float(head["r"]), bool(head["te"]), bool(head["tr"]),
-                           info, root.get("n"))]
+        return [Transition(root["o"], root["a"], float(r), bool(te), bool(tr), info or {}, root.get("n"))]
     if kind == "b" or kind == "m":
-        info = head.get("i") or []
+        (info,) = sc
+        info = info or []
         n = len(root["r"])
         if not isinstance(info, list) or (info and len(info) != n):
             raise TypeError("info is not a list with one dict per transition")

@@ -101,26 +101,34 @@ def test_malformed_messages_are_counted_and_skipped():
         raw = ctx.socket(zmq.PUSH)
         raw.connect(r.endpoint)
         good, _ = _encode(_t(0))
-        head_len = int.from_bytes(good[0][:4], "little")
-        head = msgpack.unpackb(good[0][4:4 + head_len])
+        first = good[0]
+        l1 = int.from_bytes(first[:4], "little")
+        layout = msgpack.unpackb(first[4:4 + l1])  # [version, kind, [[path, dtype, shape, lz4, offset, size]...]]
+        l2 = int.from_bytes(first[4 + l1:8 + l1], "little")
+        scalars = msgpack.unpackb(first[8 + l1:8 + l1 + l2])  # [reward, terminated, truncated, info]
+        data = first[(8 + l1 + l2 + 7) & ~7:]
 
-        def with_head(**change):
-            h = msgpack.packb({**head, **change})
-            pad = b"\0" * (-(4 + len(h)) & 7)
-            return [len(h).to_bytes(4, "little") + h + pad + good[0][(4 + head_len + 7) & ~7:]]
+        def forged(layout=layout, scalars=scalars, data=data):
+            lay, sc = msgpack.packb(layout), msgpack.packb(scalars)
+            pad = b"\0" * (-(8 + len(lay) + len(sc)) & 7)
+            return [len(lay).to_bytes(4, "little") + lay + len(sc).to_bytes(4, "little") + sc + pad + data]
 
+        v, k, arrays = layout
+        obs = arrays[0]
         bad = [
-            [b"x"],                                         # shorter than the length prefix
-            [b"\xff\xff\xff\x00junk"],                      # header length past the end
-            [b"\x02\x00\x00\x00\xc1\xc1"],                  # not msgpack
-            with_head(v=99),                                # another wire version
-            with_head(k="zz"),                              # unknown kind
-            with_head(a=[["o", "|O", [3], 0, 0, 24]]),      # object dtype refused
-            with_head(a=[["o", "<f4", [-3], 0, 0, 12]]),    # negative shape
-            with_head(a=[["o", "<f4", [1000], 0, 0, 4000]]),  # runs past the frame
-            with_head(a=[["o", "<f4", [3], 0, -1, 12]]),    # names a frame that is not there
-            with_head(i=[1, 2]),                            # info is not a dict
-            [good[0], b"extra frame"],                      # a frame the header does not name
+            [b"x"],                                                  # shorter than the length prefixes
+            [b"\xff\xff\xff\x00junkjunk"],                          # layout length past the end
+            [b"\x02\x00\x00\x00\xc1\xc1\x00\x00\x00\x00"],          # not msgpack
+            forged(layout=[99, k, arrays]),                          # another wire version
+            forged(layout=[v, "zz", arrays]),                        # unknown kind
+            forged(layout=[v, k, [[*obs[:1], "|O", *obs[2:]]]]),     # object dtype refused
+            forged(layout=[v, k, [[obs[0], obs[1], [-3], 0, 0, 12]]]),   # negative shape
+            forged(layout=[v, k, [[obs[0], obs[1], [3], 0, 0, 16]]]),    # size does not match shape
+            forged(data=data[:100]),                                 # arrays run past the frame
+            forged(layout=[v, k, [[obs[0], obs[1], obs[2], 0, -1, obs[5]]]]),  # names a frame that is not there
+            forged(scalars=[0.0, False, False, [1, 2]]),             # info is not a dict
+            forged(scalars=[0.0, False]),                            # scalars missing
+            [good[0], b"extra frame"],                               # a frame the layout does not name
         ]
         for frames in bad:
             raw.send_multipart(frames)
