@@ -74,12 +74,17 @@ class RobotModel:
                                   f"links: {list(link_index)}")
         solid = [i for i in self.link_names if p.getCollisionShapeData(self.robot, i, physicsClientId=cid)]
         parent = {i[0]: i[16] for i in infos}
+        # links fixed to the root (the root itself, a mount) never move: nothing about them can change
+        static = {-1}
+        for i in infos:  # PyBullet lists a parent before its children
+            if i[2] == p.JOINT_FIXED and i[16] in static:
+                static.add(i[0])
         skip = {frozenset((link_index[a], link_index[b])) for a, b in ignore}
         self.self_pairs = [(a, b) for k, a in enumerate(solid) for b in solid[k + 1:]
-                           if parent.get(b) != a and parent.get(a) != b and frozenset((a, b)) not in skip]
-        # the root link is fixed to its mount: its distance to the scene never changes
+                           if parent.get(b) != a and parent.get(a) != b and frozenset((a, b)) not in skip
+                           and not (a in static and b in static)]
         self.solid_links = solid
-        self.moving_links = [i for i in solid if i != -1]
+        self.moving_links = [i for i in solid if i not in static]
         bodies = [(s.name, self._add_primitive(s)) for s in scene]
         self.scene_bodies = [(name, body, p.getAABB(body, -1, physicsClientId=cid)) for name, body in bodies]
         self._targets = [[0.0] for _ in self.joint_indices]

@@ -117,3 +117,48 @@ def test_outside_the_workspace_only_steps_back_in_are_allowed(make_guard, make_p
     back = home - np.array([0, 0.04, 0, 0, 0, 0, 0])
     cmd, status = guard(back, home, ZERO)
     assert status.outcome is Outcome.PASSED and np.allclose(cmd, back)
+
+
+MOUNTED = """<robot name="mounted">
+  <link name="base"><collision><geometry><box size="0.2 0.2 0.1"/></geometry></collision></link>
+  <link name="mount"><collision><origin xyz="0 0 0.05"/><geometry><box size="0.3 0.3 0.1"/></geometry></collision></link>
+  <link name="arm"><collision><origin xyz="0.3 0 0"/><geometry><box size="0.5 0.05 0.05"/></geometry></collision></link>
+  <joint name="mount_fixed" type="fixed"><parent link="base"/><child link="mount"/></joint>
+  <joint name="swing" type="revolute"><parent link="mount"/><child link="arm"/><origin xyz="0 0 0.5"/>
+    <axis xyz="0 1 0"/><limit lower="-1.5" upper="1.5" velocity="2" effort="10"/></joint>
+</robot>"""
+
+
+def test_links_fixed_to_the_root_are_not_checked_against_the_scene_or_each_other(tmp_path):
+    from safety import SafetyConfig, SafetyWrapper
+
+    path = tmp_path / "mounted.urdf"
+    path.write_text(MOUNTED)
+    # the base and its mount rest on (and overlap) the table: that must not stop the arm
+    table = {"name": "table", "shape": "box", "size": [2.0, 2.0, 0.1], "position": [0.0, 0.0, -0.04]}
+    with SafetyWrapper.from_urdf(path, SafetyConfig(scene=[table], accel_limit=None)) as guard:
+        q = np.zeros(1)
+        assert guard.reset(q, q)
+        cmd, status = guard(np.array([0.02]), q, q)
+        assert status.outcome is Outcome.PASSED and cmd[0] == 0.02
+        # swinging the arm down to the table still stops it (the arm tip reaches z = 0.5 - 0.55 sin(q))
+        q = np.array([0.8])
+        assert guard.reset(q, np.zeros(1))
+        for _ in range(40):
+            cmd, status = guard(np.array([1.4]), q, np.zeros(1))
+            q = cmd
+        assert guard.estop_cause == "collision" and "link arm and scene 'table'" in status.summary
+    # it stopped before the arm touched the table, though the mount penetrates the table all along
+    import pybullet as p
+
+    cid = p.connect(p.DIRECT)
+    try:
+        robot = p.loadURDF(str(path), useFixedBase=True, physicsClientId=cid)
+        box = p.createMultiBody(0, p.createCollisionShape(p.GEOM_BOX, halfExtents=[1.0, 1.0, 0.05], physicsClientId=cid),
+                                basePosition=[0, 0, -0.04], physicsClientId=cid)
+        p.resetJointState(robot, 1, float(q[0]), physicsClientId=cid)
+        arm = min(pt[8] for pt in p.getClosestPoints(robot, box, 1.0, 1, -1, physicsClientId=cid))
+        mount = min(pt[8] for pt in p.getClosestPoints(robot, box, 1.0, 0, -1, physicsClientId=cid))
+    finally:
+        p.disconnect(physicsClientId=cid)
+    assert mount < 0 < arm
