@@ -204,8 +204,10 @@ class _Normalize(nn.Module):
         clip = stats.get("clip")
         self.clip = None if clip is None else float(clip)
         eps = float(stats.get("eps", 1e-8))
-        mean, std = stats["mean"], stats.get("std")
-        var = stats.get("var")
+        mean, std = stats.get("mean", stats.get("obs_mean")), stats.get("std", stats.get("obs_std"))
+        var = stats.get("var", stats.get("obs_var"))
+        if mean is None or (std is None and var is None):
+            raise BundleError(f"normalization to fold needs 'mean' and 'std' or 'var', got keys {sorted(stats)}")
         keys = self.fields or [None]
         for i, k in enumerate(keys):
             m = np.asarray(mean[k] if k else mean, dtype=np.float32)
@@ -239,7 +241,7 @@ def export_bundle(parts: Mapping[str, nn.Module] | nn.Module, metadata: Mapping[
     """Export, check and write a bundle; returns its directory (``out`` without ``.onnx``).
 
     ``metadata`` keys: ``obs_spec``, ``action_spec`` (required), ``feature_spec`` (required with two
-    parts), ``normalization`` (``{"mean", "std" | "var", "eps", "clip", "folded"}``; when ``folded`` is
+    parts), ``normalization`` (``{"mean" | "obs_mean", "std" | "var" | "obs_var", "eps", "clip", "folded"}``; when ``folded`` is
     false the normalization is added in front of the graph), ``training_step``, ``env_id``,
     ``obs_terms``, ``action_terms``, ``joint_names``, ``action_chain_config``, ``control_period``.
     """

@@ -27,7 +27,9 @@ OPSET = 17
 """The one opset tinker exports with (loads on onnxruntime >= 1.12)."""
 
 #: Highest ONNX opset (default domain) each onnxruntime release can load, from onnxruntime's
-#: compatibility table (docs/Versioning.md). A bundle of opset N needs a release whose entry is >= N.
+#: compatibility table (docs/Versioning.md) up to 1.20; later lines are entered conservatively (they
+#: load at least that). A bundle of opset N needs a release whose entry is >= N; tinker's opset 17
+#: loads on every line from 1.12 on.
 ORT_MAX_OPSET: dict[str, int] = {
     "1.10": 15, "1.11": 16, "1.12": 17, "1.13": 17, "1.14": 18, "1.15": 19, "1.16": 19, "1.17": 20,
     "1.18": 21, "1.19": 21, "1.20": 21, "1.21": 22, "1.22": 22, "1.23": 23, "1.24": 23, "1.25": 23,
