@@ -47,7 +47,7 @@ def machine() -> dict:
     except ImportError:
         torch_version = None
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch_version,
-            "gpu": None}
+            "gpu": None, "load_avg_1min_at_start": round(os.getloadavg()[0], 2)}
 
 
 def env_steps_per_s(env, steps: int, seed: int = 0) -> tuple[float, float]:
