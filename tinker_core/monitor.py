@@ -47,6 +47,27 @@ class EdgeStats:
         self.bytes += nbytes
         self.last_t = now
 
+    def add_many(self, nbytes: int, latencies_s: list[float], first: float, last: float) -> None:
+        """Count ``len(latencies_s)`` messages at once (``nbytes`` in total, seen from ``first`` to ``last``)."""
+        k = len(latencies_s)
+        if not k:
+            return
+        if self.count == 0:
+            self.first_t = first
+        w, lat = self.window, self._lat
+        if k >= w:
+            latencies_s = latencies_s[-w:]
+            i = (self.count + k - w) % w
+        else:
+            i = self.count % w
+        head = latencies_s[: w - i]
+        lat[i:i + len(head)] = head
+        rest = latencies_s[len(head):]
+        lat[:len(rest)] = rest
+        self.count += k
+        self.bytes += nbytes
+        self.last_t = last
+
     def snapshot(self) -> dict[str, float]:
         n = min(self.count, self.window)
         lat = np.asarray(self._lat[:n], dtype=np.float64)

@@ -186,91 +186,111 @@ class Pipeline:
                      [self.monitor.edge(e.name) for e in edges], nb, nb_t)
 
     def _run(self, steps: int) -> None:
-        # Locals are hoisted out of the loop: it runs once per control cycle.
-        validator, stats, pending, stop = self.validator, self.stats, self._pending, self._stop
+        # The loop runs once per control cycle: everything it reads is a local, the specs are
+        # checked directly, and the flow monitor is fed in blocks of ``MONITOR_EVERY`` steps.
+        stats, pending, stop = self.stats, self._pending, self._stop
         tracer = self.tracer
         trace = tracer.record if tracer.enabled else None
         clock = time.perf_counter_ns
+        rec: list[tuple] = []
         plan = self._plan()
         env = plan.env
         if self._obs is None:
             self._obs, _ = env.reset_env(seed=self.seed)  # type: ignore[attr-defined]
         checked = None  # the value last validated as an observation (skips checking it twice)
-        for _ in range(steps):
-            if stop.is_set():
-                break
-            if pending:
-                self._apply_pending()
-                plan = self._plan()
-                checked = None
-            perception, policy, learner = plan.perception, plan.policy, plan.learner
-            e_perc, e_pol, e_env, e_learn = plan.edges
-            check = validator.enabled
-            cycle = stats.steps
-            obs = self._obs
+        try:
+            for _ in range(steps):
+                if stop.is_set():
+                    break
+                if pending:
+                    _flush(plan, rec)
+                    self._apply_pending()
+                    plan = self._plan()
+                    checked = None
+                perception, policy, learner, env_step = plan.perception, plan.policy, plan.learner, plan.env_step
+                check = self.validator.enabled
+                bounds = self.validator.check_bounds
+                obs = self._obs
 
-            t0 = clock()
-            if check and obs is not checked:
-                validator.check_value(e_perc, perception.input_spec, obs)
-            feats = perception(obs)
-            t1 = clock()
-            if check:
-                validator.check_value(e_pol, policy.input_spec, feats)
-            action = policy(feats)
-            t2 = clock()
-            if check:
-                validator.check_value(e_env, env.input_spec, action)
-            next_obs, reward, term, trunc, info = env.step(action)  # type: ignore[attr-defined]
-            t3 = clock()
-            t = Transition(obs, action, float(reward), bool(term), bool(trunc), dict(info), next_obs)
-            stats.steps += 1
-            metrics = None
-            if learner is not None:
-                if check and plan.learner_spec is not None:
-                    if plan.lean:
-                        validator.check_value(e_learn, plan.learner_spec.obs, next_obs,
-                                              where=f"{e_learn.where}.next_obs")
-                        if not _isfinite(t.reward):
-                            raise ValidationError(f"{e_learn.where}.reward", "finite reward", str(t.reward))
-                        checked = next_obs
-                    else:
-                        validator.check_value(e_learn, plan.learner_spec, t)
-                metrics = learner(t)
-            t4 = clock()
-            stats.transitions += 1
-
-            nb_obs, nb_feats, nb_act = plan.nbytes
-            b_obs = nb_obs if nb_obs is not None else payload_bytes(obs)
-            b_feats = nb_feats if nb_feats is not None else payload_bytes(feats)
-            b_act = nb_act if nb_act is not None else payload_bytes(action)
-            now = t4 * 1e-9
-            st_perc, st_pol, st_env, st_learn = plan.stats
-            st_perc.add(b_obs, (t1 - t0) * 1e-9, now)
-            st_pol.add(b_feats, (t2 - t1) * 1e-9, now)
-            st_env.add(b_act, (t3 - t2) * 1e-9, now)
-            if learner is not None:
-                b_t = plan.nbytes_t if plan.nbytes_t is not None else t.nbytes()
-                st_learn.add(b_t, (t4 - t3) * 1e-9, now)
-            if trace is not None:
-                base = time.time_ns() - (clock() - t0)
-                trace(cycle, "perception", base, t1 - t0, edge=e_perc.name, bytes=b_obs)
-                trace(cycle, "policy", base + (t1 - t0), t2 - t1, edge=e_pol.name, bytes=b_feats)
-                trace(cycle, "env", base + (t2 - t0), t3 - t2, edge=e_env.name, bytes=b_act)
+                t0 = clock()
+                if check and obs is not checked and plan.s_perc is not None:
+                    plan.s_perc.check(obs, plan.w_perc, False, bounds)
+                feats = perception(obs)
+                t1 = clock()
+                if check and plan.s_pol is not None:
+                    plan.s_pol.check(feats, plan.w_pol, False, bounds)
+                action = policy(feats)
+                t2 = clock()
+                if check and plan.s_env is not None:
+                    plan.s_env.check(action, plan.w_env, False, bounds)
+                next_obs, reward, term, trunc, info = env_step(action)
+                t3 = clock()
+                t = Transition(obs, action, float(reward), bool(term), bool(trunc), dict(info), next_obs)
+                stats.steps += 1
+                metrics = None
                 if learner is not None:
-                    trace(cycle, "learner", base + (t3 - t0), t4 - t3, edge=e_learn.name, bytes=b_t)
+                    ls = plan.learner_spec
+                    if check and ls is not None:
+                        if plan.lean:
+                            ls.obs.check(next_obs, plan.w_next, False, bounds)
+                            if not _isfinite(t.reward):
+                                raise ValidationError(plan.w_reward, "finite reward", str(t.reward))
+                            checked = next_obs
+                        else:
+                            ls.check(t, plan.w_learn, bounds=bounds)
+                    metrics = learner(t)
+                t4 = clock()
+                stats.transitions += 1
 
-            for cb in self.callbacks:
-                cb(t, metrics)
-            self._ep_return += t.reward
-            if t.terminated or t.truncated:
-                stats.episodes += 1
-                stats.episode_returns.append(self._ep_return)  # type: ignore[union-attr]
-                self._ep_return = 0.0
-                for mod in self.modules.values():
-                    mod.reset()
-                self._obs, _ = env.reset_env()  # type: ignore[attr-defined]
-            else:
-                self._obs = next_obs
+                nb_obs, nb_feats, nb_act = plan.nbytes
+                b_obs = nb_obs if nb_obs is not None else payload_bytes(obs)
+                b_feats = nb_feats if nb_feats is not None else payload_bytes(feats)
+                b_act = nb_act if nb_act is not None else payload_bytes(action)
+                b_t = (plan.nbytes_t if plan.nbytes_t is not None else t.nbytes()) if learner is not None else 0
+                rec.append((t0, t1, t2, t3, t4, b_obs, b_feats, b_act, b_t))
+                if len(rec) >= MONITOR_EVERY:
+                    _flush(plan, rec)
+                if trace is not None:
+                    base = time.time_ns() - (clock() - t0)
+                    e_perc, e_pol, e_env, e_learn = plan.edges
+                    trace(stats.steps - 1, "perception", base, t1 - t0, edge=e_perc.name, bytes=b_obs)
+                    trace(stats.steps - 1, "policy", base + (t1 - t0), t2 - t1, edge=e_pol.name, bytes=b_feats)
+                    trace(stats.steps - 1, "env", base + (t2 - t0), t3 - t2, edge=e_env.name, bytes=b_act)
+                    if learner is not None:
+                        trace(stats.steps - 1, "learner", base + (t3 - t0), t4 - t3, edge=e_learn.name, bytes=b_t)
+
+                if self.callbacks:
+                    for cb in self.callbacks:
+                        cb(t, metrics)
+                self._ep_return += t.reward
+                if term or trunc:
+                    stats.episodes += 1
+                    stats.episode_returns.append(self._ep_return)  # type: ignore[union-attr]
+                    self._ep_return = 0.0
+                    for mod in self.modules.values():
+                        mod.reset()
+                    self._obs, _ = env.reset_env()  # type: ignore[attr-defined]
+                else:
+                    self._obs = next_obs
+        finally:
+            _flush(plan, rec)
+
+
+MONITOR_EVERY = 64
+"""The flow monitor is fed every this many steps (and at the end of a run or before a swap)."""
+
+
+def _flush(plan: "_Plan", rec: list[tuple]) -> None:
+    if not rec:
+        return
+    first, last = rec[0][4] * 1e-9, rec[-1][4] * 1e-9
+    st_perc, st_pol, st_env, st_learn = plan.stats
+    st_perc.add_many(sum(r[5] for r in rec), [(r[1] - r[0]) * 1e-9 for r in rec], first, last)
+    st_pol.add_many(sum(r[6] for r in rec), [(r[2] - r[1]) * 1e-9 for r in rec], first, last)
+    st_env.add_many(sum(r[7] for r in rec), [(r[3] - r[2]) * 1e-9 for r in rec], first, last)
+    if plan.learner is not None:
+        st_learn.add_many(sum(r[8] for r in rec), [(r[4] - r[3]) * 1e-9 for r in rec], first, last)
+    rec.clear()
 
 
 def _nominal_bytes(spec: Any) -> int | None:
@@ -282,6 +302,8 @@ def _nominal_bytes(spec: Any) -> int | None:
 
 @dataclass
 class _Plan:
+    """What one step needs, resolved once per connect/swap."""
+
     env: ModuleBase
     perception: ModuleBase
     policy: ModuleBase
@@ -292,3 +314,12 @@ class _Plan:
     stats: list[EdgeStats]
     nbytes: list[int | None]
     nbytes_t: int | None
+
+    def __post_init__(self) -> None:
+        e_perc, e_pol, e_env, e_learn = self.edges
+        self.env_step = self.env.step  # type: ignore[attr-defined]
+        self.s_perc, self.w_perc = self.perception.input_spec, e_perc.where
+        self.s_pol, self.w_pol = self.policy.input_spec, e_pol.where
+        self.s_env, self.w_env = self.env.input_spec, e_env.where
+        self.w_learn = e_learn.where
+        self.w_next, self.w_reward = f"{e_learn.where}.next_obs", f"{e_learn.where}.reward"

@@ -6,7 +6,7 @@ Connect-time errors are `SpecError`; run-time errors are `ValidationError` and r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tinker_core.errors import SpecError
@@ -19,15 +19,16 @@ class Edge:
 
     producer: str
     consumer: str
-    port: str  # the consumer's input name, used in messages
+    port: str
+    """the consumer's input name, used in messages"""
+    name: str = field(init=False, compare=False, repr=False)
+    """``producer->consumer`` (computed once: it is read on every step)"""
+    where: str = field(init=False, compare=False, repr=False)
+    """``consumer.port``, the prefix of every validation message on this edge"""
 
-    @property
-    def name(self) -> str:
-        return f"{self.producer}->{self.consumer}"
-
-    @property
-    def where(self) -> str:
-        return f"{self.consumer}.{self.port}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", f"{self.producer}->{self.consumer}")
+        object.__setattr__(self, "where", f"{self.consumer}.{self.port}")
 
 
 class Validator:
