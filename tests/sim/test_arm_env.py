@@ -25,8 +25,8 @@ def test_every_id_passes_gymnasium_env_checker(env_id, make_env):
 
 
 @pytest.mark.parametrize("env_id", sorted(sim.ENV_IDS))
-def test_every_id_passes_env_checker_with_camera(env_id, make_env):
-    env = make_env(env_id, camera=True, image_size=32)
+def test_every_id_passes_env_checker_with_camera_and_randomization(env_id, make_env):
+    env = make_env(env_id, camera=True, image_size=32, randomize=True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check_env(env.unwrapped, skip_render_check=True)
