@@ -152,7 +152,9 @@ class ArmEnv(gym.Env):
             raise ValidationError("ArmEnv.step.action", f"float[{self._last_action.shape[0]}]", f"float[{a.shape[0]}]")
         dof = self.robot.dof
         target = self.action_chain(a[:dof], self._q)
-        self._last_action = np.clip(np.nan_to_num(a), -1.0, 1.0)
+        last = np.clip(a, -1.0, 1.0)
+        last[np.isnan(last)] = 0.0
+        self._last_action = last
         if dof < a.shape[0]:
             self.task.apply_action(self._last_action[dof:], self._ee)
         self.step_joint_target(target, filtered=False)

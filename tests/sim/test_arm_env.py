@@ -133,3 +133,13 @@ def test_control_period_sets_the_physics_substeps(make_env):
         PyBulletWorld(control_period=0.05, timestep=0.03)
     with pytest.raises(ConfigError, match="control_period: expected > 0 s, got 0"):
         PyBulletWorld(control_period=0)
+
+
+def test_non_finite_actions_never_reach_the_motors(make_env):
+    env = make_env()
+    env.reset(seed=0)
+    q0, _ = env.unwrapped.joint_state
+    obs, *_ = env.step(np.array([np.nan, np.inf, -np.inf, 0, 0, 0, 0], dtype=np.float32))
+    q1, _ = env.unwrapped.joint_state
+    assert np.all(np.isfinite(obs)) and np.all(np.isfinite(q1))
+    assert np.abs(q1 - q0).max() < 0.2
