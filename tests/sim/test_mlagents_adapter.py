@@ -85,6 +85,14 @@ def test_single_agent_gymnasium_env(scenario):
     assert scenario["single_dones"] == 2  # 12 steps standing still, truncated every 5
 
 
+def test_behavior_specs_map_to_spaces(scenario):
+    assert scenario["hybrid_obs_space"] == ("Dict('camera': Box(0.0, 1.0, (84, 84, 3), float32), "
+                                            "'vector': Box(-inf, inf, (5,), float32))")
+    assert scenario["hybrid_act_space"] == ("Dict('continuous': Box(-1.0, 1.0, (2,), float32), "
+                                            "'discrete': MultiDiscrete([3 2]))")
+    assert scenario["discrete_act_space"] == "MultiDiscrete([4])"
+
+
 def test_adapter_refuses_a_process_with_the_fast_protobuf():
     code = ("import google.protobuf.message\n"
             "from google.protobuf.internal import api_implementation\n"

@@ -247,6 +247,17 @@ def _drive(env, peer, result, obs, info, port):
     peer1.join(timeout=30)
     result.update(single_obs_shape=list(o.shape), single_dones=dones, single_peer_closed=peer1.closed_by_python,
                   single_peer_error=peer1.error)
+
+    # Spec mapping for what the point-mass peer does not send: a camera + vector sensor, hybrid actions.
+    from mlagents_envs.base_env import ActionSpec, BehaviorSpec, DimensionProperty, ObservationSpec, ObservationType
+
+    from sim.mlagents_adapter import action_space_of, observation_space_of
+
+    none = DimensionProperty.NONE
+    spec = BehaviorSpec([ObservationSpec((84, 84, 3), (none,) * 3, ObservationType.DEFAULT, "camera"),
+                         ObservationSpec((5,), (none,), ObservationType.DEFAULT, "vector")], ActionSpec(2, (3, 2)))
+    result.update(hybrid_obs_space=str(observation_space_of(spec)), hybrid_act_space=str(action_space_of(spec)),
+                  discrete_act_space=str(action_space_of(BehaviorSpec(spec.observation_specs, ActionSpec(0, (4,))))))
     return result
 
 
