@@ -23,7 +23,8 @@ NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
 """Every node the package installs (one console script each)."""
 LIFECYCLE = ("safety", "policy")
 """The nodes that command the robot: lifecycle nodes, configured then activated in this order."""
-PARAMS_FILE = os.path.join("config", "bringup.yaml")
+PARAMS_FILE = "config/bringup.yaml"
+"""The one parameter file, relative to the package share."""
 OVERRIDES = {"bundle": ("perception", "policy"), "record": ("experience_bridge",)}
 """Launch arguments that, when not empty, override one parameter of these nodes."""
 

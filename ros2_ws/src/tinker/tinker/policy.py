@@ -61,6 +61,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         self.last_error = ""
         self._q: OrderedDict[int, np.ndarray] = OrderedDict()
         self._q_latest: np.ndarray | None = None
+        self._waiting: tuple[int, Float32MultiArray] | None = None
         self._episode = None
         self._version = None
         self._subs, self._pubs, self._srvs = [], [], []
@@ -176,9 +177,13 @@ class PolicyNode(NodeRuntime, LifecycleNode):
             self._refuse(e)
             return
         self._q_latest = q
-        self._q[stamp_ns(msg.header)] = q
+        stamp = stamp_ns(msg.header)
+        self._q[stamp] = q
         while len(self._q) > 8:
             self._q.popitem(last=False)
+        if self._waiting is not None and self._waiting[0] == stamp:
+            msg, self._waiting = self._waiting[1], None
+            self._on_features(msg)  # its features came first: run it now, with this cycle's pose
 
     def _refuse(self, err: Exception) -> None:
         self.rejected += 1
@@ -192,9 +197,10 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         try:
             feats, meta = read_array(msg, None, "policy.features")
             stamp = int(meta.get("stamp_ns", 0))
-            q = self._q.get(stamp, self._q_latest)
-            if q is None:
-                raise ValidationError("policy.joint_states", "a joint state before the first features", "none")
+            q = self._q.get(stamp)
+            if q is None:  # the chain needs this cycle's measured pose: wait for its JointState
+                self._waiting = (stamp, msg)
+                return
             raw = self.runner(feats.astype(np.float32), meta.get("perception_sha256", ""))
         except ValidationError as e:
             self._refuse(e)
