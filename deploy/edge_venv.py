@@ -46,7 +46,22 @@ def _run(cmd: list[str], where: str, timeout: float = 900, **kw) -> None:
 
 
 def ensure_edge_venv(log: Callable[[str], None] = print, reinstall_project: bool = True) -> Path:
-    """The edge venv's python, with the current tinker source installed (``--no-deps``)."""
+    """The edge venv's python, with the current tinker source installed (``--no-deps``).
+
+    Serialized with a file lock: concurrent test runs share the cached venv."""
+    import fcntl
+
+    lock = venv_dir().parent / ".edge-venv.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            return _ensure(log, reinstall_project)
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _ensure(log: Callable[[str], None], reinstall_project: bool) -> Path:
     venv = venv_dir()
     py = venv / "bin" / "python"
     pins = edge_pins()

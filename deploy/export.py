@@ -110,6 +110,28 @@ def generate_obs(spec: AnySpec, n: int = N_RECORDED, seed: int = 0) -> np.ndarra
     return {k: one(v) for k, v in spec.items()} if isinstance(spec, DictSpec) else one(spec)
 
 
+def record_observations(env: Any, parts: Mapping[str, nn.Module] | nn.Module, n: int = N_RECORDED,
+                        seed: int = 0) -> np.ndarray | dict[str, np.ndarray]:
+    """``n`` observations met by the deterministic policy itself in a gymnasium ``env`` (resets
+    included): the states the deployed model will see, for the parity checks."""
+    policy = parts if isinstance(parts, nn.Module) else (
+        parts.get("policy") or _Composed(parts["perception"], parts["actor"]))
+    policy.eval()
+    seen: list[Any] = []
+    obs, _ = env.reset(seed=seed)
+    with torch.no_grad():
+        while len(seen) < n:
+            seen.append(obs)
+            batch = {k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, Mapping) else np.asarray(obs)[None]
+            action = policy(_to_torch(batch))[0].numpy()
+            obs, _r, terminated, truncated, _info = env.step(action)
+            if terminated or truncated:
+                obs, _ = env.reset()
+    if isinstance(seen[0], Mapping):
+        return {k: np.stack([np.asarray(o[k]) for o in seen]) for k in seen[0]}
+    return np.stack([np.asarray(o) for o in seen])
+
+
 # -- checks ------------------------------------------------------------------------------------
 def _control_flow_problems(caught: list[warnings.WarningMessage]) -> list[str]:
     out = []

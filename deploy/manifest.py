@@ -71,10 +71,10 @@ class Term:
     """number of scalars this term contributes (per history step)"""
     unit: str = ""
     """physical unit before scaling, e.g. ``rad``, ``rad/s``, ``m``"""
-    scale: float = 1.0
-    """network value = (raw - offset) * scale"""
-    offset: float = 0.0
-    """subtracted before scaling"""
+    scale: float | list[float] = 1.0
+    """network value = (raw - offset) * scale; one number or one per element"""
+    offset: float | list[float] = 0.0
+    """subtracted before scaling; one number or one per element"""
     frame: str = ""
     """coordinate frame for spatial terms (``base_link``, ``world``); empty if none"""
     history: int = 1
@@ -87,6 +87,14 @@ class Term:
             raise BundleError(f"term {self.name!r}: size must be >= 0 and history >= 1, "
                               f"got size={self.size}, history={self.history}")
         self.size, self.history = int(self.size), int(self.history)
+        for k in ("scale", "offset"):
+            v = getattr(self, k)
+            if isinstance(v, (list, tuple)):
+                if len(v) != self.size:
+                    raise BundleError(f"term {self.name!r}: {k} has {len(v)} values for size {self.size}")
+                setattr(self, k, [float(x) for x in v])
+            else:
+                setattr(self, k, float(v))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Term":

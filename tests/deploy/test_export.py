@@ -115,3 +115,17 @@ def test_unfolded_normalization_is_folded_into_the_graph(tmp_path):
         ref = module(torch.from_numpy(np.clip((x - mean) / std, -5, 5).astype(np.float32))).numpy()
     assert np.max(np.abs(OnnxPolicy.from_bundle(path)(x) - ref)) < 1e-5
     assert load_bundle(path).manifest.normalization["folded"] is True
+
+
+def test_observations_are_recorded_from_the_policy_in_its_env():
+    gym = pytest.importorskip("gymnasium")
+    from deploy.export import record_observations
+    from deploy.reference_policies import MLPPolicy
+
+    env = gym.make("Pendulum-v1")  # truncates after 200 steps, so 300 steps include a reset
+    try:
+        obs = record_observations(env, MLPPolicy(3, 1, 32).eval(), n=300, seed=1)
+    finally:
+        env.close()
+    assert obs.shape == (300, 3) and obs.dtype == np.float32
+    assert len(np.unique(obs[:, 0])) > 200  # real trajectory states, not one repeated observation

@@ -39,7 +39,10 @@ def register(sub: Any) -> None:
     p.add_argument("--int8", action="store_true", help="also write policy.int8.onnx with an accuracy report")
     p.add_argument("--policy-version", type=int, default=0, help="version number stored in the manifest")
     p.add_argument("--recorded-obs", help="npz of observations for the parity check (key 'obs' or 'obs.<field>'); "
-                                          "default: generated within the observation spec")
+                                          "default: recorded by running the policy in its training env")
+    p.add_argument("--record-steps", type=int, default=256,
+                   help="observations to record in the env when --recorded-obs is not given (default 256; "
+                        "0 = generate them within the observation spec instead)")
     p.set_defaults(func=run)
 
 
@@ -55,10 +58,11 @@ def run(args: argparse.Namespace) -> int:
     except ImportError as e:
         raise TinkerError(f"the training install is needed to export (pip install 'tinker-rl[train]'): {e}") from e
     from deploy.bundle import unpack_recorded
-    from deploy.export import export_bundle
+    from deploy.export import export_bundle, record_observations
 
     algo = load_algorithm(args.checkpoint, device="cpu")
     meta = algo.export_metadata()
+    parts = algo.deployable_parts()
     recorded = None
     if args.recorded_obs:
         from pathlib import Path
@@ -66,7 +70,20 @@ def run(args: argparse.Namespace) -> int:
         from tinker_core.spec import spec_from_dict
 
         recorded, _ = unpack_recorded(Path(args.recorded_obs), spec_from_dict(meta["obs_spec"]))
-    out = export_bundle(algo.deployable_parts(), meta, args.output, recorded_obs=recorded, tolerance=args.tolerance,
+    elif args.record_steps > 0 and meta.get("env_id"):
+        import gymnasium as gym
+
+        try:
+            env = gym.make(meta["env_id"])
+        except Exception as e:  # an env that cannot be made here: fall back to generated observations
+            print(f"cannot make env {meta['env_id']!r} to record observations ({e}); generating them instead")
+        else:
+            try:
+                recorded = record_observations(env, parts, args.record_steps)
+                print(f"recorded {args.record_steps} observations of the policy in {meta['env_id']}")
+            finally:
+                env.close()
+    out = export_bundle(parts, meta, args.output, recorded_obs=recorded, tolerance=args.tolerance,
                         policy_version=args.policy_version, quantize=args.int8)
     print(f"exported {args.checkpoint} -> {out}")
     return 0
