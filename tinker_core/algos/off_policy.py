@@ -1,0 +1,189 @@
+"""`OffPolicyAlgorithm`: replay-buffer collection shared by SAC and DQN; subclasses add ``_train_step``.
+
+Three ways in, one update: ``learn`` (own env), ``forward(transition)`` (pipeline learner) and
+``train_on_batch(batch)`` (the separate learner process with its own replay).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+import torch
+
+from tinker_core.algos.base import AlgoConfig, Algorithm
+from tinker_core.algos.buffers import ReplayBuffer, ReplaySamples
+from tinker_core.errors import ConfigError
+from tinker_core.transition import Transition, TransitionBatch
+
+
+@dataclass
+class OffPolicyConfig(AlgoConfig):
+    buffer_size: int = 1_000_000
+    """Replay capacity in transitions."""
+    learning_starts: int = 100
+    """Env steps of uniformly random actions before the first update."""
+    batch_size: int = 256
+    """Minibatch size of each gradient step."""
+    tau: float = 0.005
+    """Polyak coefficient of the target-network update (1.0 = hard copy)."""
+    train_freq: int = 1
+    """Train every this many env steps (per env)."""
+    gradient_steps: int = 1
+    """Gradient steps each time training is due."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name}: expected >= 1, got {getattr(self, name)}")
+        if not 0.0 < self.tau <= 1.0:
+            raise ConfigError(f"tau: expected 0 < tau <= 1, got {self.tau}")
+        if self.learning_starts < 0:
+            raise ConfigError(f"learning_starts: expected >= 0, got {self.learning_starts}")
+
+
+class OffPolicyAlgorithm(Algorithm):
+    config: OffPolicyConfig
+
+    def __init__(self, env_or_specs: Any, config: OffPolicyConfig | None = None, **kw: Any):
+        super().__init__(env_or_specs, config, **kw)
+        c = self.config
+        act_shape = () if self.discrete else self.action_spec.shape
+        self.replay = ReplayBuffer(c.buffer_size, self.obs_spec, act_shape, self.discrete, self.device)
+
+    # -- subclass -----------------------------------------------------------------------------------
+    def _train_step(self, s: ReplaySamples, weights: torch.Tensor | None = None) -> torch.Tensor:
+        """One gradient step; returns |TD error| per sample (for priorities)."""
+        raise NotImplementedError
+
+    def _sample(self) -> tuple[ReplaySamples, torch.Tensor | None, Any]:
+        return self.replay.sample(self.config.batch_size, self.gen), None, None
+
+    def _after_train(self, idx: Any, td: torch.Tensor) -> None:
+        pass
+
+    def _on_added(self, start: int, n: int) -> None:
+        pass
+
+    # -- shared -------------------------------------------------------------------------------------
+    def _buffer_action(self, env_action: np.ndarray) -> np.ndarray:
+        if self.discrete:
+            return np.asarray(env_action, dtype=np.int64) - self.action_offset
+        low, high = self.action_spec.low, self.action_spec.high
+        return (2.0 * (np.asarray(env_action, dtype=np.float64) - low) / (high - low) - 1.0).astype(np.float32)
+
+    def _random_actions(self, n: int) -> np.ndarray:
+        if self.discrete:
+            return (self.np_rng.integers(0, self.n_actions, size=n) + self.action_offset).astype(self.action_spec.dtype)
+        low, high = self.action_spec.low, self.action_spec.high
+        return self.np_rng.uniform(low, high, size=(n, *self.action_spec.shape)).astype(self.action_spec.dtype)
+
+    def _train_due(self) -> bool:
+        c = self.config
+        steps = self.num_timesteps // c.n_envs
+        return self.num_timesteps > c.learning_starts and steps % c.train_freq == 0
+
+    def _train(self, gradient_steps: int) -> None:
+        for _ in range(gradient_steps):
+            s, w, idx = self._sample()
+            self._last_batch_rewards = s.rewards
+            td = self._train_step(s, w)
+            self._after_train(idx, td)
+
+    def _add(self, obs: Any, env_actions: np.ndarray, rewards: np.ndarray, next_obs: Any, terminated: np.ndarray) -> None:
+        if self.obs_norm is not None:
+            obs, next_obs = self.obs_norm.normalize_np(obs), self.obs_norm.normalize_np(next_obs)
+        start = self.replay.pos
+        self.replay.add(obs, self._buffer_action(env_actions), rewards, next_obs, terminated)
+        self._on_added(start, len(rewards))
+
+    def _iteration(self) -> None:
+        c, vec = self.config, self.vec_env
+        obs = self._last_obs
+        if self.num_timesteps < c.learning_starts:
+            actions = self._random_actions(vec.n)  # type: ignore[union-attr]
+        else:
+            with torch.no_grad():
+                actions = self._act(self._obs_to_tensor(obs), deterministic=False)
+        if self.obs_norm is not None:
+            self.obs_norm.rms.update(np.asarray(obs))
+        next_obs, rew, term, trunc, final = vec.step(actions)  # type: ignore[union-attr]
+        real_next = next_obs
+        if any(f is not None for f in final):
+            real_next = {k: v.copy() for k, v in next_obs.items()} if isinstance(next_obs, dict) else next_obs.copy()
+            for i, f in enumerate(final):
+                if f is not None:
+                    if isinstance(real_next, dict):
+                        for k in real_next:
+                            real_next[k][i] = f[k]
+                    else:
+                        real_next[i] = f
+        self._add(obs, actions, rew, real_next, term)
+        self._last_obs = next_obs
+        self.num_timesteps += vec.n  # type: ignore[union-attr]
+        if self._train_due():
+            self._train(c.gradient_steps)
+
+    # -- the pipeline learner -----------------------------------------------------------------------
+    def forward(self, t: Transition) -> dict | None:
+        """Store one transition; train when due. Returns metrics after an update, else None."""
+        if t.next_obs is None:
+            raise ConfigError(f"{type(self).__name__}.forward: the transition needs next_obs for bootstrapping")
+        batch = lambda x: ({k: np.asarray(v)[None] for k, v in x.items()} if isinstance(x, Mapping)
+                           else np.asarray(x)[None])
+        if self.obs_norm is not None:
+            self.obs_norm.rms.update(batch(t.obs))
+        self._add(batch(t.obs), np.asarray(t.action)[None], np.array([t.reward], dtype=np.float32),
+                  batch(t.next_obs), np.array([t.terminated]))
+        self.num_timesteps += 1
+        if self.num_timesteps > self.config.learning_starts and self.num_timesteps % self.config.train_freq == 0:
+            self._train(self.config.gradient_steps)
+            return {k: float(v) for k, v in self._metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
+        return None
+
+    # -- the external learner -----------------------------------------------------------------------
+    def train_on_batch(self, batch: TransitionBatch, weights: np.ndarray | None = None) -> dict:
+        """One gradient step on a batch from an external replay (env-unit actions, raw obs).
+        Returns float metrics plus ``"td_errors"`` (np.ndarray, |TD| per sample) for priority updates."""
+        if batch.next_obs is None:
+            raise ConfigError("train_on_batch: batch.next_obs is required")
+        self.input_spec.check(batch, "train_on_batch.batch")  # type: ignore[union-attr]
+        obs, nxt = batch.obs, batch.next_obs
+        if self.obs_norm is not None:
+            obs, nxt = self.obs_norm.normalize_np(obs), self.obs_norm.normalize_np(nxt)
+
+        def tens(x: Any) -> Any:
+            if isinstance(x, Mapping):
+                return {k: torch.as_tensor(np.asarray(v), device=self.device) for k, v in x.items()}
+            t = torch.as_tensor(np.asarray(x), device=self.device)
+            return t.float() if t.dtype == torch.float64 else t
+
+        act = torch.as_tensor(self._buffer_action(batch.action), device=self.device)
+        s = ReplaySamples(tens(obs), act, tens(nxt),
+                          torch.as_tensor(np.asarray(batch.reward, dtype=np.float32), device=self.device),
+                          torch.as_tensor(np.asarray(batch.terminated, dtype=np.float32), device=self.device))
+        w = None if weights is None else torch.as_tensor(np.asarray(weights, dtype=np.float32), device=self.device)
+        td = self._train_step(s, w)
+        self._last_batch_rewards = np.asarray(batch.reward)
+        out: dict[str, Any] = {k: float(v) for k, v in self._metrics.items()
+                               if isinstance(v, torch.Tensor) and v.numel() == 1}
+        out["td_errors"] = td.detach().cpu().numpy()
+        out["num_updates"] = self.num_updates
+        return out
+
+    # -- checkpoint ---------------------------------------------------------------------------------
+    def _replay_tensors(self) -> dict[str, np.ndarray]:
+        return self.replay.tensors() if len(self.replay) else {}
+
+    def _load_replay(self, tensors: Mapping[str, np.ndarray]) -> None:
+        self.replay.load(tensors)
+
+    def _diagnose(self, m: dict[str, float]) -> None:
+        r = getattr(self, "_last_batch_rewards", None)
+        if r is not None:
+            self.diagnostics.rewards(r.detach().cpu().numpy() if isinstance(r, torch.Tensor) else r)
+        g = {k[len("grad_norm/"):]: v for k, v in m.items() if k.startswith("grad_norm/")}
+        if g:
+            self.diagnostics.grad_norms(g)

@@ -1,0 +1,175 @@
+"""SAC (Haarnoja et al. 2018): twin critics (one batched ensemble), target critics by Polyak
+averaging, automatic entropy tuning. Defaults are Stable-Baselines3's, which RL Zoo tunes per env
+(configs/sac_pendulum.yaml)."""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from tinker_core.algos.base import make_adam
+from tinker_core.algos.buffers import ReplaySamples
+from tinker_core.algos.networks import EnsembleQ, ScaledTanhHead, SquashedGaussianActor
+from tinker_core.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
+from tinker_core.amp import ModulePrecision
+from tinker_core.errors import ConfigError
+from tinker_core.nn import build_perception
+
+
+@dataclass
+class SACConfig(OffPolicyConfig):
+    ent_coef: str = "auto"
+    """'auto' (learned, starting at 1.0), 'auto_X' (learned, starting at X) or a fixed number as a string."""
+    target_entropy: float | None = None
+    """Entropy target of the automatic tuning (None: -action_dim)."""
+    target_update_interval: int = 1
+    """Gradient steps between two target-critic updates."""
+    n_critics: int = 2
+    """Critics in the ensemble; the target takes their minimum."""
+    critic_precision: str = "fp32"
+    """Critic compute precision: fp32, bf16, fp16 (CUDA) or auto (fp16 on CUDA, bf16 on CPU); the actor stays fp32."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.ent_coef = str(self.ent_coef)
+        if not self.ent_coef.startswith("auto"):
+            try:
+                v = float(self.ent_coef)
+            except ValueError:
+                raise ConfigError(f"ent_coef: expected 'auto', 'auto_X' or a number, got {self.ent_coef!r}") from None
+            if v < 0:
+                raise ConfigError(f"ent_coef: expected >= 0, got {v}")
+        if self.n_critics < 1:
+            raise ConfigError(f"n_critics: expected >= 1, got {self.n_critics}")
+
+
+class SAC(OffPolicyAlgorithm):
+    """Soft Actor-Critic for continuous actions."""
+
+    algo_name = "sac"
+    config_class = SACConfig
+    supports_discrete = False
+    config: SACConfig
+
+    def _build_networks(self) -> None:
+        c = self.config
+        self.act_dim = int(np.prod(self.action_spec.shape))
+        self.actor_perception = build_perception(self.obs_spec, c.perception)
+        self.critic_perception = build_perception(self.obs_spec, c.perception)
+        self.actor = SquashedGaussianActor(self.actor_perception.features_dim, c.net_arch, self.act_dim, c.activation)
+        self.critic = EnsembleQ(c.n_critics, self.critic_perception.features_dim + self.act_dim, c.net_arch, c.activation)
+        self.critic_perception_target = copy.deepcopy(self.critic_perception)
+        self.critic_target = copy.deepcopy(self.critic)
+        for p in list(self.critic_target.parameters()) + list(self.critic_perception_target.parameters()):
+            p.requires_grad_(False)
+        self.auto_ent = c.ent_coef.startswith("auto")
+        init = float(c.ent_coef.split("_")[1]) if "_" in c.ent_coef else 1.0
+        self.log_ent_coef = nn.Parameter(torch.tensor([math.log(init if self.auto_ent else max(float(c.ent_coef), 1e-30))]),
+                                         requires_grad=self.auto_ent)
+        self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
+
+    def _build_optimizers(self) -> None:
+        c = self.config
+        self.actor_params = list(self.actor_perception.parameters()) + list(self.actor.parameters())
+        self.critic_params = list(self.critic_perception.parameters()) + list(self.critic.parameters())
+        self.actor_opt = make_adam(self.actor_params, c.learning_rate)
+        self.critic_opt = make_adam(self.critic_params, c.learning_rate)
+        self.ent_opt = make_adam([self.log_ent_coef], c.learning_rate) if self.auto_ent else None
+        self._target_src = self.critic_params
+        self._target_dst = list(self.critic_perception_target.parameters()) + list(self.critic_target.parameters())
+        self.critic_amp = ModulePrecision("critic", c.critic_precision, self.device)
+
+    def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor": self.actor_opt, "critic": self.critic_opt, "ent_coef": self.ent_opt}  # type: ignore[dict-item]
+
+    def _settable(self) -> dict[str, Callable[[float], None]]:
+        return {"lr": self.set_learning_rate, "ent_coef": self.set_ent_coef}
+
+    def set_ent_coef(self, value: float) -> None:
+        """Fix the entropy coefficient at ``value`` (turns automatic tuning off)."""
+        with torch.no_grad():
+            self.log_ent_coef.fill_(math.log(max(value, 1e-30)))
+        self.auto_ent = False
+        self.config.ent_coef = repr(float(value))
+
+    def _act(self, obs: Any, deterministic: bool) -> np.ndarray:
+        feat = self.actor_perception(obs)
+        a = self.actor.deterministic(feat) if deterministic else self.actor.sample(feat, self.gen)[0]
+        return self._env_action(self._scale_action(a))
+
+    def _train_step(self, s: ReplaySamples, weights: torch.Tensor | None = None) -> torch.Tensor:
+        c = self.config
+        feat = self.actor_perception(s.obs)
+        a_pi, logp_pi = self.actor.sample(feat, self.gen)
+        if self.auto_ent:
+            ent_coef = self.log_ent_coef.detach().exp()
+            ent_loss = -(self.log_ent_coef * (logp_pi.detach() + self.target_entropy)).mean()
+            self.ent_opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+            ent_loss.backward()
+            self.ent_opt.step()  # type: ignore[union-attr]
+        else:
+            ent_coef = self.log_ent_coef.detach().exp()
+        with torch.no_grad():
+            next_a, next_logp = self.actor.sample(self.actor_perception(s.next_obs), self.gen)
+            with self.critic_amp.autocast():
+                tq = self.critic_target(self.critic_perception_target(s.next_obs), next_a)
+            next_q = tq.float().min(0).values - ent_coef * next_logp
+            target = s.rewards + (1.0 - s.dones) * c.gamma * next_q
+        with self.critic_amp.autocast():
+            cfeat = self.critic_perception(s.obs)
+            q = self.critic(cfeat, s.actions).float()
+        td = q - target
+        per = td.square() if weights is None else td.square() * weights
+        critic_loss = 0.5 * per.mean(1).sum()
+        self.critic_amp.step(critic_loss, self.critic_opt, self.critic_params)
+        crit_grad = self._grad_norm(self.critic_params)
+        # actor: gradients flow to the actions only (critic weights detached, critic not re-stepped)
+        q_pi = self.critic(cfeat.detach(), a_pi, detach_params=True).min(0).values
+        actor_loss = (ent_coef * logp_pi - q_pi).mean()
+        self.actor_opt.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_opt.step()
+        self.num_updates += 1
+        if self.num_updates % c.target_update_interval == 0:
+            with torch.no_grad():
+                torch._foreach_lerp_(self._target_dst, self._target_src, c.tau)
+        self._metrics = {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
+                         "ent_coef": ent_coef.squeeze(), "entropy": -logp_pi.detach().mean(),
+                         "q_mean": q.detach().mean()}
+        if crit_grad is not None:
+            self._metrics["grad_norm/critic"] = crit_grad
+            self._metrics["grad_norm/actor"] = self._grad_norm(self.actor_params)
+        return td.detach().abs().max(0).values
+
+    def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor | None:
+        """Global gradient norm, measured every 50th update (diagnostics need no more)."""
+        if self.num_updates % 50:
+            return None
+        g = [p.grad for p in params if p.grad is not None]
+        return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(g))) if g else torch.zeros(())
+
+    def _diagnose(self, m: dict[str, float]) -> None:
+        super()._diagnose(m)
+        if "entropy" in m:
+            # a squashed Gaussian with std ~ 1e-3 per dimension: effectively deterministic
+            self.diagnostics.entropy(m["entropy"], floor=-7.0 * self.act_dim)
+
+    def _actor_net(self) -> nn.Module:
+        return nn.ModuleDict({"perception": self.actor_perception, "actor": self.actor})
+
+    def _deploy_modules(self) -> tuple[nn.Module, nn.Module]:
+        return self.actor_perception, ScaledTanhHead(self.actor, self.act_low, self.act_high)
+
+    def _extra_state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        return {"auto_ent": self.auto_ent, "critic_amp": self.critic_amp.state()}, {}
+
+    def _load_extra_state(self, meta: dict, tensors: Any) -> None:
+        self.auto_ent = bool(meta.get("auto_ent", self.auto_ent))
+        if "critic_amp" in meta:
+            self.critic_amp.load_state(meta["critic_amp"])

@@ -1,0 +1,10 @@
+"""Perception modules: observation -> feature vector, each a `TorchModule` with specs, ONNX-exportable."""
+
+from tinker_core.nn.base import PerceptionModule
+from tinker_core.nn.encoders import (
+    ENCODERS, CrossModalFusion, DepthwiseEncoder, DictConcat, Flatten, JointMLP, LSTMEncoder, NatureCNN,
+    TemporalCNN, build_perception, mlp,
+)
+
+__all__ = ["PerceptionModule", "ENCODERS", "CrossModalFusion", "DepthwiseEncoder", "DictConcat", "Flatten",
+           "JointMLP", "LSTMEncoder", "NatureCNN", "TemporalCNN", "build_perception", "mlp"]
