@@ -83,3 +83,21 @@ def test_bad_session_settings_are_config_errors():
         OnnxPolicyConfig(threads=0)
     with pytest.raises(ConfigError, match="optimization"):
         OnnxPolicyConfig(optimization="max")
+
+
+def test_onnx_policy_runs_in_the_pipeline_like_a_torch_policy(tmp_path):
+    gym = pytest.importorskip("gymnasium")
+    from tinker_core.pipeline import Pipeline
+    from tinker_core.spec import spec_from_space
+
+    from deploy.export import export_bundle
+    from deploy.reference_policies import MLPPolicy
+
+    env = gym.make("Pendulum-v1")
+    obs_spec = spec_from_space(env.observation_space)
+    meta = {"obs_spec": obs_spec, "action_spec": Spec((1,), "float32", -1.0, 1.0)}  # tanh output
+    path = export_bundle(MLPPolicy(3, 1, 32).eval(), meta, tmp_path / "pendulum.onnx", log=lambda _m: None)
+    policy = OnnxPolicy.from_bundle(path)
+    stats = Pipeline(validate=True).connect(env, None, policy).run(50)
+    assert stats.steps == 50
+    env.close()
