@@ -153,8 +153,13 @@ def ray_local():
     import ray
 
     tmp = tempfile.mkdtemp(prefix="rt", dir="/tmp")
-    ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tmp, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}})
+    kw = dict(num_cpus=2, include_dashboard=False, _temp_dir=tmp, log_to_driver=False,
+              runtime_env={"env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}})
+    try:
+        ray.init(**kw)
+    except Exception:  # Ray gives its raylet a fixed 30 s to register; on a loaded machine, try once more
+        ray.shutdown()
+        ray.init(**kw)
     yield ray
     ray.shutdown()
 

@@ -3,11 +3,14 @@ without losing acknowledged transitions; a sender never blocks and reconnects on
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
 import numpy as np
 
+from tinker_core.cli.learner import make_env
+from tinker_core.learner import DistributedTrainer
 from tinker_core.replay import ReplayBuffer
 from tinker_core.transport import TransitionSender
 
@@ -66,6 +69,18 @@ def test_ctl_kill9_restart_resume_and_reconnect(learner_factory, pendulum, tmp_p
     for t in later[150:]:
         bridge.send(t)
     st = lp.wait(lambda s: s["ingested"]["sim"] >= 500 + 150 and s["updates"] > ckpt_updates)
+
+    # the local backend (same worker code as the Ray actors, on threads here) feeds the restarted learner
+    # and, in sync mode, acts with parameters the learner sent after its restart
+    before = lp.status()["ingested"]["sim"]
+    env_factory = functools.partial(make_env, "Pendulum-v1")
+    with DistributedTrainer(env_factory, lp.cfg["transitions_endpoint"], lp.cfg["params_endpoint"],
+                            lp.cfg["control_endpoint"], backend="local", num_workers=2, sync="sync",
+                            worker_cache_size=50, param_sync_every=100) as trainer:
+        out = trainer.run(total_steps=400, steps_per_round=100, wait_timeout_s=60)
+    assert out["steps"] == 400 and out["dropped"] == 0 and out["rounds"] == 2
+    assert all(v is not None for v in out["param_versions"])
+    lp.wait(lambda s: s["ingested"]["sim"] == before + 400)
 
     # every acknowledged transition is in the restored replay: count them by their ids
     rep = lp.ctl("checkpoint")

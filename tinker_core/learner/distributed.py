@@ -15,6 +15,7 @@ pick up the newest parameters every ``param_sync_every`` env steps. ``update_int
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -116,7 +117,7 @@ class DistributedTrainer:
                           ).remote(**a)
             for i, a in enumerate(args)]
 
-    def _configure_learner(self) -> None:
+    def _configure_learner(self, timeout_s: float = 180.0) -> None:
         if self.control_endpoint is None:
             return
         from tinker_core.transport import ControlClient
@@ -124,7 +125,7 @@ class DistributedTrainer:
         values: dict[str, Any] = {"param_sync_every": self.config.param_sync_every}
         if self.config.update_interval is not None:
             values["update_interval"] = self.config.update_interval
-        cli = ControlClient(self.control_endpoint, timeout_ms=10_000)
+        cli = ControlClient(self.control_endpoint, timeout_ms=int(timeout_s * 1000))  # the learner may still be starting
         try:
             rep = cli.request({"cmd": "set", "values": values})
         finally:
@@ -147,19 +148,23 @@ class DistributedTrainer:
             self.start()
         per_worker = max(1, int(total_steps) // self.config.num_workers)
         rounds = []
+        times = []
+        t0 = time.monotonic()
         if self.config.sync == "sync":
             done = 0
             first = True
             while done < per_worker:
                 n = min(steps_per_round, per_worker - done)
                 rounds.append(self._call_all("collect", n, wait_newer=not first, wait_timeout_s=wait_timeout_s))
+                times.append(round(time.monotonic() - t0, 2))
                 done += n
                 first = False
         else:
             rounds.append(self._call_all("collect", per_worker))
+            times.append(round(time.monotonic() - t0, 2))
         last = rounds[-1]
         return {"rounds": len(rounds), "steps": sum(s["steps"] for s in last), "sent": sum(s["sent"] for s in last),
-                "dropped": sum(s["dropped"] for s in last), "workers": last,
+                "dropped": sum(s["dropped"] for s in last), "workers": last, "round_end_s": times,
                 "param_versions": [s["param_version"] for s in last],
                 "episode_returns": [r for rs in rounds for s in rs for r in s["episode_returns"]]}
 

@@ -15,6 +15,7 @@ resumes the algorithm, the replay and the counters of the last checkpoint; what 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import queue
@@ -22,7 +23,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from tinker_core.errors import CheckpointError, ConfigError, TinkerError
 from tinker_core.learner.config import LearnerConfig, resolve_device
@@ -64,9 +65,9 @@ def algo_bytes(algo: Any) -> bytes:
         return pack({str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()})
 
 
-def algo_from_bytes(blob: bytes) -> Any:
-    """Inverse of `algo_bytes`: unpack into a temporary directory and load the algorithm from it."""
-    from tinker_core.algos import load_algorithm
+@contextlib.contextmanager
+def unpack_algo_dir(blob: bytes) -> Iterator[Path]:
+    """Unpack an `algo_bytes` blob into a temporary checkpoint directory (removed afterwards)."""
     from tinker_core.replay.codec import unpack
 
     files = unpack(blob)
@@ -77,6 +78,14 @@ def algo_from_bytes(blob: bytes) -> Any:
                 raise CheckpointError(f"parameter blob names a file outside its directory: {name!r}")
             (root / name).parent.mkdir(parents=True, exist_ok=True)
             (root / name).write_bytes(data)
+        yield root
+
+
+def algo_from_bytes(blob: bytes) -> Any:
+    """Inverse of `algo_bytes`: the algorithm, rebuilt from the packed checkpoint directory."""
+    from tinker_core.algos import load_algorithm
+
+    with unpack_algo_dir(blob) as root:
         return load_algorithm(root)
 
 

@@ -22,6 +22,12 @@ class RolloutWorker:
     def __init__(self, env_factory: Callable[[], Any], transitions_endpoint: str, params_endpoint: str,
                  worker_id: int = 0, cache_size: int = 256, param_sync_every: int = 100, seed: int = 0,
                  source: str = "sim", deterministic: bool = False):
+        import tinker_core.algos  # noqa: F401  (import torch now, not in the middle of the first round)
+
+        try:  # building an optimizer imports torch._dynamo (seconds); do it here rather than at the first load
+            import torch._dynamo  # noqa: F401
+        except ImportError:
+            pass
         from tinker_core.transport import TransitionSender, WeightsSubscriber
 
         self.env = env_factory()
@@ -44,9 +50,15 @@ class RolloutWorker:
         if msg is None:
             return False
         version, blobs, _meta = msg
-        from tinker_core.learner.server import algo_from_bytes
+        from tinker_core.learner.server import algo_from_bytes, unpack_algo_dir
 
-        self.algo = algo_from_bytes(blobs["algo"])
+        if self.algo is None:
+            self.algo = algo_from_bytes(blobs["algo"])
+        else:  # same networks: load the new weights in place instead of building a new algorithm
+            from tinker_core.algos.base import load_checkpoint_into
+
+            with unpack_algo_dir(blobs["algo"]) as root:
+                load_checkpoint_into(self.algo, root)
         self.param_version = version
         return True
 

@@ -1,0 +1,78 @@
+"""In-process pieces of the learner: the sim/real mix, config checks, and publishing only through the gate."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tinker_core.errors import ConfigError
+from tinker_core.learner import Learner, LearnerConfig, MixedReplay
+from tinker_core.replay import StorageConfig
+
+
+def test_mix_draws_the_configured_real_fraction(pendulum):
+    mix = MixedReplay(1000, 1000, real_fraction=0.25, prioritized=True, storage=StorageConfig(), seed=0)
+    for t in pendulum(100, source="sim") + pendulum(40, seed=1, source="real", start_seq=1000):
+        mix.add(t)
+    assert {k: len(b) for k, b in mix.buffers.items()} == {"sim": 100, "real": 40}
+    batch, weights, slots = mix.sample(64)
+    assert len(batch) == 64 and weights.shape == (64,)
+    assert len(slots["real"]) == 16 and len(slots["sim"]) == 48
+    mix.update_priorities(slots, np.ones(64))  # one TD error per sampled transition, split back per source
+    only_sim = MixedReplay(100, 100, real_fraction=0.5, prioritized=False, storage=StorageConfig())
+    for t in pendulum(10):
+        only_sim.add(t)
+    assert only_sim.split(8) == {"sim": 8, "real": 0}  # no real data yet: everything from simulation
+
+
+def test_config_errors_name_the_field():
+    with pytest.raises(ConfigError, match=r"LearnerConfig.real_fraction: expected 0..1, got 1.5"):
+        LearnerConfig(real_fraction=1.5)
+    with pytest.raises(ConfigError, match=r"LearnerConfig.device"):
+        LearnerConfig(device="tpu")
+
+
+@pytest.fixture
+def small_learner(tmp_path):
+    import socket
+
+    def port() -> str:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+    from tinker_core.cli.learner import make_algo, make_env
+
+    calls: list[int] = []
+
+    def publisher(algo, version: int) -> Path:
+        calls.append(version)
+        out = tmp_path / f"v{version}"
+        out.mkdir()
+        (out / "policy.bin").write_bytes(b"weights")
+        return out
+
+    cfg = LearnerConfig(transitions_endpoint=port(), weights_endpoint=port(), params_endpoint=port(),
+                        control_endpoint=port(), env_id="Pendulum-v1", gate_episodes=1,
+                        algo_kwargs={"net_arch": [16], "torch_threads": 1})
+    algo_factory = functools.partial(make_algo, "sac", "Pendulum-v1", None, cfg.algo_kwargs, "cpu", 0)
+    learner = Learner(cfg, algo_factory, publisher, functools.partial(make_env, "Pendulum-v1")).open()
+    yield learner, calls
+    learner.close(checkpoint=False)
+
+
+def test_bundles_are_published_only_after_the_gate_passes(small_learner):
+    learner, calls = small_learner
+    learner.config.gate_min_return = 1e9  # no policy reaches this: the gate must hold it back
+    gate = learner.command({"cmd": "publish"})["gate"]
+    assert not gate["passed"] and "mean return" in gate["reason"] and calls == []
+    assert learner.version == 0
+    learner.command({"cmd": "set", "values": {"gate_min_return": None}})
+    gate = learner.command({"cmd": "publish"})["gate"]
+    assert gate["passed"] and calls == [1] and learner.version == 1
+    assert learner.published[-1]["sha256"] and learner.published[-1]["version"] == 1
+    learner.env_factory = None  # without a gate env nothing can be published
+    assert not learner.try_publish()["passed"] and calls == [1]
