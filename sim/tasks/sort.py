@@ -61,6 +61,9 @@ class SortTask(Task):
                                    (0, -BIN_INNER_HALF - t, BIN_INNER_HALF, t)):
                 self.bin_parts.append(world.add_box((hx, hy, h), np.array([bx + dx, by + dy, z]) + base, rgba))
         self.objects: list[int] = []
+        self._shapes: dict[tuple[int, int], tuple[int, int]] = {}
+        self._parked: dict[tuple[int, int], list[int]] = {}
+        self._keys: list[tuple[int, int]] = []
         self.kinds = np.zeros(self.num_objects, dtype=int)
         self.grip_constraint: int | None = None
         self.held: int | None = None
@@ -86,10 +89,10 @@ class SortTask(Task):
 
     def reset(self, rng: np.random.Generator, params: DynamicsParams) -> None:
         self._release()
-        for body in self.objects:
-            self.world.remove(body)
+        self._park_objects()
         self.params = params
-        self._size = OBJECT_HALF * params.object_size_scale
+        size_key = int(round(params.object_size_scale * 100))  # shapes are cached per 1 % of size: bounded memory
+        self._size = OBJECT_HALF * size_key / 100
         self.kinds = rng.integers(0, NUM_KINDS, self.num_objects)
         if self.num_objects >= NUM_KINDS:  # at least one of each kind
             self.kinds[:NUM_KINDS] = rng.permutation(NUM_KINDS)
@@ -100,15 +103,45 @@ class SortTask(Task):
                 positions.append(xy)
         self.objects = []
         mass = OBJECT_MASS * params.object_mass_scale
+        c = self.world.client
         for kind, xy in zip(self.kinds, positions):
             pos = np.array([xy[0], xy[1], TABLE_TOP + self._size]) + self.robot.base_position
-            if kind == 0:
-                body = self.world.add_box((self._size,) * 3, pos, KIND_COLORS[0], mass=mass)
+            key = (int(kind), size_key)
+            parked = self._parked.get(key)
+            if parked:
+                body = parked.pop()
+                self.world.set_pose(body, pos)
             else:
-                body = self.world.add_cylinder(self._size, 2 * self._size, pos, KIND_COLORS[1], mass=mass)
-            p.changeDynamics(body, -1, lateralFriction=params.friction, physicsClientId=self.world.client)
+                col, vis = self._shape(*key)
+                body = p.createMultiBody(mass, col, vis, basePosition=pos.tolist(), physicsClientId=c)
+            p.changeDynamics(body, -1, mass=mass, lateralFriction=params.friction, physicsClientId=c)
             self.objects.append(body)
+            self._keys.append(key)
         self._refresh()
+
+    def _park_objects(self) -> None:
+        """Keep last episode's objects for reuse: static, under the floor (PyBullet leaks memory per new body)."""
+        c = self.world.client
+        for body, key in zip(self.objects, self._keys):
+            p.changeDynamics(body, -1, mass=0.0, physicsClientId=c)
+            self.world.set_pose(body, (0.0, 0.0, -2.0 - 0.1 * body))
+            self._parked.setdefault(key, []).append(body)
+        self.objects, self._keys = [], []
+
+    def _shape(self, kind: int, size_key: int) -> tuple[int, int]:
+        """(collision, visual) shape ids for a kind at a size, created once (PyBullet cannot free visual shapes)."""
+        key = (kind, size_key)
+        if key not in self._shapes:
+            c, h = self.world.client, OBJECT_HALF * size_key / 100
+            if kind == 0:
+                col = p.createCollisionShape(p.GEOM_BOX, halfExtents=[h] * 3, physicsClientId=c)
+                vis = p.createVisualShape(p.GEOM_BOX, halfExtents=[h] * 3, rgbaColor=KIND_COLORS[0], physicsClientId=c)
+            else:
+                col = p.createCollisionShape(p.GEOM_CYLINDER, radius=h, height=2 * h, physicsClientId=c)
+                vis = p.createVisualShape(p.GEOM_CYLINDER, radius=h, length=2 * h, rgbaColor=KIND_COLORS[1],
+                                          physicsClientId=c)
+            self._shapes[key] = (col, vis)
+        return self._shapes[key]
 
     # ---- suction ----------------------------------------------------------------------------------
     def apply_action(self, extra: np.ndarray, ee: np.ndarray) -> None:
