@@ -12,12 +12,22 @@ Three channels, each a pair of small classes:
 
 Wire format of a transition message (multipart)::
 
-    frame 0   msgpack header {"v": 1, "k": "t"|"b"|"m", "a": [[path, dtype, shape, lz4], ...], ...scalars, info}
-    frame 1.. one frame per array, in header order (raw bytes, or lz4 block if its flag is set)
+    frame 0   u32 n | msgpack layout [1, kind, [[path, dtype, shape, lz4, offset, size], ...]]
+              u32 m | msgpack scalars ([reward, terminated, truncated, info] or [infos])
+              pad to 8 | the small arrays, each 8-byte aligned at its offset
+    frame 1.. one frame per array of FRAME_MIN_BYTES (64 KiB) or more (offset -1), in layout order
 
-Arrays are handed to ZeroMQ without a Python-side copy (``copy=False``; pyzmq copies frames under
-64 KiB itself, where that is cheaper) and come back as read-only ``np.frombuffer`` views: copy one
-before writing into it. Do not mutate an array after ``send`` returns if it may still be queued.
+kind is ``t`` (a Transition), ``b`` (a TransitionBatch) or ``m`` (a stacked ``send_many`` batch
+the receiver hands out as single transitions again). The layout repeats from message to message,
+so the sender caches its bytes and the receiver parses and checks it once. Small arrays cost one
+memcpy into the first frame (cheaper than a frame of their own); big arrays (images) are handed to
+ZeroMQ as their own frames without a copy. Either way they come back as read-only
+``np.frombuffer`` views: copy one before writing into it, and do not mutate an array after ``send``
+returns if it may still be queued. With ``compress=True`` arrays of 512 bytes or more are lz4
+compressed when that makes them smaller (flag per array in the layout).
+
+Send many small transitions with ``send_many``: one message per ``batch`` transitions carries far
+more per second than one message each (see benchmarks/bus.py).
 
 CURVE: `curve_keypair` creates or reads z85 key files; a `CurveServer` on the binding side lists the
 client public keys it accepts (checked by a ZAP authenticator), a `CurveClient` names the server's
@@ -372,6 +382,44 @@ def _path_str(path: Any) -> str:
     return s + "".join(f"[{p!r}]" for p in parts[1:])
 
 
+_FLAT: dict = {}
+
+
+def _encode_flat(t: Transition) -> tuple[list, int] | None:
+    """The common case, fast: plain small arrays, no compression. Same bytes as the general path."""
+    o, a, n = t.obs, t.action, t.next_obs
+    if type(o) is not np.ndarray or type(a) is not np.ndarray or (n is not None and type(n) is not np.ndarray):
+        return None
+    key = (o.dtype, o.shape, a.dtype, a.shape, None if n is None else n.dtype, None if n is None else n.shape)
+    plan = _FLAT.get(key)
+    if plan is None:
+        enc = _Encoder(False)
+        enc.add("o", o)
+        enc.add("a", a)
+        if n is not None:
+            enc.add("n", n)
+        if enc.frames:
+            return None
+        lay = _packb([WIRE_VERSION, "t", enc.descs])
+        pads = [_PAD[-x.nbytes & 7] for x in (o, a, n if n is not None else a)]
+        plan = (_LEN.pack(len(lay)) + lay, len(lay), *pads)
+        if len(_FLAT) < _LAYOUT_CACHE:
+            _FLAT[key] = plan
+    if not (o.flags.c_contiguous and a.flags.c_contiguous and (n is None or n.flags.c_contiguous)):
+        return None
+    prefix, n_lay, p_o, p_a, p_n = plan
+    try:
+        sc = _packb([float(t.reward), bool(t.terminated), bool(t.truncated), t.info or None])
+    except (TypeError, ValueError, OverflowError) as e:
+        raise TransportError(f"cannot frame the message: {e}") from e
+    pad = _PAD[-(8 + n_lay + len(sc)) & 7]
+    if n is None:
+        first = b"".join((prefix, _LEN.pack(len(sc)), sc, pad, o, p_o, a, p_a))
+    else:
+        first = b"".join((prefix, _LEN.pack(len(sc)), sc, pad, o, p_o, a, p_a, n, p_n))
+    return [first], len(first)
+
+
 def encode(msg: Message, compress: bool = False, unstack: bool = False) -> tuple[list, int]:
     """Frames of one message and its byte count.
 
@@ -379,6 +427,10 @@ def encode(msg: Message, compress: bool = False, unstack: bool = False) -> tuple
     arrays of `FRAME_MIN_BYTES` or more follow as their own frames, handed to ZeroMQ without a copy.
     ``unstack`` marks a batch that the receiver hands out again as single transitions (``send_many``).
     """
+    if isinstance(msg, Transition) and not compress:
+        fast = _encode_flat(msg)
+        if fast is not None:
+            return fast
     enc = _Encoder(compress)
     if isinstance(msg, Transition):
         enc.add("o", msg.obs)
@@ -413,10 +465,14 @@ def _put(root: dict, path: Any, value: np.ndarray) -> None:
 
 
 class _Layout:
-    __slots__ = ("kind", "entries", "n_frames", "need")
+    __slots__ = ("kind", "entries", "n_frames", "need", "flat")
 
     def __init__(self, kind: str, entries: list, n_frames: int, need: int):
         self.kind, self.entries, self.n_frames, self.need = kind, entries, n_frames, need
+        paths = [e[0] for e in entries]
+        # A single transition of plain arrays in the first frame: decoded without building a tree.
+        self.flat = (kind == "t" and n_frames == 0 and not any(e[4] for e in entries)
+                     and paths in (["o", "a"], ["o", "a", "n"]))
 
 
 _LAYOUT_IN: dict[bytes, _Layout] = {}
@@ -474,6 +530,11 @@ def _arrays(frames: Sequence[Any]) -> tuple[str, Any, dict]:
     extra = frames[1:]
     if len(extra) != lay.n_frames:
         raise ValueError(f"message has {len(extra)} extra frames, its layout names {lay.n_frames}")
+    if lay.flat:
+        arrs = [np.frombuffer(first, dt, count, base + off) if flat else
+                np.frombuffer(first, dt, count, base + off).reshape(shape)
+                for _, dt, shape, count, _, off, _, flat in lay.entries]
+        return "flat", scalars, arrs
     fi = 0
     root: dict = {}
     for path, dt, shape, count, z, off, n, flat in lay.entries:
@@ -521,6 +582,12 @@ def _unstack(b: TransitionBatch) -> list[Transition]:
 def decode(frames: Sequence[Any]) -> list[Message]:
     """Inverse of `encode`; raises ValueError/TypeError/KeyError on anything malformed."""
     kind, sc, root = _arrays(frames)
+    if kind == "flat":
+        r, te, tr, info = sc
+        if info is not None and not isinstance(info, dict):
+            raise TypeError("info is not a dict")
+        return [Transition(root[0], root[1], float(r), bool(te), bool(tr), info or {},
+                           root[2] if len(root) == 3 else None)]
     if kind == "t":
         r, te, tr, info = sc
         if info is not None and not isinstance(info, dict):
@@ -619,7 +686,10 @@ class TransitionSender:
 
 
 class TransitionReceiver:
-    """PULL side for transitions. Malformed messages are counted in ``rejected`` and skipped."""
+    """PULL side for transitions. Malformed messages are counted in ``rejected`` and skipped.
+
+    Use one receiver from one thread (ZeroMQ sockets are not thread-safe).
+    """
 
     def __init__(self, endpoint: str, *, bind: bool = True, curve: CurveServer | CurveClient | None = None,
                  hwm: int = 10000, max_message_bytes: int = MAX_MESSAGE_BYTES):
@@ -727,6 +797,7 @@ class WeightsPublisher:
         self.bytes_sent = 0
         self.last_version: int | None = None
         self._last: bytes | None = None
+        self._lock = threading.Lock()  # ZeroMQ sockets are not thread-safe; publishing may come from several
 
     def publish(self, version: int, blobs: Mapping[str, bytes | np.ndarray], meta: Mapping[str, Any] | None = None) -> None:
         """Publish ``blobs`` (bytes or arrays) as ``version``; subscribers keep only the newest."""
@@ -759,17 +830,21 @@ class WeightsPublisher:
         return True
 
     def _send(self, frame: bytes) -> None:
-        try:
-            self._ep.sock.send(frame, flags=zmq.NOBLOCK, copy=False)
-        except zmq.Again:  # PUB never raises Again in practice; a full queue drops silently
-            return
-        except zmq.ZMQError as e:
-            raise TransportError(f"{self.endpoint}: publish failed: {e}") from None
-        self.published += 1
-        self.bytes_sent += len(frame)
+        with self._lock:
+            if self._ep.closed:
+                raise TransportError(f"{self.endpoint}: publisher is closed")
+            try:
+                self._ep.sock.send(frame, flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:  # PUB never raises Again in practice; a full queue drops silently
+                return
+            except zmq.ZMQError as e:
+                raise TransportError(f"{self.endpoint}: publish failed: {e}") from None
+            self.published += 1
+            self.bytes_sent += len(frame)
 
     def close(self) -> None:
-        self._ep._close(200)
+        with self._lock:
+            self._ep._close(200)
 
 
 class WeightsSubscriber:

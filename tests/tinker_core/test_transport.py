@@ -77,6 +77,26 @@ def test_round_trip(tmp_path, scheme, compress):
             assert s.bytes_sent < raw + 8 * _t(0).nbytes()
 
 
+def test_plain_array_transitions_round_trip():
+    # Plain (non-dict) observations take the sender's and receiver's fast path: same bytes, same result.
+    sent = [Transition(np.arange(12, dtype=np.float64).reshape(3, 4) * i, np.array([i, -i], np.int64), -0.5 * i,
+                       False, i == 2, {"i": i} if i else {}, None if i == 1 else np.full((3, 4), i, np.float64))
+            for i in range(3)]
+    sent.append(Transition(np.asfortranarray(np.ones((3, 4))), np.zeros(2, np.int64), 0.0, True))  # not C order
+    with TransitionReceiver("tcp://127.0.0.1:*") as r, TransitionSender(r.endpoint) as s:
+        assert all(s.send(t) for t in sent)
+        got = _recv_n(r, len(sent))
+    assert len(got) == len(sent)
+    for a, b in zip(sent, got):
+        np.testing.assert_array_equal(a.obs, b.obs)
+        np.testing.assert_array_equal(a.action, b.action)
+        assert b.action.dtype == np.int64 and b.obs.shape == (3, 4)
+        assert (a.reward, a.terminated, a.truncated, a.info) == (b.reward, b.terminated, b.truncated, b.info)
+        assert (b.next_obs is None) == (a.next_obs is None)
+        if a.next_obs is not None:
+            np.testing.assert_array_equal(a.next_obs, b.next_obs)
+
+
 def test_received_arrays_are_read_only_views():
     with TransitionReceiver("tcp://127.0.0.1:*") as r, TransitionSender(r.endpoint) as s:
         s.send(_t(0))
