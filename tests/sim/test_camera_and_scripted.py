@@ -62,7 +62,7 @@ def test_scripted_controller_also_copes_with_a_held_out_variant(make_env):
 def test_success_is_honest_no_action_rarely_succeeds(make_env):
     env = make_env()
     wins = 0
-    for ep in range(20):
+    for ep in range(10):
         env.reset(seed=2000 + ep)
         done = False
         while not done:
@@ -70,4 +70,4 @@ def test_success_is_honest_no_action_rarely_succeeds(make_env):
             done = terminated or truncated
         wins += info["is_success"]
         assert info["distance"] >= 0.05 or info["is_success"]
-    assert wins <= 3
+    assert wins <= 1
