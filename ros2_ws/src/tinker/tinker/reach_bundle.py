@@ -35,9 +35,10 @@ def _jacobian_pinv(env) -> np.ndarray:
 
 
 def build_reach_bundle(out: str | os.PathLike, image_size: int = 64, gain: float = 0.5, policy_version: int = 1,
-                       control_period: float = 0.05, seed: int = 0, log=lambda s: None) -> Path:
+                       control_period: float = 0.05, seed: int = 0, camera: bool = True, log=lambda s: None) -> Path:
     """Export the bundle to directory ``out``; ``gain`` scales the actor (a different gain = a new actor,
-    same perception: what an online fine-tuning update looks like)."""
+    same perception: what an online fine-tuning update looks like). ``camera=False``: state-only
+    observation (the perception part is an MLP on the state), for robots run without the camera."""
     import torch
     from torch import nn
 
@@ -45,7 +46,7 @@ def build_reach_bundle(out: str | os.PathLike, image_size: int = 64, gain: float
     from sim.arm_env import ArmEnv
     from tinker_core.spec import DictSpec, Spec
 
-    env = ArmEnv(task="reach", camera=True, image_size=image_size, control_period=control_period)
+    env = ArmEnv(task="reach", camera=camera, image_size=image_size, control_period=control_period)
     try:
         env.reset(seed=seed)
         terms = env.obs_terms
@@ -59,7 +60,7 @@ def build_reach_bundle(out: str | os.PathLike, image_size: int = 64, gain: float
         chain = env.action_chain_config
         dof = env.robot.dof
         obs_spec = DictSpec({"image": Spec((image_size, image_size, 3), "uint8", 0, 255),
-                             "state": Spec((n_state,), "float32")})
+                             "state": Spec((n_state,), "float32")}) if camera else Spec((n_state,), "float32")
         feature_spec = Spec((n_state + N_IMAGE_FEATURES,), "float32")
         action_spec = Spec((dof,), "float32", -1.0, 1.0)
         metadata = {
@@ -105,5 +106,14 @@ def build_reach_bundle(out: str | os.PathLike, image_size: int = 64, gain: float
         def forward(self, obs):
             return self.inner(obs["image"], obs["state"])
 
-    parts = {"perception": Dict2Args(Perception()).eval(), "actor": Actor().eval()}
+    class StatePerception(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(n_state, N_IMAGE_FEATURES)
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            return torch.cat([obs, torch.tanh(self.lin(obs))], dim=-1)
+
+    perception = Dict2Args(Perception()) if camera else StatePerception()
+    parts = {"perception": perception.eval(), "actor": Actor().eval()}
     return export_bundle(parts, metadata, out, policy_version=policy_version, log=log)
