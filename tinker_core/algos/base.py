@@ -302,7 +302,7 @@ class Algorithm(TorchModule):
             obs = {k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, Mapping) else np.asarray(obs)[None]
         with torch.no_grad():
             a = self._act(self._obs_to_tensor(obs), deterministic)
-        return a if batched else a[0]
+        return a if batched else a[0, ...]
 
     def _scale_action(self, a: torch.Tensor) -> torch.Tensor:
         """[-1, 1] -> env units."""

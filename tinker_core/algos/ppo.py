@@ -294,8 +294,15 @@ class PPO(Algorithm):
             next_v = self.vf(self.perception(nxt_t)).squeeze(-1)
         rew = np.asarray(rollout.reward, dtype=np.float32).copy()
         term, trunc = np.asarray(rollout.terminated), np.asarray(rollout.truncated)
-        if self.reward_norm is not None:
-            rew = np.array([self.reward_norm(rew[i:i + 1], (term | trunc)[i:i + 1])[0] for i in range(n)], dtype=np.float32)
+        if self.reward_norm is not None:  # one stream: its own discounted-return accumulator, shared statistics
+            rn, ret = self.reward_norm, getattr(self, "_stream_ret", 0.0)
+            for i in range(n):
+                ret = ret * c.gamma + float(rew[i])
+                rn.rms.update(np.array([ret]))
+                std = float(np.sqrt(rn.rms.var.item() + rn.eps))
+                rew[i] = np.clip(rew[i] / std, -rn.clip, rn.clip)
+                ret = 0.0 if (term[i] or trunc[i]) else ret
+            self._stream_ret = ret
         nv = next_v.cpu().numpy()
         boot = trunc & ~term
         rew[boot] += c.gamma * nv[boot]
