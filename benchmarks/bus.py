@@ -215,7 +215,7 @@ def receiver_main(conn) -> None:
             sock.setsockopt(zmq.RCVTIMEO, 10000)  # a bare recv loop: the fastest raw receiver
             sock.connect(endpoint)
             conn.send("ready")
-            got, first = 0, None
+            got, first, cpu0 = 0, None, time.process_time()
             while got < n:
                 try:
                     msg = sock.recv(copy=True)
@@ -225,13 +225,13 @@ def receiver_main(conn) -> None:
                     first = time.perf_counter()
                 got += 1
                 last_len = len(msg)
-            conn.send((got, first, time.perf_counter(), last_len))
+            conn.send((got, first, time.perf_counter(), last_len, time.process_time() - cpu0))
             sock.close(0)
             ctx.term()
         else:
             r = TransitionReceiver(endpoint, bind=False)
             conn.send("ready")
-            got, first, check = 0, None, 0.0
+            got, first, check, cpu0 = 0, None, 0.0, time.process_time()
             while got < n:
                 ts = r.recv_many(4096, 10000)
                 if not ts:
@@ -240,7 +240,7 @@ def receiver_main(conn) -> None:
                     first = time.perf_counter()
                 got += len(ts)
                 check += float(ts[-1].obs[0])
-            conn.send((got, first, time.perf_counter(), r.rejected))
+            conn.send((got, first, time.perf_counter(), r.rejected, time.process_time() - cpu0))
             r.close()
 
 
@@ -256,6 +256,7 @@ def bench_zmq(n: int, reps: int) -> dict:
     obs = np.random.default_rng(0).standard_normal(OBS_BYTES // 4).astype(np.float32)
     act = np.zeros(2, np.float32)
     rates: dict[str, list[float]] = {"raw": [], "send": [], "send_many": []}
+    cpu: dict[str, list[tuple[float, float]]] = {"raw": [], "send": [], "send_many": []}
     wire: dict[str, int] = {}
 
     def run(mode: str) -> None:
@@ -272,6 +273,7 @@ def bench_zmq(n: int, reps: int) -> dict:
         assert parent.recv() == "ready"
         time.sleep(0.3)  # connection established before the clock starts
         t0 = time.perf_counter()
+        c0 = time.process_time()
         if mode == "raw":
             buf = obs.tobytes()
             for _ in range(n):
@@ -283,10 +285,12 @@ def bench_zmq(n: int, reps: int) -> dict:
             chunk = 64
             for i in range(0, n, chunk):
                 s.send_many([Transition(obs, act, 0.0, False) for _ in range(min(chunk, n - i))])
-        got, first, end, extra = parent.recv()
+        got, first, end, extra, rx_cpu = parent.recv()
+        tx_cpu = time.process_time() - c0
         if got != n:
             raise RuntimeError(f"{mode}: receiver got {got} of {n}")
         rates[mode].append(n / (end - t0))
+        cpu[mode].append((tx_cpu / n * 1e6, rx_cpu / n * 1e6))
         if mode == "raw":
             wire[mode] = extra
             sock.close(0)
@@ -301,13 +305,27 @@ def bench_zmq(n: int, reps: int) -> dict:
         run(mode)
         n = n_real
         rates[mode].clear()
+        cpu[mode].clear()
     for _ in range(reps):
         for mode in ("raw", "send", "send_many"):
             run(mode)
     parent.send(None)
     proc.join(timeout=10)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    return {
+    tx = {k: statistics.median(c[0] for c in v) for k, v in cpu.items()}
+    rx = {k: statistics.median(c[1] for c in v) for k, v in cpu.items()}
+    # CPU time per message on each side (process time: the ZeroMQ I/O thread included) does not
+    # count the time slices other jobs take, so it holds on a busy machine where wall-clock rates do not.
+    cpu_fig = {}
+    for k in ("raw", "send", "send_many"):
+        name = "raw_pyzmq" if k == "raw" else f"tinker_{k}"
+        cpu_fig[f"{name}_sender_cpu_us"] = tx[k]
+        cpu_fig[f"{name}_receiver_cpu_us"] = rx[k]
+        cpu_fig[f"{name}_cpu_bound_per_s"] = 1e6 / max(tx[k], rx[k])
+    cpu_fig["send_to_raw_cpu_bound_ratio"] = cpu_fig["tinker_send_cpu_bound_per_s"] / cpu_fig["raw_pyzmq_cpu_bound_per_s"]
+    cpu_fig["send_many_to_raw_cpu_bound_ratio"] = (cpu_fig["tinker_send_many_cpu_bound_per_s"]
+                                                   / cpu_fig["raw_pyzmq_cpu_bound_per_s"])
+    return {**cpu_fig,
         "raw_pyzmq_4kb_msgs_per_s": med["raw"],
         "tinker_send_transitions_per_s": med["send"],
         "tinker_send_many_transitions_per_s": med["send_many"],

@@ -685,6 +685,10 @@ class TransitionSender:
         self.close()
 
 
+_NOBLOCK = int(zmq.NOBLOCK)
+_RCVMORE = int(zmq.RCVMORE)
+
+
 class TransitionReceiver:
     """PULL side for transitions. Malformed messages are counted in ``rejected`` and skipped.
 
@@ -697,6 +701,7 @@ class TransitionReceiver:
                              {zmq.RCVHWM: hwm, zmq.LINGER: 0, zmq.MAXMSGSIZE: max_message_bytes})
         self.endpoint = self._ep.endpoint
         self._queue: deque[Message] = deque()
+        self._rcvtimeo = -1
         self.received = 0
         """Transitions decoded (a batch counts its length)."""
         self.bytes_received = 0
@@ -706,13 +711,22 @@ class TransitionReceiver:
         self.last_error = ""
         """Why the last message was rejected."""
 
-    def _take(self) -> bool:
-        """Receive one waiting message into the queue; False if none is waiting."""
+    def _take(self, timeout_ms: int) -> bool:
+        """Receive one message into the queue, waiting up to ``timeout_ms`` (0: only one already
+        waiting); False if none came. Blocking in ``recv`` with a timeout (no poll before it) keeps
+        the common path to one call into ZeroMQ per message."""
         sock = self._ep.sock
         try:
-            frames: list = [sock.recv(flags=zmq.NOBLOCK, copy=True)]
-            nbytes = len(frames[0])
-            while sock.rcvmore:  # big arrays: keep them in ZeroMQ's buffer, no copy
+            if timeout_ms <= 0:
+                first = sock.recv(_NOBLOCK, copy=True)
+            else:
+                if self._rcvtimeo != timeout_ms:
+                    sock.setsockopt(zmq.RCVTIMEO, timeout_ms)
+                    self._rcvtimeo = timeout_ms
+                first = sock.recv(copy=True)
+            frames: list = [first]
+            nbytes = len(first)
+            while sock.get(_RCVMORE):  # big arrays: keep them in ZeroMQ's buffer, no copy
                 f = sock.recv(copy=False)
                 frames.append(f)
                 nbytes += len(f.buffer)
@@ -727,9 +741,13 @@ class TransitionReceiver:
             self.rejected += 1
             self.last_error = f"{type(e).__name__}: {e}"
             return True
-        for m in msgs:
-            self.received += len(m) if isinstance(m, TransitionBatch) else 1
-        self._queue.extend(msgs)
+        if len(msgs) == 1 and type(msgs[0]) is Transition:
+            self.received += 1
+            self._queue.append(msgs[0])
+        else:
+            for m in msgs:
+                self.received += len(m) if isinstance(m, TransitionBatch) else 1
+            self._queue.extend(msgs)
         return True
 
     def recv(self, timeout_ms: int = 100) -> Message | None:
@@ -739,16 +757,21 @@ class TransitionReceiver:
         q = self._queue
         if q:
             return q.popleft()
-        deadline = time.monotonic() + max(timeout_ms, 0) / 1e3
-        while True:
-            while self._take():
+        if timeout_ms <= 0:
+            while self._take(0):
                 if q:
                     return q.popleft()
-            left = deadline - time.monotonic()
+            return None
+        deadline = time.monotonic() + timeout_ms / 1e3
+        left = timeout_ms
+        while True:
+            if not self._take(left):
+                return None
+            if q:
+                return q.popleft()
+            left = int((deadline - time.monotonic()) * 1e3)  # a rejected message: wait out the rest
             if left <= 0:
-                return None
-            if not self._ep.sock.poll(max(1, int(left * 1e3))):
-                return None
+                return self.recv(0)
 
     def recv_many(self, max_n: int = 1024, timeout_ms: int = 100) -> list[Message]:
         """Up to ``max_n`` messages: waits up to ``timeout_ms`` for the first, then takes what is waiting."""
@@ -761,7 +784,7 @@ class TransitionReceiver:
         while len(out) < max_n:
             if q:
                 out.append(q.popleft())
-            elif not self._take():
+            elif not self._take(0):
                 break
         return out
 
