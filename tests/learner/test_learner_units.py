@@ -76,3 +76,37 @@ def test_bundles_are_published_only_after_the_gate_passes(small_learner):
     assert learner.published[-1]["sha256"] and learner.published[-1]["version"] == 1
     learner.env_factory = None  # without a gate env nothing can be published
     assert not learner.try_publish()["passed"] and calls == [1]
+
+
+def test_ppo_learns_from_whole_rollouts_of_one_stream(tmp_path, pendulum):
+    """An on-policy algorithm gets time-ordered rollouts per source stream instead of replay samples."""
+    import socket
+    import time
+
+    from tinker_core.cli.learner import make_algo
+    from tinker_core.transport import TransitionSender
+
+    def port() -> str:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+
+    cfg = LearnerConfig(transitions_endpoint=port(), weights_endpoint=port(), params_endpoint=port(),
+                        control_endpoint=port(), algo="ppo", param_sync_every=1)
+    factory = functools.partial(make_algo, "ppo", "Pendulum-v1", None,
+                                {"n_steps": 64, "batch_size": 32, "n_epochs": 1, "net_arch": [16], "torch_threads": 1},
+                                "cpu", 0)
+    learner = Learner(cfg, factory).open()
+    try:
+        assert learner.on_policy
+        tx = TransitionSender(cfg.transitions_endpoint)
+        tx.send_many(pendulum(150))
+        deadline = time.monotonic() + 30
+        while learner.updates < 2 and time.monotonic() < deadline:
+            learner.tick()
+        assert learner.updates == 2  # 150 transitions = two rollouts of 64, 22 left waiting
+        assert learner.ingested["sim"] == 150 and len(learner.replay) == 0
+        assert sum(len(v) for v in learner._streams.values()) == 22
+        tx.close()
+    finally:
+        learner.close(checkpoint=False)

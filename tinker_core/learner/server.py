@@ -4,7 +4,9 @@ One loop, one thread, so training state is never shared: each `tick` answers pen
 requests, drains the transition socket into replay (``info["source"]`` "real" goes to the real-robot
 replay, anything else to simulation), runs gradient updates within the ``update_interval`` budget,
 and at their intervals sends parameters to rollout workers, checkpoints, and runs the evaluation
-gate. A bundle is written (``publisher(algo, version) -> Path``) and announced on the weights socket
+gate. On-policy algorithms (PPO: ``update_from_rollout``) skip replay: each source stream's
+transitions are kept in order and one update runs per ``n_steps`` of them (keep ``param_sync_every``
+at 1 so workers act with the policy being updated). A bundle is written (``publisher(algo, version) -> Path``) and announced on the weights socket
 (version, path, sha256) only when the gate passed: the learner never talks to a robot.
 
 Senders never wait for the learner: they drop on a full queue and count it, and ZeroMQ reconnects
@@ -119,6 +121,12 @@ class Learner:
         self._stop = threading.Event()
         self._last_param_sync = -1
         self._sockets_open = False
+        self._streams: dict[tuple, list] = {}  # on-policy algorithms (PPO): time-ordered transitions per source
+
+    @property
+    def on_policy(self) -> bool:
+        """PPO-style algorithms learn from whole rollouts of one stream, not from replay samples."""
+        return not hasattr(self.algo, "train_on_batch") and hasattr(self.algo, "update_from_rollout")
 
     # -- lifecycle -----------------------------------------------------------------------------
     def open(self) -> "Learner":
@@ -208,6 +216,13 @@ class Learner:
         n = 0
         for m in self.receiver.recv_many(max_n=512, timeout_ms=timeout_ms):
             for t in (m.to_transitions() if isinstance(m, TransitionBatch) else [m]):
+                if self.on_policy:
+                    info = t.info or {}
+                    src = "real" if info.get("source") == "real" else "sim"
+                    self._streams.setdefault((src, info.get("worker", 0)), []).append(t)
+                    self.ingested[src] += 1
+                    n += 1
+                    continue
                 try:
                     src = self.replay.add(t)
                 except TinkerError as e:  # a source with the wrong layout must not stop training
@@ -218,9 +233,30 @@ class Learner:
                 n += 1
         return n
 
+    def _train_on_policy(self) -> None:
+        """One update per full rollout (``algo.config.n_steps`` transitions of one stream)."""
+        n_steps = int(getattr(self.algo.config, "n_steps", 2048))
+        for key, ts in list(self._streams.items()):
+            if self.paused or len(ts) < n_steps:
+                continue
+            rollout, self._streams[key] = TransitionBatch.from_transitions(ts[:n_steps]), ts[n_steps:]
+            out = self.algo.update_from_rollout(rollout)
+            self.updates += 1
+            self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
+            self._after_update()
+
+    def _after_update(self) -> None:
+        c = self.config
+        if c.param_sync_every and self.updates % c.param_sync_every == 0:
+            self._sync_params()
+        if c.checkpoint_every and c.checkpoint_dir and self.updates % c.checkpoint_every == 0:
+            self.checkpoint()
+        if c.publish_every and self.updates % c.publish_every == 0:
+            self.try_publish()
+
     def _update_budget(self) -> int:
         c = self.config
-        if self.paused or len(self.replay) < max(c.warmup, 1):
+        if self.on_policy or self.paused or len(self.replay) < max(c.warmup, 1):
             return 0
         if c.update_interval == 0:
             return c.max_updates_per_tick
@@ -232,6 +268,9 @@ class Learner:
         self._serve_requests()
         budget = self._update_budget()
         self._ingest(timeout_ms=0 if budget else 20)
+        if self.on_policy:
+            self._train_on_policy()
+            return
         c = self.config
         t_end = time.monotonic() + TICK_SECONDS
         for _ in range(self._update_budget()):
@@ -244,12 +283,7 @@ class Learner:
                 self.replay.update_priorities(slots, out["td_errors"])
             self.updates += 1
             self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
-            if c.param_sync_every and self.updates % c.param_sync_every == 0:
-                self._sync_params()
-            if c.checkpoint_every and c.checkpoint_dir and self.updates % c.checkpoint_every == 0:
-                self.checkpoint()
-            if c.publish_every and self.updates % c.publish_every == 0:
-                self.try_publish()
+            self._after_update()
 
     def _sync_params(self) -> None:
         if self._last_param_sync == self.updates:
