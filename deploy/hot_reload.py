@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -53,6 +53,8 @@ class HotSwapPolicy(ModuleBase[OnnxPolicyConfig]):
         self.reloads = 0
         self.rejected: list[Rejection] = []
         self._lock = threading.Lock()  # serializes reloads, never taken by __call__
+        self._queue_lock = threading.Lock()
+        self._worker: ThreadPoolExecutor | None = None
         self.name = "hot_swap_policy"
 
     # -- the hot path -------------------------------------------------------------------------
@@ -73,10 +75,21 @@ class HotSwapPolicy(ModuleBase[OnnxPolicyConfig]):
 
     # -- reloading ----------------------------------------------------------------------------
     def request_reload(self, path: str | os.PathLike) -> "Future[bool]":
-        """Validate ``path`` in the background and swap it in if it passes; the future says which."""
+        """Validate ``path`` in the background and swap it in if it passes; the future says which.
+        Requests are handled one at a time in the order they came, so the last good one wins."""
         fut: Future[bool] = Future()
-        threading.Thread(target=self._reload, args=(Path(path), fut), name="tinker-hot-reload", daemon=True).start()
+        with self._queue_lock:
+            if self._worker is None:
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-hot-reload")
+            self._worker.submit(self._reload, Path(path), fut)
         return fut
+
+    def close(self) -> None:
+        """Stop the reload worker after the requests already queued."""
+        with self._queue_lock:
+            if self._worker is not None:
+                self._worker.shutdown(wait=True)
+                self._worker = None
 
     def reload(self, path: str | os.PathLike, timeout: float | None = 60.0) -> bool:
         """Blocking `request_reload`: True if swapped in, False if rejected (see ``rejected``)."""
