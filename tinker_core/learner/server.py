@@ -38,6 +38,8 @@ from tinker_core.transition import TransitionBatch
 STATE_FILE = "learner.json"
 #: longest stretch of updates between two looks at control requests
 TICK_SECONDS = 0.1
+#: the latest parameters and bundle announcement are sent again this often, for late subscribers
+REPUBLISH_SECONDS = 2.0
 ALGO_FILE = "algo"  # a checkpoint directory, as Algorithm.save writes it
 #: settings ``ctl set`` may change on the learner itself; anything else goes to ``algo.control.set``
 LIVE_SETTINGS = {"batch_size": int, "update_interval": int, "real_fraction": float, "publish_every": int,
@@ -120,6 +122,7 @@ class Learner:
         self._requests: queue.Queue = queue.Queue()
         self._stop = threading.Event()
         self._last_param_sync = -1
+        self._last_republish = 0.0
         self._sockets_open = False
         self._streams: dict[tuple, list] = {}  # on-policy algorithms (PPO): time-ordered transitions per source
 
@@ -266,6 +269,11 @@ class Learner:
     def tick(self) -> None:
         """One pass: control requests, ingest, updates and whatever falls due."""
         self._serve_requests()
+        now = time.monotonic()
+        if now - self._last_republish > REPUBLISH_SECONDS:  # PUB/SUB drops what came before a subscriber joined
+            self._last_republish = now
+            self.params_pub.republish()
+            self.weights_pub.republish()
         budget = self._update_budget()
         self._ingest(timeout_ms=0 if budget else 20)
         if self.on_policy:
@@ -380,9 +388,10 @@ class Learner:
                 self.replay.real_fraction = float(v)  # type: ignore[arg-type]
         else:
             ctl = getattr(self.algo, "control", None)
-            if ctl is None:
-                raise ConfigError(f"set {key}: not a learner setting ({sorted(LIVE_SETTINGS)}) "
-                                  f"and {type(self.algo).__name__} has no live control")
+            known = list(getattr(ctl, "settable", []))
+            if ctl is None or key not in known:
+                raise ConfigError(f"set {key}: unknown setting; the learner accepts {sorted(LIVE_SETTINGS)}, "
+                                  f"{type(self.algo).__name__} accepts {known}")
             ctl.set(**{key: value})
             ctl.apply_pending()  # this runs in the loop thread, between two updates
         self.settings[key] = value
