@@ -1,4 +1,9 @@
-"""Flow monitor: per-edge message rate, byte rate and latency percentiles, live and as a snapshot."""
+"""Flow monitor: per-edge message rate, byte rate and latency percentiles, live and as a snapshot.
+
+`Pipeline.run` feeds it in blocks of ``MONITOR_EVERY`` (64) steps and at the end of a run, so a
+snapshot taken from another thread mid-run lags by at most that many steps. The same figures can be
+recomputed offline from a trace file (``python -m tinker_core.tracer --latency_breakdown T --flow``).
+"""
 
 from __future__ import annotations
 
