@@ -22,7 +22,7 @@ EPILOG = """\
 typical session:
   tinker demo                      pretrained policy -> ROS 2 loop on the simulated arm -> online fine-tuning
   tinker train --config configs/arm_reach.yaml
-  tinker export runs/arm_reach/final.safetensors -o policy.onnx
+  tinker export runs/arm_reach/final -o policy.onnx
   tinker eval --env tinker/ArmReach-v0 --dynamics dyn.yaml --episodes 50
   tinker doctor                    what this machine can run
 
