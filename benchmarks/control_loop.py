@@ -217,7 +217,7 @@ def costs(n: int, tmp: Path) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="~1 min: fewer cycles, a shorter sweep")
     ap.add_argument("--floor-node", help=argparse.SUPPRESS)
     ap.add_argument("--period", type=float, default=0.05, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -227,6 +227,7 @@ def main(argv=None) -> int:
 
     from tinker.reach_bundle import build_reach_bundle
 
+    load_before = os.getloadavg()
     cycles = 200 if args.quick else 2000
     sweep = [0.05, 0.04, 0.033, 0.025] if not args.quick else [0.05, 0.033]
     sweep_nocam = [0.02, 0.01, 0.005] if not args.quick else [0.02, 0.005]
@@ -291,6 +292,7 @@ def main(argv=None) -> int:
               "machine": machine(), "command": "python benchmarks/control_loop.py" + (" --quick" if args.quick else ""),
               "figures": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in figures.items()},
               "goals": goals, "goals_met": met,
+              "load_average_1min": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
               "notes": "sweep runs each period with its own exported bundle; camera rendering (~25 ms CPU per "
                        "frame in PyBullet's TinyRenderer) bounds the rate with image perception on"}
     out = ROOT / "benchmarks" / "results" / ("control_loop.quick.json" if args.quick else "control_loop.json")

@@ -26,7 +26,7 @@ _used_domains: set[int] = set()
 def fresh_domain() -> int:
     """A ROS domain for one graph: different from the suite's and from every other graph's here."""
     while True:
-        d = random.randint(1, 101)
+        d = random.randint(1, 232)  # Fast DDS's valid range on the default ports
         if d != TESTS_DOMAIN_BASE and d not in _used_domains:
             _used_domains.add(d)
             return d

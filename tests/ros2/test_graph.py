@@ -25,12 +25,20 @@ def g(ros2, bundles, tmp_path_factory):
     from tinker.bringup import Graph
     from tinker.wire import COMMAND_QOS, LATCHED_QOS, RECORD_QOS, SENSOR_QOS
 
+    from tinker_core.transport import TransitionReceiver, WeightsPublisher
+
     tmp = tmp_path_factory.mktemp("graph")
     domain = ros2.fresh_domain()
     b = str(bundles["v1"])
+    learner = TransitionReceiver("tcp://127.0.0.1:0")  # the learner's side, as the learner process binds it
+    weights = WeightsPublisher("tcp://127.0.0.1:0")
     graph = Graph(namespace=NS, record=tmp / "run.mcap", run_dir=tmp / "logs", env=ros2.graph_env(domain),
                   overrides={"perception": {"bundle": b}, "policy": {"bundle": b},
+                             "experience_bridge": {"learner_endpoint": learner.endpoint,
+                                                   "weights_endpoint": weights.endpoint,
+                                                   "bundle_dir": str(tmp / "received")},
                              "/**": {"trace_dir": str(tmp / "trace"), "control_period": ros2.PERIOD}})
+    graph.learner, graph.weights = learner, weights
     probe = ros2.Probe(domain)
     t = f"/{NS}/"
     probe.commands = probe.collect(Float64MultiArray, t + "forward_position_controller/commands", RECORD_QOS)
@@ -46,6 +54,8 @@ def g(ros2, bundles, tmp_path_factory):
     yield graph
     graph.stop()
     probe.close()
+    learner.close()
+    weights.close()
 
 
 def _served(g, ros2, since_ns=0):
@@ -63,9 +73,9 @@ def _diag(g, node: str) -> dict[str, str]:
 
 
 def test_graph_comes_up_from_the_launch_yaml_with_lifecycle_nodes_active(g, ros2):
-    names = {f"{ns.rstrip('/')}/{n}" for n, ns in g.probe.node.get_node_names_and_namespaces()}
-    for node in ("sim_robot", "perception", "policy", "safety", "experience_bridge"):
-        assert f"/{NS}/{node}" in names
+    want = {f"/{NS}/{n}" for n in ("sim_robot", "perception", "policy", "safety", "experience_bridge")}
+    names = lambda: {f"{ns.rstrip('/')}/{n}" for n, ns in g.probe.node.get_node_names_and_namespaces()}  # noqa: E731
+    ros2.wait_until(lambda: want <= names(), 10, f"{sorted(want)} in the ROS graph")
     assert g.state("policy") == "active" and g.state("safety") == "active"
     assert g.parameters("sim_robot")["hold_after_cycles"] == 3  # from config/bringup.yaml
 
@@ -157,6 +167,26 @@ def test_policy_hot_reload_mid_run_misses_no_cycle(g, ros2, bundles):
     ros2.wait_until(lambda: int(_diag(g, "policy")["reload_rejections"]) >= 1, 10, "the damaged bundle's rejection")
     assert ros2.meta_of(_served(g, ros2)[-1][1])["version"] == "2"
     assert g.probe.set_param(f"/{NS}/policy", "bundle", str(bundles["v2"]))
+
+
+def test_the_bridge_streams_transitions_and_hands_the_learners_bundle_to_the_policy(g, ros2, bundles):
+    got = []
+    end = time.monotonic() + 20
+    while len(got) < 10 and time.monotonic() < end:
+        got += g.learner.recv_many(64, timeout_ms=200)
+    assert len(got) >= 10, "no transitions reached the learner"
+    t = got[-1]
+    assert t.obs.shape == t.next_obs.shape and t.action.shape == (7,) and np.isfinite(t.reward)
+    assert t.info["policy_version"] in ("1", "2") and t.info["namespace"] == f"/{NS}"
+    # a new bundle from the learner (its files as blobs) reaches the policy node through the bridge
+    files = {p.name: p.read_bytes() for p in bundles["v1"].iterdir() if p.is_file()}
+    since = time.time_ns()
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not any(ros2.meta_of(m).get("version") == "1" for _, m in _served(g, ros2, since)):
+        g.weights.publish(7, files, {"source": "test"})  # PUB/SUB: repeat until the subscriber is connected
+        time.sleep(0.5)
+    assert any(ros2.meta_of(m).get("version") == "1" for _, m in _served(g, ros2, since)), "bundle never deployed"
+    assert (g.tmp / "received" / "v7" / "manifest.json").is_file()
 
 
 def test_lifecycle_transitions_and_the_start_ramp_respects_the_velocity_limit(g, ros2):

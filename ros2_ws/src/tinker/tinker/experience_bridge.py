@@ -74,6 +74,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
 
             self.weights = WeightsSubscriber(g("weights_endpoint"))
             self.bundle_dir = Path(g("bundle_dir") or tempfile.mkdtemp(prefix="tinker-bundles-"))
+            self.bundle_dir.mkdir(parents=True, exist_ok=True)
+            self.deployed_version: int | None = None
             ns = self.get_namespace().rstrip("/")
             self._policy_params = AsyncParameterClient(self, f"{ns}/{g('policy_node')}")
             self._perception_params = AsyncParameterClient(self, f"{ns}/{g('perception_node')}")
@@ -169,6 +171,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         if got is None:
             return
         version, blobs, meta = got
+        if version == self.deployed_version:
+            return  # a repeat of what the policy already has
         try:
             path = self._write_bundle(version, blobs)
         except (OSError, TinkerError) as e:
@@ -176,6 +180,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
             self.get_logger().error(self.last_error)
             return
         self.bundles_received += 1
+        self.deployed_version = version
         self.deploy(str(path), perception_changed=bool(meta.get("perception_changed", False)))
 
     def _write_bundle(self, version: int, blobs: dict) -> Path:

@@ -102,10 +102,9 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state) -> TransitionCallbackReturn:
-        if self._q_latest is not None:
-            self.chain.reset(self._q_latest)
-        else:
-            self.chain._last = None  # the first cycle starts from its measured pose
+        # a fresh chain: its first command starts from the measured pose of the first cycle
+        self.chain = ActionChain(self.runner.chain_config, *self._limits)
+        self._episode = None
         self.active = True
         self.stopped_by_overrun = False
         return TransitionCallbackReturn.SUCCESS
@@ -160,11 +159,11 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         return response
 
     def _after_swap(self) -> None:
-        """A new bundle went live: rebuild the chain from its config, carrying the last command."""
+        """A new bundle went live; its action chain config is the one to use from now on."""
         self.reloads += 1
-        last = self.chain._last
-        self.chain = ActionChain(self.runner.chain_config, *self._limits)
-        self.chain._last = last
+        if self.runner.chain_config.digest() != self.chain.config.digest():
+            self.chain = ActionChain(self.runner.chain_config, *self._limits)
+            self._episode = None  # the new chain starts from this cycle's measured pose
         self._version = self.runner.version
         self._actor_sha = self.runner.actor_sha256
         self.get_logger().info(f"now running bundle v{self._version} ({self.runner.actor_sha256[:12]})")
