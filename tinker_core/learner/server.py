@@ -186,7 +186,7 @@ class Learner:
                 state = json.loads((d / STATE_FILE).read_text())
             except json.JSONDecodeError as e:
                 raise CheckpointError(f"{d / STATE_FILE}: not valid JSON ({e})") from e
-            self.algo = load_algorithm(d / ALGO_FILE)
+            self.algo = load_algorithm(d / ALGO_FILE, device=self.device)
             self.replay.restore(d, seed=self.config.seed)
             self.updates = int(state["updates"])
             self.version = int(state["version"])

@@ -94,7 +94,10 @@ class RolloutWorker:
                     "policy_version": -1 if self.param_version is None else int(self.param_version)}
             if "is_success" in info:
                 meta["is_success"] = bool(info["is_success"])
-            self._cache.append(Transition(self._obs, np.asarray(action, np.float32), float(r), bool(term),
+            act = np.asarray(action)
+            if act.dtype == np.float64:
+                act = act.astype(np.float32)
+            self._cache.append(Transition(self._obs, act, float(r), bool(term),
                                           bool(trunc), meta, nxt))
             self.seq += 1
             self.steps += 1
