@@ -73,7 +73,8 @@ def per_call_us(fn, calls: int) -> float:
 def timing(quick: bool) -> dict:
     reps = 5 if quick else 15
     calls = {"clip": 2000 if quick else 20000, "limits": 2000 if quick else 20000,
-             "workspace": 1000 if quick else 10000, "collision": 100 if quick else 1000}
+             "workspace": 1000 if quick else 10000, "collision": 100 if quick else 1000,
+             "limits_rate_limited": 500 if quick else 5000}
     guards = {
         "limits": guard_for(collision_check=False, workspace_min=None, workspace_max=None),
         "workspace": guard_for(collision_check=False),
@@ -96,7 +97,7 @@ def timing(quick: bool) -> dict:
     samples: dict[str, list[float]] = {k: [] for k in runs}
     for _ in range(reps):  # alternate, so every configuration sees the same load
         for name, fn in runs.items():
-            samples[name].append(per_call_us(fn, calls.get(name, calls["limits"])))
+            samples[name].append(per_call_us(fn, calls[name]))
     for g in guards.values():
         g.close()
     figures: dict[str, float] = {}
