@@ -53,7 +53,7 @@ def machine() -> dict:
     except metadata.PackageNotFoundError:
         torch_version = None
     return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch_version,
-            "gpu": None}
+            "gpu": None, "load_avg_1min": round(os.getloadavg()[0], 2)}
 
 
 def guard_for(**overrides) -> SafetyWrapper:
