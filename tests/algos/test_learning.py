@@ -42,7 +42,7 @@ def random_return(env_id: str, episodes: int = 5) -> float:
 
 
 def test_sac_learns_pendulum():
-    algo = SAC("Pendulum-v1", SACConfig(learning_rate=1e-3, net_arch=[64, 64], seed=0))
+    algo = SAC("Pendulum-v1", SACConfig(learning_rate=1e-3, net_arch=[64, 64], batch_size=64, seed=0))
     algo.learn(4000, progress=False)
     score = evaluate(algo, "Pendulum-v1")
     assert random_return("Pendulum-v1") < -900

@@ -511,7 +511,7 @@ class Algorithm(TorchModule):
                 self.vec_env.ep_returns[:] = envs["ep_returns"]
                 self.vec_env.ep_lengths[:] = envs["ep_lengths"]
             else:
-                log.warning("%s: the env state could not be captured; the run resumes with fresh episodes", path)
+                log.info("%s: the env state could not be captured; the run resumes with fresh episodes", path)
         self._load_extra_state(meta.get("extra", {}), {k[len("extra."):]: v for k, v in t.items()
                                                        if k.startswith("extra.")})
         if "replay" in files:
