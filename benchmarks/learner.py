@@ -129,7 +129,8 @@ def with_workers(lp: LearnerProc, backend: str, steps: int) -> dict:
                             resources_per_worker={"CPU": 1, "GPU": 0}, sync="async", worker_cache_size=200,
                             param_sync_every=1000)
     tr.start()
-    tr.run(200)  # warm: workers built, first parameters loaded
+    assert all(tr.wait_params(120)), "workers got no parameters from the learner"
+    tr.run(200)  # warm
     s0 = lp.status()
     t0 = time.perf_counter()
     out = tr.run(steps)

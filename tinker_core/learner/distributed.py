@@ -142,6 +142,12 @@ class DistributedTrainer:
         return list(self._pool.map(lambda w: getattr(w, method)(*args, **kw), self.workers))
 
     # -- collection ----------------------------------------------------------------------------
+    def wait_params(self, timeout_s: float = 60.0) -> list[bool]:
+        """Block until every worker holds parameters from the learner (so none acts at random)."""
+        if not self.workers:
+            self.start()
+        return self._call_all("wait_params", None, timeout_s)
+
     def run(self, total_steps: int, steps_per_round: int = 200, wait_timeout_s: float = 60.0) -> dict:
         """Collect ``total_steps`` env steps over all workers; returns per-worker and summed counters."""
         if not self.workers:

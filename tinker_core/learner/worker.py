@@ -50,6 +50,8 @@ class RolloutWorker:
         if msg is None:
             return False
         version, blobs, _meta = msg
+        if version == self.param_version:
+            return True  # the learner re-sent what this worker already has
         from tinker_core.learner.server import algo_from_bytes, unpack_algo_dir
 
         if self.algo is None:
@@ -64,6 +66,8 @@ class RolloutWorker:
 
     def wait_params(self, newer_than: int | None, timeout_s: float) -> bool:
         """Block until parameters newer than ``newer_than`` arrived (sync mode); False on timeout."""
+        if newer_than is None and self.algo is not None:
+            return True
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._poll_params(50) and (newer_than is None or (self.param_version or 0) > newer_than):
