@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-import time
-
-import pytest
+from pathlib import Path
 
 from tinker_core.cli.learner import make_algo, make_env
 from tinker_core.evaluate import evaluate
 from tinker_core.learner import DistributedTrainer
+from tinker_core.learner.server import bundle_sha256
 
 EVAL_SEEDS = 5
 
@@ -26,7 +25,6 @@ def test_ray_workers_feed_learner_and_gated_policy_got_better(learner_factory, r
     from tinker_core.algos import load_algorithm
     from tinker_core.transport import WeightsSubscriber
 
-    T0 = time.monotonic()
     ckpt = tmp_path / "ckpt"
     lp = learner_factory(checkpoint_dir=str(ckpt), update_interval=0, warmup=300, batch_size=128,
                          param_sync_every=100, gate_episodes=EVAL_SEEDS, gate_seed=123).start(wait=False)
@@ -42,8 +40,6 @@ def test_ray_workers_feed_learner_and_gated_policy_got_better(learner_factory, r
         # the initial policy (the learner builds it with seed 0), measured on the same episodes as the final one
         initial = mean_return(make_algo("sac", "Pendulum-v1", None, cfg["algo_kwargs"], "cpu", 0))
         weights = WeightsSubscriber(cfg["weights_endpoint"])
-        t0 = time.monotonic()
-        print(f"learner and actors up after {t0 - T0:.1f} s")
         out = trainer.run(total_steps=2000, steps_per_round=250, wait_timeout_s=60)
     finally:
         trainer.shutdown()
@@ -52,8 +48,7 @@ def test_ray_workers_feed_learner_and_gated_policy_got_better(learner_factory, r
     assert all(v is not None and v > 0 for v in out["param_versions"])
     assert all(w["waited_for_params"] for w in out["workers"])
     st = lp.wait(lambda s: s["ingested"]["sim"] == 2000 and s["updates"] >= 2800, timeout=150)
-    print("rounds ended at", out["round_end_s"])
-    print(f"collection {time.monotonic() - t0:.1f} s, learner {st['updates']} updates")
+    print(f"rounds ended at {out['round_end_s']} s; learner at {st['updates']} updates")
 
     # gate: the candidate must beat the initial policy by a clear margin in simulation before it is published
     assert lp.ctl("set", gate_min_return=initial + 300.0)["ok"]
@@ -69,9 +64,6 @@ def test_ray_workers_feed_learner_and_gated_policy_got_better(learner_factory, r
         if msg:
             break
     assert msg is not None and msg[0] == 1
-    from tinker_core.learner.server import bundle_sha256
-    from pathlib import Path
-
     assert msg[2]["sha256"] == bundle_sha256(Path(msg[2]["bundle"]))
     assert (Path(msg[2]["bundle"]) / "manifest.json").is_file()
 
@@ -79,7 +71,6 @@ def test_ray_workers_feed_learner_and_gated_policy_got_better(learner_factory, r
     rep = lp.ctl("checkpoint")
     assert rep["ok"], rep
     final = mean_return(load_algorithm(ckpt / "algo"))
-    print(f"total {time.monotonic() - T0:.1f} s")
     print(f"mean return over {EVAL_SEEDS} episodes: initial {initial:.0f}, trained {final:.0f}")
     assert final > initial + 300.0
     assert lp.stop() == 0

@@ -24,7 +24,6 @@ import os
 from pathlib import Path
 
 import lz4.frame
-import numpy as np
 
 from tinker_core.errors import CheckpointError
 from tinker_core.module import atomic_write_bytes
