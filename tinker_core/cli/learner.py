@@ -140,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
     cfg.__post_init__()
     import signal
 
+    if cfg.env_id.startswith("tinker/"):
+        import sim  # noqa: F401  (an init/resume checkpoint names a tinker/ env id)
     learner = build_learner(cfg)
     signal.signal(signal.SIGTERM, lambda *_: learner.stop())
     signal.signal(signal.SIGINT, lambda *_: learner.stop())

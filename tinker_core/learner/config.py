@@ -27,6 +27,9 @@ class LearnerConfig:
     """Keyword arguments for the gate env (e.g. ``{"randomize": true}``)."""
     algo_kwargs: dict | None = None
     """Keyword arguments for the algorithm constructor (learning rate, network sizes, ...)."""
+    init_checkpoint: str | None = None
+    """Algorithm checkpoint to start from (e.g. the pretrained policy, for online fine-tuning) when
+    ``checkpoint_dir`` holds nothing to resume; None builds a fresh algorithm."""
     device: str = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda[:N]"."""
     batch_size: int = 256

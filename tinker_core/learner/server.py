@@ -195,6 +195,11 @@ class Learner:
             self.restored_from = str(d)
             for k, v in state.get("settings", {}).items():
                 self._apply_setting(k, v)
+        elif self.config.init_checkpoint:
+            from tinker_core.algos import load_algorithm
+
+            self.algo = load_algorithm(self.config.init_checkpoint, device=self.device)
+            self.restored_from = str(self.config.init_checkpoint)
         else:
             self.algo = self.algo_factory()
 

@@ -157,7 +157,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         t = Transition(obs=rec["policy_input"], action=rec["raw_action"].astype(np.float32),
                        reward=nxt["reward"], terminated=nxt["terminated"], truncated=nxt["truncated"],
                        info={"policy_version": rec["policy_version"], "safety_status": rec["safety_status"],
-                             "cycle": rec["cycle"], "namespace": self.get_namespace()},
+                             "cycle": rec["cycle"], "namespace": self.get_namespace(), "source": "real"},
                        next_obs=nxt["policy_input"])
         try:
             self.sender.send(t)
