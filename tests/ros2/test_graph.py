@@ -209,7 +209,7 @@ def test_the_bridge_streams_transitions_and_hands_the_learners_bundle_to_the_pol
 def test_lifecycle_transitions_and_the_start_ramp_respects_the_velocity_limit(g, ros2):
     from std_msgs.msg import Float64MultiArray
 
-    from tinker.urdf_limits import joint_limits
+    from safety.limits import JointLimits
     from tinker.wire import COMMAND_QOS, array_msg
 
     g.transition("policy", "deactivate")
@@ -228,7 +228,8 @@ def test_lifecycle_transitions_and_the_start_ramp_respects_the_velocity_limit(g,
     j = g.probe.joints[-1][1]
     q = np.asarray(j.position)
     far = q + 0.8 * np.sign(0.5 - np.arange(7) % 2)  # 0.8 rad away on every joint (within start_max_gap)
-    lower, upper, vel = joint_limits("", list(j.name))
+    lim = JointLimits.from_urdf(None, joint_names=list(j.name))
+    lower, upper, vel = lim.lower, lim.upper, lim.velocity
     far = np.clip(far, lower + 0.1, upper - 0.1)
     since = time.time_ns()
     for _ in range(12):

@@ -33,7 +33,7 @@ from std_srvs.srv import Trigger
 
 from tinker.bundle_io import ActorRunner
 from tinker.runtime import ERROR, OK, WARN, NodeRuntime, main_for
-from tinker.urdf_limits import joint_limits
+from safety.limits import JointLimits
 from tinker.wire import COMMAND_QOS, SENSOR_QOS, JointMap, array_msg, read_array, stamp_ns
 from tinker_core.action_chain import ActionChain
 from tinker_core.errors import TinkerError, ValidationError
@@ -80,7 +80,8 @@ class PolicyNode(NodeRuntime, LifecycleNode):
                 raise TinkerError(f"policy.control_period: the bundle was trained at {trained} s per cycle, this "
                                   f"graph runs at {self.period} s; set control_period in the launch YAML to match")
             self.jmap = JointMap(self.runner.joint_names, "policy.joint_states")
-            lower, upper, _ = joint_limits(g("urdf"), self.runner.joint_names)
+            limits = JointLimits.from_urdf(g("urdf") or None, joint_names=self.runner.joint_names)
+            lower, upper = limits.lower, limits.upper
             self.chain = ActionChain(self.runner.chain_config, lower, upper)
             self._limits = (lower, upper)
             p99, mx = self.runner.warmup(int(g("warmup_iterations")))
