@@ -21,7 +21,7 @@ from tinker_core.errors import TinkerError
 EPILOG = """\
 typical session:
   tinker demo                      pretrained policy -> ROS 2 loop on the simulated arm -> online fine-tuning
-  tinker train --config configs/arm_reach.yaml
+  tinker train --config configs/sac_arm_reach.yaml
   tinker export runs/arm_reach/final -o policy.onnx
   tinker eval --env tinker/ArmReach-v0 --dynamics dyn.yaml --episodes 50
   tinker doctor                    what this machine can run

@@ -22,7 +22,7 @@ examples:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("eval", help="evaluate a policy bundle in simulation (success rate with 95% CI)",
+    p = sub.add_parser("eval", help="evaluate a policy bundle in simulation (success rate with 95%% CI)",
                        description="Run a policy bundle (ONNX, through onnxruntime, as deployed) on a simulated "
                                    "task with a fixed dynamics variant and the SafetyWrapper in the loop; print the "
                                    "success rate with a 95% Wilson interval, the mean time to success and the "

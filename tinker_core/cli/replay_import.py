@@ -10,7 +10,13 @@ ORDER = 45
 
 def register(sub: Any) -> None:
     p = sub.add_parser("replay", help="replay data tools (import a recorded run)",
-                       description="Replay data for offline fine-tuning.")
+                       description="Replay data for offline fine-tuning: turn what the robot recorded into the "
+                                   "learner's replay format.",
+                       epilog="examples:\n"
+                              "  tinker record run1.mcap --duration 60          record every control cycle\n"
+                              "  tinker replay import run1.mcap -o run1.replay  transitions for the learner\n"
+                              "  mcap info run1.mcap                            the file opens in standard MCAP tools",
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
     rsub = p.add_subparsers(dest="replay_command", metavar="ACTION")
     imp = rsub.add_parser("import", help="convert a recorded MCAP run into a replay buffer directory",
                           description="Read the cycle records of RUN.mcap (written by 'tinker record' or the "

@@ -1,0 +1,42 @@
+"""``tinker eval``: the shipped pretrained bundle on a fixed dynamics file, through the CLI a user runs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tinker(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tinker_core", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_eval_prints_one_json_object_on_the_last_line():
+    p = tinker("eval", "--env", "tinker/ArmReach-v0", "--dynamics", "sim/config/dynamics/heavy_arm.yaml",
+               "--episodes", "4", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(p.stdout.strip().splitlines()[-1])
+    for key in ("success_rate", "ci_low", "ci_high", "episodes", "safety_interventions", "mean_time_to_success_s"):
+        assert key in d
+    assert d["episodes"] == 4
+    assert 0.0 <= d["ci_low"] <= d["success_rate"] <= d["ci_high"] <= 1.0
+    assert d["dynamics"].endswith("heavy_arm.yaml")
+    assert d["successes"] >= 1, "the pretrained policy should reach some targets on a held-out variant"
+
+
+def test_eval_refuses_a_dynamics_file_with_an_unknown_key(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("mass_scale: 1.2\nmass_scael: 3\n")
+    p = tinker("eval", "--dynamics", str(bad), "--episodes", "1")
+    assert p.returncode == 2
+    assert "mass_scael" in p.stderr and str(bad) in p.stderr
+
+
+def test_eval_refuses_a_missing_bundle(tmp_path):
+    p = tinker("eval", str(tmp_path / "nope"), "--episodes", "1")
+    assert p.returncode == 2
+    assert "nope" in p.stderr
