@@ -66,6 +66,8 @@ def test_ray_workers_feed_learner_and_gated_policy_got_better(learner_factory, r
     assert msg is not None and msg[0] == 1
     assert msg[2]["sha256"] == bundle_sha256(Path(msg[2]["bundle"]))
     assert (Path(msg[2]["bundle"]) / "manifest.json").is_file()
+    # the bundle's files travel with the announcement (a robot on another machine has no access to the path)
+    assert msg[1]["manifest.json"] == (Path(msg[2]["bundle"]) / "manifest.json").read_bytes()
 
     # the trained policy, reloaded from the learner's checkpoint, is better than the initial one
     rep = lp.ctl("checkpoint")

@@ -323,7 +323,9 @@ class Learner:
         entry = {"version": self.version, "bundle": str(path), "sha256": bundle_sha256(path),
                  "updates": self.updates, "gate": res.to_dict()}
         self.published.append(entry)
-        self.weights_pub.publish(self.version, {}, meta=entry)
+        # The bundle's files travel with the announcement, so a robot on another machine gets them too.
+        files = {f.name: f.read_bytes() for f in sorted(path.iterdir()) if f.is_file()} if path.is_dir() else {}
+        self.weights_pub.publish(self.version, files, meta=entry)
         self.last_gate["version"] = self.version
         return self.last_gate
 
