@@ -15,25 +15,23 @@ tinker's DQN is double DQN (its default), SB3's is not.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
+from _common import ROOT, arg_parser, header, machine, result_path, write_result
+
+sys.path.insert(0, str(ROOT))
 
 import gymnasium as gym  # noqa: E402
 
 from tinker_core.algos import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 
 # RL Zoo hyperparameters (rl-baselines3-zoo hyperparams/*.yml), written once for both libraries.
 SETUPS = {
@@ -161,8 +159,7 @@ def _plot(curves: dict, path: Path) -> Path:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one seed, tiny budgets: about a minute")
+    ap = arg_parser(__doc__.split("\n")[0], "one seed, tiny budgets: about a minute")
     ap.add_argument("--seeds", type=int, default=3, help="seeds per setup in the full run")
     ap.add_argument("--fraction", type=float, default=1.0,
                     help="scale the RL Zoo budgets (e.g. 0.2 on a machine too busy for the full run; recorded)")
@@ -205,23 +202,18 @@ def main() -> int:
         per_setup[name] = {"env": s["env"], "timesteps": steps, "seeds": seeds, "threshold": s["threshold"],
                            "hyperparameters": s["common"], "normalize": s["normalize"], "n_envs": s["n_envs"]}
     out = {
-        "benchmark": "algos",
-        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "python": platform.python_version(), "torch": torch.__version__,
-                    "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                    "torch_threads": 1, "load_avg_1min_at_end": os.getloadavg()[0]},
-        "command": "python " + " ".join(["benchmarks/algos.py", *sys.argv[1:]]),
+        **header("algos", args.quick,
+                 machine(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                         extra={"torch_threads": 1}, load_key="load_avg_1min_at_end"),
+                 "python " + " ".join(["benchmarks/algos.py", *sys.argv[1:]])),
         "figures": figures,
         "goals": goals,
         "setups": per_setup,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = "algos.quick" if args.quick else "algos"
-    (RESULTS / f"{stem}.json").write_text(json.dumps(out, indent=1))
-    png = _plot(curves_png, RESULTS / f"{stem}.png")
+    path = write_result("algos", args.quick, out)
+    png = _plot(curves_png, result_path("algos", args.quick, ".png"))
     print(json.dumps(figures, indent=1))
-    print(f"wrote {RESULTS / (stem + '.json')} and {png}")
+    print(f"wrote {path} and {png}")
     return 0
 
 

@@ -17,21 +17,17 @@ Writes benchmarks/results/bus.json (``--quick``: bus.quick.json).
 
 from __future__ import annotations
 
-import argparse
-import json
 import multiprocessing as mp
-import os
-import platform
 import statistics
 import sys
 import time
 import timeit
-from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
+from _common import ROOT, arg_parser, header, machine, write_result
+
 sys.path.insert(0, str(ROOT))
 
 from tinker_core.module import ModuleBase  # noqa: E402
@@ -41,21 +37,6 @@ from tinker_core.transition import Transition, TransitionSpec  # noqa: E402
 
 OBS = Spec((3,), "float32", [-1.0, -1.0, -8.0], [1.0, 1.0, 8.0])
 ACT = Spec((1,), "float32", -2.0, 2.0)
-
-
-def machine() -> dict:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "gpu": None}
 
 
 # -- in-process -------------------------------------------------------------------------------------
@@ -341,8 +322,7 @@ def bench_zmq(n: int, reps: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions (about a minute)")
+    ap = arg_parser(__doc__.split("\n\n")[0])
     args = ap.parse_args()
     steps, reps_in = (5_000, 8) if args.quick else (5_000, 60)
     n_zmq, reps_zmq = (30_000, 1) if args.quick else (200_000, 3)
@@ -357,10 +337,7 @@ def main() -> int:
         print(f"  {k}: {v:,.3f}")
     fig.update(z)
     result = {
-        "benchmark": "bus",
-        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(),
-        "command": "python benchmarks/bus.py" + (" --quick" if args.quick else ""),
+        **header("bus", args.quick, machine()),
         "figures": {k: round(v, 4) if isinstance(v, float) else v for k, v in fig.items()},
         "goals": {
             "bus_overhead_validation_off_us": "<= 5",
@@ -376,9 +353,7 @@ def main() -> int:
                   "spawned process, end-to-end rate; the machine is shared by other jobs, so ratios count more "
                   "than absolute figures."),
     }
-    out = ROOT / "benchmarks" / "results" / ("bus.quick.json" if args.quick else "bus.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result("bus", args.quick, result)
     print(f"wrote {out}")
     return 0
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import signal
 import subprocess
@@ -32,23 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
+from _common import ROOT, arg_parser, header, machine, write_result
+
 sys.path.insert(0, str(ROOT))
-
-
-def machine() -> dict:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "gpu": None}
 
 
 def pct(a, q) -> float:
@@ -216,8 +202,7 @@ def costs(n: int, tmp: Path) -> dict:
 # -- main ------------------------------------------------------------------------------------------------
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="~1 min: fewer cycles, a shorter sweep")
+    ap = arg_parser(__doc__.splitlines()[0], "~1 min: fewer cycles, a shorter sweep")
     ap.add_argument("--floor-node", help=argparse.SUPPRESS)
     ap.add_argument("--period", type=float, default=0.05, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
@@ -288,16 +273,13 @@ def main(argv=None) -> int:
              "tinker_deadline_misses_20hz": "== 0", "max_rate_zero_misses_per_s": ">= 200",
              "overhead_share_of_e2e_p50": "<= 0.10"}
     met = {k: bool(eval(f"{figures[k]} {g}")) for k, g in goals.items()}  # noqa: S307 (our own literals)
-    result = {"benchmark": "control_loop", "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-              "machine": machine(), "command": "python benchmarks/control_loop.py" + (" --quick" if args.quick else ""),
+    result = {**header("control_loop", args.quick, machine()),
               "figures": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in figures.items()},
               "goals": goals, "goals_met": met,
               "load_average_1min": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
               "notes": "sweep runs each period with its own exported bundle; camera rendering (~25 ms CPU per "
                        "frame in PyBullet's TinyRenderer) bounds the rate with image perception on"}
-    out = ROOT / "benchmarks" / "results" / ("control_loop.quick.json" if args.quick else "control_loop.json")
-    out.parent.mkdir(exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result("control_loop", args.quick, result)
     print(json.dumps(result["figures"], indent=2))
     print(f"goals met: {met}\nwrote {out}")
     return 0

@@ -13,21 +13,19 @@ Writes benchmarks/results/deploy.json (``--quick``: deploy.quick.json).
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
+from _common import ROOT, arg_parser, header, machine, write_result
+
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
@@ -35,21 +33,6 @@ import torch  # noqa: E402
 from deploy.export import export_bundle, generate_obs  # noqa: E402
 from deploy.reference_policies import cnn_policy, mlp_policy  # noqa: E402
 from deploy.runtime import OnnxPolicy  # noqa: E402
-
-
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import onnxruntime as ort
-
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "onnxruntime": ort.__version__, "gpu": None}
 
 
 def latencies_us(fn: Callable[[], Any], n: int) -> np.ndarray:
@@ -102,8 +85,7 @@ def bench_policy(name: str, engines: dict[str, Callable[[], Any]], rounds: int, 
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer rounds and calls (about a minute)")
+    ap = arg_parser(__doc__.split("\n\n")[0], "fewer rounds and calls (about a minute)")
     args = ap.parse_args()
     rounds, calls = (3, 300) if args.quick else (9, 2000)
     torch.set_num_threads(1)
@@ -138,19 +120,14 @@ def main() -> int:
              "cnn_int8_vs_fp32_ratio": "<= 1.0"}
     met = {k: bool(eval(f"{figures[k]} {g}")) for k, g in goals.items()}  # noqa: S307 (our own literals)
     result = {
-        "benchmark": "deploy",
-        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(),
-        "command": "python benchmarks/deploy.py" + (" --quick" if args.quick else ""),
+        **header("deploy", args.quick, machine(("torch", "onnxruntime"))),
         "settings": {"rounds": rounds, "calls_per_round": calls, "threads": 1, "batch": 1,
                      "note": "numpy in/out for every engine; torch.inference_mode; ort via OnnxPolicy (IOBinding)"},
         "figures": figures,
         "goals": goals,
         "goals_met": met,
     }
-    out = ROOT / "benchmarks" / "results" / ("deploy.quick.json" if args.quick else "deploy.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result("deploy", args.quick, result)
     print(json.dumps(met))
     print(f"wrote {out}")
     return 0

@@ -16,20 +16,19 @@ Writes benchmarks/results/edge.json (``--quick``: edge.quick.json).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
+from _common import ROOT, arg_parser, header, machine, write_result
+
 sys.path.insert(0, str(ROOT))
 
 from deploy.edge_venv import ensure_edge_venv  # noqa: E402
@@ -58,21 +57,6 @@ with torch.inference_mode():
     a = m(torch.from_numpy(np.zeros((1, 10), np.float32)))[0].numpy()
 print(time.perf_counter() - t0)
 """
-
-
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import torch
-
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "gpu": None}
 
 
 def tree_bytes(path: Path) -> int:
@@ -110,8 +94,7 @@ def cold_start(python: Path, code: str, arg: str, cwd: str) -> tuple[float, floa
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer cold starts (about a minute once the venv exists)")
+    ap = arg_parser(__doc__.split("\n\n")[0], "fewer cold starts (about a minute once the venv exists)")
     args = ap.parse_args()
     reps = 3 if args.quick else 9
 
@@ -164,10 +147,7 @@ def main() -> int:
     goals = {"edge_vs_full_size_ratio": "<= 0.10", "cold_start_torch_vs_ort_ratio": ">= 5.0"}
     met = {k: bool(eval(f"{figures[k]} {g}")) for k, g in goals.items()}  # noqa: S307 (our own literals)
     result = {
-        "benchmark": "edge",
-        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(),
-        "command": "python benchmarks/edge.py" + (" --quick" if args.quick else ""),
+        **header("edge", args.quick, machine()),
         "settings": {"cold_starts_each": reps, "edge_site_packages": str(edge_site), "full_site_packages": str(full_site),
                      "edge_largest": edge_top, "full_largest": full_top,
                      "note": "sizes exclude pip/setuptools/wheel; cold start = import + session/module + first inference"},
@@ -175,9 +155,7 @@ def main() -> int:
         "goals": goals,
         "goals_met": met,
     }
-    out = ROOT / "benchmarks" / "results" / ("edge.quick.json" if args.quick else "edge.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result("edge", args.quick, result)
     print(json.dumps(figures, indent=1))
     print(json.dumps(met))
     print(f"wrote {out}")

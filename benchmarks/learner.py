@@ -18,15 +18,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
+from _common import ROOT, arg_parser, header, machine, write_result
+
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.replay import machine  # noqa: E402
 from tinker_core.cli.learner import make_env  # noqa: E402
 from tinker_core.learner import DistributedTrainer  # noqa: E402
 from tinker_core.transition import TransitionBatch  # noqa: E402
@@ -143,8 +143,8 @@ def with_workers(lp: LearnerProc, backend: str, steps: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true")
+    ap = arg_parser(__doc__, "fewer transitions, repetitions and worker runs",
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     args = ap.parse_args()
     n, reps, steps = (2000, 3, 2000) if args.quick else (5000, 6, 8000)
     fig: dict = {}
@@ -182,10 +182,7 @@ def main() -> None:
     finally:
         lp.stop()
     result = {
-        "benchmark": "learner",
-        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(),
-        "command": "python benchmarks/learner.py" + (" --quick" if args.quick else ""),
+        **header("learner", args.quick, machine()),
         "figures": fig,
         "goals": {},
         "notes": ("Pendulum-v1, SAC [256,256], batch 256, one torch thread, learner in its own process training "
@@ -195,8 +192,7 @@ def main() -> None:
                   "ray.init(num_cpus=2); all on the same 2 shared cores, so workers and learner compete for CPU. "
                   f"load average at the end: {os.getloadavg()[0]:.1f}"),
     }
-    out = ROOT / "benchmarks" / "results" / ("learner.quick.json" if args.quick else "learner.json")
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result("learner", args.quick, result)
     print(json.dumps(result, indent=2))
 
 

@@ -11,36 +11,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
+from _common import ROOT, arg_parser, header, machine, write_result
+
 sys.path.insert(0, str(ROOT))
 
 from tinker_core.replay import PrioritizedReplay, ReplayBuffer, StorageConfig, SumTree  # noqa: E402
 from tinker_core.transition import Transition  # noqa: E402
-
-
-def machine() -> dict:
-    import torch
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-            "gpu": None}
 
 
 def sim_camera_transitions(n: int, seed: int = 0) -> list[Transition]:
@@ -118,8 +101,8 @@ def time_sampling(fn, reps: int, batch: int) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="fewer frames and repetitions (about a minute)")
+    ap = arg_parser(__doc__, "fewer frames and repetitions (about a minute)",
+                    formatter_class=argparse.RawDescriptionHelpFormatter)
     args = ap.parse_args()
     n = 600 if args.quick else 3000
     reps = 15 if args.quick else 60
@@ -216,10 +199,7 @@ def main() -> None:
     fig["prioritized_state_buffer_bytes"] = pr.nbytes()
 
     result = {
-        "benchmark": "replay",
-        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(),
-        "command": "python benchmarks/replay.py" + (" --quick" if args.quick else ""),
+        **header("replay", args.quick, machine()),
         "figures": fig,
         "goals": {"lz4_ratio_vs_raw": ">= 8.0", "lz4_sampling_ratio_vs_numpy": ">= 0.5"},
         "notes": ("raw = an uncompressed numpy buffer storing obs and next_obs images and state (as a plain replay "
@@ -227,9 +207,7 @@ def main() -> None:
                   "*_frame_ratio_vs_raw_frame compares one compressed frame with one raw frame, without that saving. "
                   "noisy = Gaussian noise sigma 6 on every frame."),
     }
-    out = ROOT / "benchmarks" / "results" / ("replay.quick.json" if args.quick else "replay.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    write_result("replay", args.quick, result)
     print(json.dumps(result, indent=2))
 
 

@@ -14,46 +14,24 @@ both see the same machine load; figures are medians with min/max. Writes benchma
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import os
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
-from importlib import metadata
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
+from _common import ROOT, arg_parser, header, machine, write_result
+
 sys.path.insert(0, str(ROOT))
 
 from safety import SafetyWrapper, default_urdf, load_safety_config  # noqa: E402
 from safety.testing import BENCH_CASES, property_test  # noqa: E402
-from tinker_core.module import atomic_write_bytes  # noqa: E402
 
 HOME = np.array([0.0, 0.5, 0.0, -1.0, 0.0, 1.0, 0.0])
 ZERO = np.zeros(7)
-
-
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        torch_version = metadata.version("torch")
-    except metadata.PackageNotFoundError:
-        torch_version = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch_version,
-            "gpu": None, "load_avg_1min": round(os.getloadavg()[0], 2)}
 
 
 def guard_for(**overrides) -> SafetyWrapper:
@@ -144,8 +122,7 @@ def property_run(cases: int, chunk: int) -> dict:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true", help="fewer repetitions and 5,000 property cases (~1 min)")
+    ap = arg_parser(__doc__.split("\n\n")[0], "fewer repetitions and 5,000 property cases (~1 min)")
     ap.add_argument("--cases", type=int, default=None,
                     help=f"checked calls for the property (default {BENCH_CASES:,}; --quick: 5,000)")
     args = ap.parse_args()
@@ -154,11 +131,9 @@ def main() -> int:
     print(json.dumps(figures, indent=1), flush=True)
     figures.update(property_run(cases, 500 if args.quick else 5000))
     result = {
-        "benchmark": "safety",
-        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(),
-        "command": "python benchmarks/safety.py" + (" --quick" if args.quick else "")
-                   + (f" --cases {args.cases}" if args.cases else ""),
+        **header("safety", args.quick, machine(load_key="load_avg_1min"),
+                 "python benchmarks/safety.py" + (" --quick" if args.quick else "")
+                 + (f" --cases {args.cases}" if args.cases else "")),
         "figures": figures,
         "goals": {
             "guard_limits_us_p50": "<= 50",
@@ -173,9 +148,7 @@ def main() -> int:
             "property_failures": True,
         },
     }
-    name = "safety.quick.json" if args.quick else "safety.json"
-    out = ROOT / "benchmarks" / "results" / name
-    atomic_write_bytes(out, (json.dumps(result, indent=2) + "\n").encode())
+    out = write_result("safety", args.quick, result)
     print(json.dumps(result, indent=2))
     print(f"wrote {out}")
     return 0

@@ -10,44 +10,22 @@ medians with min/max. Writes benchmarks/results/sim.json (``--quick``: sim.quick
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
+from _common import ROOT, arg_parser, header, machine, write_result
+
 sys.path.insert(0, str(ROOT))
 
 import pybullet as p  # noqa: E402
 
 import sim  # noqa: E402
 from sim.vector import make_vec  # noqa: E402
-
-
-def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        import torch
-
-        torch_version = torch.__version__
-    except ImportError:
-        torch_version = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch_version,
-            "gpu": None, "load_avg_1min_at_start": round(os.getloadavg()[0], 2)}
 
 
 def env_steps_per_s(env, steps: int, seed: int = 0) -> tuple[float, float]:
@@ -110,8 +88,7 @@ def summary(values: list[float]) -> tuple[float, float, float]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fewer repetitions (about a minute)")
+    parser = arg_parser(__doc__.splitlines()[0])
     args = parser.parse_args()
     reps = 3 if args.quick else 7
     steps = 600 if args.quick else 2000
@@ -181,10 +158,7 @@ def main() -> int:
         "vec_scaling_2_vs_1_ratio": figures["vec_scaling_2_vs_1_ratio"] >= 1.5,
     }
     result = {
-        "benchmark": "sim",
-        "when": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "machine": machine(),
-        "command": "python benchmarks/sim.py" + (" --quick" if args.quick else ""),
+        **header("sim", args.quick, machine(load_key="load_avg_1min_at_start")),
         "figures": figures,
         "goals": goals,
         "goals_met": met,
@@ -194,11 +168,7 @@ def main() -> int:
                  "steps (a moving arm costs more physics than a still one). The machine is shared (2 cores, other "
                  "jobs running), which caps the 2-worker scaling.",
     }
-    out = ROOT / "benchmarks" / "results" / ("sim.quick.json" if args.quick else "sim.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, out)
+    write_result("sim", args.quick, result)
     print(json.dumps(result, indent=2))
     return 0
 
