@@ -30,6 +30,9 @@ class LearnerConfig:
     init_checkpoint: str | None = None
     """Algorithm checkpoint to start from (e.g. the pretrained policy, for online fine-tuning) when
     ``checkpoint_dir`` holds nothing to resume; None builds a fresh algorithm."""
+    seed_replay_from_init: bool = True
+    """Copy the init checkpoint's own replay (its simulation experience) into the simulation replay, so
+    fine-tuning keeps the sim share of the ``real_fraction`` mix from the first update."""
     device: str = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda[:N]"."""
     batch_size: int = 256

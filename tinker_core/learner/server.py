@@ -27,13 +27,15 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+import numpy as np
+
 from tinker_core.errors import CheckpointError, ConfigError, TinkerError
 from tinker_core.learner.config import LearnerConfig, resolve_device
 from tinker_core.learner.gate import GateResult, run_gate
 from tinker_core.learner.mix import MixedReplay
 from tinker_core.module import atomic_write_bytes
 from tinker_core.replay import StorageConfig
-from tinker_core.transition import TransitionBatch
+from tinker_core.transition import Transition, TransitionBatch
 
 STATE_FILE = "learner.json"
 #: longest stretch of updates between two looks at control requests
@@ -116,6 +118,7 @@ class Learner:
         self.last_gate: dict | None = None
         self.published: list[dict] = []
         self.restored_from: str | None = None
+        self.seeded_from_init = 0
         self.last_checkpoint: dict | None = None
         self.last_train: dict = {}
         self._started = time.monotonic()
@@ -200,8 +203,30 @@ class Learner:
 
             self.algo = load_algorithm(self.config.init_checkpoint, device=self.device)
             self.restored_from = str(self.config.init_checkpoint)
+            if self.config.seed_replay_from_init:
+                self.seeded_from_init = self._seed_sim_replay(self.algo)
         else:
             self.algo = self.algo_factory()
+
+    def _seed_sim_replay(self, algo: Any) -> int:
+        """Copy an algorithm's own replay (uniform, in insertion order) into the simulation replay."""
+        rb = getattr(algo, "replay", None)
+        if rb is None or not hasattr(rb, "tensors") or len(rb) == 0:
+            return 0
+        t = rb.tensors()
+        n = int(t["rewards"].shape[0])
+        keep = min(n, int(self.config.replay_capacity))
+
+        def field(name: str, i: int) -> Any:
+            if name in t:
+                return t[name][i]
+            return {k.split(".", 1)[1]: v[i] for k, v in t.items() if k.startswith(name + ".")}
+
+        for i in range(n - keep, n):
+            self.replay.add(Transition(field("obs", i), np.asarray(t["actions"][i], dtype=np.float32),
+                                       float(t["rewards"][i]), bool(t["dones"][i] > 0.5), False,
+                                       {"source": "sim"}, field("next_obs", i)))
+        return keep
 
     def checkpoint(self) -> dict:
         """Save algorithm, replay and counters to ``checkpoint_dir``; returns what was saved."""
@@ -415,6 +440,7 @@ class Learner:
             "settings": dict(self.settings), "algo_settings": algo_settings,
             "last_train": self.last_train, "last_gate": self.last_gate, "last_checkpoint": self.last_checkpoint,
             "published": self.published[-1] if self.published else None, "restored_from": self.restored_from,
+            "seeded_from_init": self.seeded_from_init,
             "uptime_s": round(el, 2),
             "receiver": None if recv is None else {"received": recv.received, "rejected": recv.rejected},
         }

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -61,6 +62,8 @@ class DemoConfig:
     """seconds per cycle"""
     learner: dict = field(default_factory=dict)
     """LearnerConfig overrides (batch size, gate, publish cadence...)"""
+    finetune_lr: float | None = 3e-4
+    """learning rate while fine-tuning (below the pretraining rate, so live data refines the policy)"""
     seed: int = 0
     """first episode seed of the robot"""
     record: bool = False
@@ -350,15 +353,16 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> dict:
         if not need or not Path(need).exists():
             raise ConfigError(f"demo {what}: {need or '(empty)'} does not exist")
     trace_dir = out / "trace"
-    for old in trace_dir.glob("*.jsonl"):
-        old.unlink()
+    # a demo starts from the pretrained policy, never from what an earlier demo in this directory left
+    for stale in ("learner", "bundles", "received", "trace", "nodes"):
+        shutil.rmtree(out / stale, ignore_errors=True)
     ports = [free_port() for _ in range(4)]
     lconf = {
         "transitions_endpoint": f"tcp://127.0.0.1:{ports[0]}", "weights_endpoint": f"tcp://127.0.0.1:{ports[1]}",
         "params_endpoint": f"tcp://127.0.0.1:{ports[2]}", "control_endpoint": f"tcp://127.0.0.1:{ports[3]}",
         "algo": "sac", "env_id": "tinker/ArmReach-v0", "env_kwargs": {"randomize": True},
         "init_checkpoint": str(Path(cfg.checkpoint).resolve()), "device": "auto",
-        "batch_size": 256, "update_interval": 1, "warmup": 256, "real_fraction": 1.0,
+        "batch_size": 256, "update_interval": 1, "warmup": 256, "real_fraction": 0.5,
         "publish_every": 300, "checkpoint_every": 0, "checkpoint_dir": str(out / "learner"),
         "bundle_dir": str(out / "bundles"), "gate_episodes": 10, "gate_min_success": 0.8,
         "param_sync_every": 0, "seed": cfg.seed,
@@ -382,8 +386,11 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> dict:
     graph = Graph(overrides=overrides, run_dir=out / "nodes", record=out / "run.mcap" if cfg.record else None)
     report: dict[str, Any] = {}
     try:
-        learner.wait_ready()
+        ready = learner.wait_ready()
+        progress(f"  learner ready: {ready.get('seeded_from_init', 0)} pretraining transitions in its sim replay")
         learner.ctl("pause")
+        if cfg.finetune_lr:
+            learner.ctl("set", lr=cfg.finetune_lr)
         monitor = Monitor(period=cfg.control_period)
         progress("bringing up the ROS 2 graph: sim_robot, perception, policy, safety, experience_bridge ...")
         graph.start()
