@@ -1,0 +1,33 @@
+"""``tinker benchmark sim2real`` at a tiny budget: every step of the protocol runs and the table is the run's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(600)
+def test_sim2real_protocol_writes_table_json_and_plot(tmp_path):
+    out = tmp_path / "s2r"
+    env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(1, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    p = subprocess.run([sys.executable, "-m", "tinker_core", "benchmark", "sim2real", "--variants", "laggy",
+                        "--finetune-episodes", "2", "--eval-episodes", "3", "--out", str(out)],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=580)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    data = json.loads((out / "sim2real.json").read_text())
+    (row,) = data["rows"]
+    assert row["variant"] == "laggy"
+    for key in ("zero_shot", "fine_tuned"):
+        assert row[key]["episodes"] == 3
+        assert 0.0 <= row[key]["ci_low"] <= row[key]["success_rate"] <= row[key]["ci_high"] <= 1.0
+    assert row["ros_loop"]["finetune"]["episodes"] >= 2
+    assert "| laggy |" in (out / "sim2real.md").read_text()
+    assert (out / "sim2real.png").stat().st_size > 5_000
