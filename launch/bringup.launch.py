@@ -1,0 +1,1 @@
+../ros2_ws/src/tinker/launch/bringup.launch.py
