@@ -11,11 +11,7 @@ import argparse
 import importlib
 import sys
 
-import rclpy
-from rclpy.signals import SignalHandlerOptions
-
-from tinker.runtime import NodeFatal, spin_until_signal
-from tinker_core.errors import TinkerError
+from tinker.runtime import run_nodes
 
 CLASSES = {"sim_robot": "SimRobotNode", "perception": "PerceptionNode", "policy": "PolicyNode",
            "safety": "SafetyNode", "experience_bridge": "ExperienceBridgeNode"}
@@ -28,23 +24,12 @@ def main(args: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tinker.composed")
     ap.add_argument("--nodes", default=",".join(CLASSES), help="comma-separated node names")
     opts = ap.parse_args(own)
-    rclpy.init(args=["tinker_composed", *ros_args], signal_handler_options=SignalHandlerOptions.NO)
-    nodes = []
-    try:
-        for name in opts.nodes.split(","):
-            mod = importlib.import_module(f"tinker.{name}")
-            nodes.append(getattr(mod, CLASSES[name])())
-        spin_until_signal(nodes)
-    except NodeFatal as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 3
-    except TinkerError as e:
-        print(f"error: {e}", file=sys.stderr, flush=True)
-        return 2
-    finally:
-        if rclpy.ok():
-            rclpy.shutdown()
-    return 0
+    names = opts.nodes.split(",")
+
+    def make_nodes() -> list:
+        return [getattr(importlib.import_module(f"tinker.{n}"), CLASSES[n])() for n in names]
+
+    return run_nodes(make_nodes, ["tinker_composed", *ros_args])
 
 
 if __name__ == "__main__":

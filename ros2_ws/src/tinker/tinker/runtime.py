@@ -162,24 +162,31 @@ def spin_until_signal(nodes: list, on_ready: Callable[[], None] | None = None) -
         ex.shutdown()
 
 
+def run_nodes(make_nodes: Callable[[], list], args: list[str] | None, label: str = "") -> int:
+    """Init rclpy, build the nodes, spin them until SIGINT/SIGTERM, shut down; the process exit code.
+
+    3 when a node refuses to run (`NodeFatal`), 2 on any other tinker error, 0 after a clean stop.
+    """
+    rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
+    try:
+        spin_until_signal(make_nodes())
+    except NodeFatal as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return 3
+    except TinkerError as e:
+        print(f"error: {label}{e}", file=sys.stderr, flush=True)
+        return 2
+    finally:
+        if rclpy.ok():
+            rclpy.shutdown()
+    return 0
+
+
 def main_for(cls) -> Callable[[list[str] | None], int]:
     """The standard ``main()`` of a tinker node class: init, construct, spin, stop, shut down."""
 
     def main(args: list[str] | None = None) -> int:
-        rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
-        try:
-            node = cls()
-            spin_until_signal([node])
-        except NodeFatal as e:
-            print(f"error: {e}", file=sys.stderr, flush=True)
-            return 3
-        except TinkerError as e:
-            print(f"error: {cls.__name__}: {e}", file=sys.stderr, flush=True)
-            return 2
-        finally:
-            if rclpy.ok():
-                rclpy.shutdown()
-        return 0
+        return run_nodes(lambda: [cls()], args, label=f"{cls.__name__}: ")
 
     main.__doc__ = f"Runs the {cls.__name__} node until SIGINT/SIGTERM."
     return main
