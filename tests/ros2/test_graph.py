@@ -162,7 +162,9 @@ def test_malformed_messages_on_every_input_hold_and_warn_never_crash(g, ros2):
 
 
 def test_policy_hot_reload_mid_run_misses_no_cycle(g, ros2, bundles):
-    since = time.time_ns()
+    # look from a second before the request: v1 is commanding then, so the cycles before the swap are
+    # in the record even when v2 validates before the next robot cycle
+    since = time.time_ns() - 1_000_000_000
     assert g.probe.set_param(f"/{NS}/policy", "bundle", str(bundles["v2"]))
     ros2.wait_until(lambda: any(ros2.meta_of(m).get("version") == "2" for _, m in _served(g, ros2, since)),
                     30, "commands from bundle v2")
