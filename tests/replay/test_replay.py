@@ -230,3 +230,56 @@ def test_threaded_decode_matches_single_thread():
     np.testing.assert_array_equal(a.next_obs["image"], b.next_obs["image"])
     with pytest.raises(ConfigError, match="decode_threads"):
         StorageConfig(decode_threads=0)
+
+
+def episodes_stream(n: int, every: int = 7, size: int = 24) -> list[Transition]:
+    """Frames with a reset every ``every`` steps, so some next frames are not the following obs."""
+    rng = np.random.default_rng(5)
+    out = []
+    for k in range(n):
+        im = np.full((size, size, 3), k % 251, np.uint8)
+        im[k % size] = rng.integers(0, 255, (size, 3), dtype=np.uint8)
+        nxt = im.copy() + 1 if (k + 1) % every == 0 else None
+        out.append([im, nxt])
+    for k in range(n):  # within an episode, next_obs of k is the very obs of k+1
+        if out[k][1] is None:
+            out[k][1] = out[k + 1][0] if k + 1 < n else out[k][0] + 2
+    return [Transition(obs={"image": o, "joints": np.full(2, k, np.float32)}, action=np.zeros(1, np.float32),
+                       reward=float(k), terminated=(k + 1) % every == 0, info={},
+                       next_obs={"image": x, "joints": np.full(2, k + 1, np.float32)})
+            for k, (o, x) in enumerate(out)]
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_sampled_image_batches_match_what_was_added(threads, monkeypatch):
+    """Decoding straight into the batch (threads or not, C path or portable path) gives back the added frames,
+    across episode ends, ring wrap-around, repeated slots and the newest slot's pending next frame."""
+    from tinker_core.replay import codec
+
+    ts = episodes_stream(90)
+    buf = ReplayBuffer(64, storage=StorageConfig(decode_threads=threads, chunk_size=16), seed=2)
+    buf.extend(ts)
+    assert 0 < int(buf.storage.linked.sum()) < 63  # some frames shared, some stored apart (episode ends)
+    paths = [codec._LZ4_INTO, None]  # the ctypes C path, then lz4.block's portable path
+    assert paths[0] is not None, "LZ4_decompress_safe should be reachable in the pinned lz4 wheel"
+    for into in paths:
+        monkeypatch.setattr(codec, "_LZ4_INTO", into)
+        slots = np.concatenate([np.arange(64), np.random.default_rng(0).integers(0, 64, 200)])
+        b = buf.storage.get(slots, with_info=False)
+        for j in range(len(slots)):
+            src = ts[int(b.reward[j])]
+            np.testing.assert_array_equal(b.obs["image"][j], src.obs["image"])
+            np.testing.assert_array_equal(b.next_obs["image"][j], src.next_obs["image"])
+        assert b.obs["image"].flags.writeable and b.next_obs["image"].flags.writeable
+
+
+def test_damaged_frame_in_memory_is_refused_not_returned(monkeypatch):
+    from tinker_core.replay import codec
+
+    buf = ReplayBuffer(8, storage=StorageConfig(decode_threads=1))
+    buf.extend(frames_stream(8))
+    buf.storage.frames["image"][3] = buf.storage.frames["image"][3][:-9]  # truncated lz4 block
+    for into in (codec._LZ4_INTO, None):
+        monkeypatch.setattr(codec, "_LZ4_INTO", into)
+        with pytest.raises(ValidationError, match="replay frame"):
+            buf.storage.get(np.array([3]))

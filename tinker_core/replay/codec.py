@@ -8,7 +8,7 @@ persistence. lz4 round trips are exact; JPEG is lossy (quality 1..95, default 85
 from __future__ import annotations
 
 import io
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import lz4.block
 import msgpack
@@ -50,35 +50,79 @@ def encode_frames(frames: np.ndarray, codec: str, quality: int = 85, lz4_level: 
 _POOLS: dict[int, Any] = {}
 
 
-def decode_frames_into(out: np.ndarray, blobs: Sequence[bytes], codec: str, threads: int = 1) -> None:
-    """Decode ``blobs[i]`` into ``out[i]`` (``out`` has the frame shape and dtype).
+def _lz4_decompress_into() -> Callable[[bytes, int, int, int], int] | None:
+    """``LZ4_decompress_safe(src, dst_address, src_size, dst_capacity)`` from python-lz4's own extension module.
 
-    With ``threads`` > 1 the frames are split across a thread pool (lz4 and Pillow release the GIL).
+    `lz4.block.decompress` can only return a new bytes object, which then has to be copied into the
+    batch: calling the C function through ctypes writes each frame straight into its batch row, with
+    no allocation and no copy, and ctypes releases the GIL during the call, so decode threads run in
+    parallel. None (the portable path is used) when the symbol is not exported by this build.
     """
+    try:
+        import ctypes
+
+        import lz4.block._block as ext
+
+        fn = ctypes.CDLL(ext.__file__).LZ4_decompress_safe
+    except (ImportError, OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_LZ4_INTO = _lz4_decompress_into()
+
+
+def decode_frames_into(out: np.ndarray, blobs: Sequence[bytes], codec: str, threads: int = 1,
+                       rows: Sequence[int] | np.ndarray | None = None) -> None:
+    """Decode ``blobs[i]`` into ``out[rows[i]]`` (``rows`` defaults to ``0..len(blobs)-1``).
+
+    ``out`` is a C-contiguous batch of frames. lz4 frames are decompressed in place, straight into
+    their row. With ``threads`` > 1 the frames are split across a thread pool (lz4 through ctypes and
+    Pillow release the GIL). A blob that does not decode to exactly one frame raises `ValidationError`.
+    """
+    rows = np.arange(len(blobs)) if rows is None else np.asarray(rows, dtype=np.int64)
+    if len(rows) != len(blobs):
+        raise ValidationError("decode_frames_into.rows", f"one row per blob ({len(blobs)})", f"{len(rows)} rows")
+    if not out.flags.c_contiguous:
+        raise ValidationError("decode_frames_into.out", "a C-contiguous array", "a strided view")
     if threads > 1 and len(blobs) >= 32:
         from concurrent.futures import ThreadPoolExecutor
 
         pool = _POOLS.get(threads)
         if pool is None:
-            pool = _POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="tinker-decode")
+            pool = _POOLS[threads] = ThreadPoolExecutor(threads - 1, thread_name_prefix="tinker-decode")
         step = -(-len(blobs) // threads)
         parts = [(lo, min(lo + step, len(blobs))) for lo in range(0, len(blobs), step)]
-        list(pool.map(lambda r: decode_frames_into(out[r[0]:r[1]], blobs[r[0]:r[1]], codec), parts))
+        futures = [pool.submit(decode_frames_into, out, blobs[lo:hi], codec, 1, rows[lo:hi]) for lo, hi in parts[1:]]
+        lo, hi = parts[0]
+        decode_frames_into(out, blobs[lo:hi], codec, 1, rows[lo:hi])  # the caller takes the first share
+        for f in futures:
+            f.result()
         return
-    nbytes = out[0].nbytes if len(out) else 0
-    if codec == "none":
-        for i, b in enumerate(blobs):
-            out[i] = np.frombuffer(b, dtype=out.dtype).reshape(out.shape[1:])
-    elif codec == "lz4":
-        for i, b in enumerate(blobs):
-            out[i] = np.frombuffer(lz4.block.decompress(b, uncompressed_size=nbytes),
-                                   dtype=out.dtype).reshape(out.shape[1:])
+    shape = out.shape[1:]
+    nbytes = int(np.prod(shape, dtype=np.int64)) * out.itemsize
+    if codec == "lz4" and _LZ4_INTO is not None:
+        base, into = out.ctypes.data, _LZ4_INTO
+        for r, b in zip(rows.tolist(), blobs):
+            got = into(b, base + r * nbytes, len(b), nbytes)
+            if got != nbytes:
+                raise ValidationError("replay frame", f"an lz4 block of {nbytes} bytes", f"a damaged one (lz4 returned {got})")
+    elif codec in ("none", "lz4"):
+        for r, b in zip(rows.tolist(), blobs):
+            try:
+                raw = lz4.block.decompress(b, uncompressed_size=nbytes) if codec == "lz4" else b
+            except lz4.block.LZ4BlockError as e:
+                raise ValidationError("replay frame", f"an lz4 block of {nbytes} bytes", f"a damaged one ({e})") from e
+            if len(raw) != nbytes:
+                raise ValidationError("replay frame", f"{nbytes} bytes", f"{len(raw)} bytes")
+            out[r] = np.frombuffer(raw, dtype=out.dtype).reshape(shape)
     elif codec == "jpeg":
         from PIL import Image
 
-        for i, b in enumerate(blobs):
-            a = np.asarray(Image.open(io.BytesIO(b)))
-            out[i] = a.reshape(out.shape[1:])
+        for r, b in zip(rows.tolist(), blobs):
+            out[r] = np.asarray(Image.open(io.BytesIO(b))).reshape(shape)
     else:
         raise ValidationError("codec", f"one of {CODECS}", repr(codec))
 
