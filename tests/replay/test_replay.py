@@ -283,3 +283,22 @@ def test_damaged_frame_in_memory_is_refused_not_returned(monkeypatch):
         monkeypatch.setattr(codec, "_LZ4_INTO", into)
         with pytest.raises(ValidationError, match="replay frame"):
             buf.storage.get(np.array([3]))
+
+
+def test_non_finite_or_misshapen_transitions_are_refused():
+    """One NaN in replay would poison every batch it is drawn into: add refuses it, naming the field."""
+    buf = ReplayBuffer(8)
+    buf.add(state_t(0))
+    good = state_t(1)
+    bad_obs = Transition(np.array([0, np.nan, 0, 0, 0], np.float32), good.action, 0.0, False, False, {}, good.next_obs)
+    bad_next = Transition(good.obs, good.action, 0.0, False, False, {}, np.full(5, np.inf, np.float32))
+    bad_act = Transition(good.obs, np.array([np.nan, 0], np.float32), 0.0, False, False, {}, good.next_obs)
+    bad_rew = Transition(good.obs, good.action, float("nan"), False, False, {}, good.next_obs)
+    short_next = Transition(good.obs, good.action, 0.0, False, False, {}, np.zeros(4, np.float32))
+    for t, where in [(bad_obs, r"replay.add.obs"), (bad_next, r"replay.add.next_obs"), (bad_act, "replay.add.action"),
+                     (bad_rew, "replay.add.reward"), (short_next, "replay.add.next_obs.*shapes")]:
+        with pytest.raises(ValidationError, match=where):
+            buf.add(t)
+    assert len(buf) == 1 and buf.total_added == 1
+    buf.add(good)
+    assert len(buf) == 2

@@ -148,7 +148,8 @@ class RingStorage:
         c = self.config
         return codec.encode_frames(frame[None], c.image_codec, c.jpeg_quality, c.lz4_level)[0]
 
-    def _check(self, t: Transition, flat: dict[str, np.ndarray]) -> None:
+    def _check(self, t: Transition, flat: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Refuse a transition that does not fit the layout or holds NaN/inf; returns the flat next_obs."""
         assert self.fields is not None
         if set(flat) != set(self.fields):
             raise ValidationError("replay.add.obs", f"fields {sorted(self.fields)}", f"fields {sorted(flat)}")
@@ -160,8 +161,21 @@ class RingStorage:
             raise ValidationError("replay.add.action", f"shape {self.action_shape}", f"shape {np.shape(t.action)}")
         if t.next_obs is None:
             raise ValidationError("replay.add.next_obs", "the observation after the step", "None")
+        nxt = _flatten(t.next_obs)
+        if set(nxt) != set(self.fields) or any(v.shape != self.fields[k].shape for k, v in nxt.items()):
+            raise ValidationError("replay.add.next_obs", "the fields and shapes of obs",
+                                  str({k: v.shape for k, v in nxt.items()}))
+        # one NaN stored here would poison every batch it is drawn into: refuse it at the door
+        for where, arrays in (("obs", flat), ("next_obs", nxt)):
+            for k, v in arrays.items():
+                if v.dtype.kind in "fc" and not np.isfinite(v).all():
+                    raise ValidationError(f"replay.add.{where}[{k!r}]", "finite values", "NaN or inf")
+        a = np.asarray(t.action)
+        if a.dtype.kind in "fc" and not np.isfinite(a).all():
+            raise ValidationError("replay.add.action", "finite values", "NaN or inf")
         if not np.isfinite(t.reward):
             raise ValidationError("replay.add.reward", "a finite number", repr(t.reward))
+        return nxt
 
     def _resolve_pending(self, next_flat: dict[str, np.ndarray] | None) -> None:
         """Decide whether the newest slot's next frames are the frames now arriving."""
@@ -186,10 +200,9 @@ class RingStorage:
         if self.fields is None:
             self._init_layout(t)
         flat = _flatten(t.obs)
-        self._check(t, flat)
+        nxt = self._check(t, flat)
         self._resolve_pending({k: flat[k] for k in self.image_fields} if self.image_fields else None)
         i = self.cursor
-        nxt = _flatten(t.next_obs)
         for k, f in self.fields.items():  # type: ignore[union-attr]
             if f.image:
                 self.frames[k][i] = self._encode(np.ascontiguousarray(flat[k], dtype=np.uint8))
