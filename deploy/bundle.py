@@ -7,7 +7,7 @@ Layout::
       policy.onnx               obs -> action (the whole deployable graph)
       perception.onnx           obs -> features   (when the policy has both parts)
       actor.onnx                features -> action (when the policy has both parts)
-      policy.int8.onnx          optional, dynamic int8 quantization of policy.onnx
+      policy.int8.onnx          optional, int8 quantization of policy.onnx (static for a CNN)
       recorded_obs.npz          observations + the torch reference actions (parity, ARM check, hot reload)
 
 The path rule: a bundle path ending in ``.onnx`` means the directory of the same name without the

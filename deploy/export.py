@@ -6,11 +6,13 @@
 1. traces each part with torch's TorchScript exporter at opset 17 (dynamic batch axis; input names
    are the spec's field names, or ``obs`` / ``features`` for a flat spec; outputs ``action`` /
    ``features``), failing in plain words when ``forward`` branches on tensor values;
-2. runs ``onnx.checker.check_model(full_check=True)`` and checks the opset against the table of
+2. applies the exact graph rewrites of `deploy.graph_rewrite` (the image's /255 folded into the first
+   convolution's weights), runs ``onnx.checker.check_model(full_check=True)`` and checks the opset against the table of
    onnxruntime releases that load it;
 3. runs torch and onnxruntime on the recorded observations and fails above ``tolerance``
    (max abs difference printed);
-4. optionally quantizes the policy to int8 with an accuracy report;
+4. optionally quantizes the policy to int8 (for a CNN static, calibrated on the recorded observations)
+   with an accuracy report against fp32;
 5. writes the bundle directory atomically with its manifest.
 
 Needs torch and onnx (the training install), never imported by the edge runtime.
@@ -35,6 +37,7 @@ from tinker_core.errors import BundleError
 from tinker_core.spec import AnySpec, DictSpec, Spec, spec_from_dict
 
 from deploy.bundle import RECORDED, bundle_dir_for_output, pack_recorded, write_bundle
+from deploy.graph_rewrite import rewrite
 from deploy.manifest import (
     OPSET, Manifest, ModelEntry, Term, check_opset_supported, deploy_settings_sha256, spec_input_names,
 )
@@ -259,13 +262,15 @@ def _versions() -> dict[str, str]:
 # -- the export --------------------------------------------------------------------------------
 def export_bundle(parts: Mapping[str, nn.Module] | nn.Module, metadata: Mapping[str, Any], out: str | Path, *,
                   opset: int = OPSET, recorded_obs: Any = None, tolerance: float = 1e-5, policy_version: int = 0,
-                  quantize: bool = False, log: Callable[[str], None] = print) -> Path:
+                  quantize: bool = False, int8_mode: str = "auto", log: Callable[[str], None] = print) -> Path:
     """Export, check and write a bundle; returns its directory (``out`` without ``.onnx``).
 
     ``metadata`` keys: ``obs_spec``, ``action_spec`` (required), ``feature_spec`` (required with two
     parts), ``normalization`` (``{"mean" | "obs_mean", "std" | "var" | "obs_var", "eps", "clip", "folded"}``; when ``folded`` is
     false the normalization is added in front of the graph), ``training_step``, ``env_id``,
     ``obs_terms``, ``action_terms``, ``joint_names``, ``action_chain_config``, ``control_period``.
+    ``quantize`` adds ``policy.int8.onnx``, quantized by ``int8_mode`` (`deploy.quantize.MODES`: ``static``,
+    calibrated on the recorded observations, ``dynamic``, or ``auto``: static when the graph has convolutions).
     """
     if opset != OPSET:
         log(f"note: exporting at opset {opset}; tinker's documented opset is {OPSET}")
@@ -286,19 +291,24 @@ def export_bundle(parts: Mapping[str, nn.Module] | nn.Module, metadata: Mapping[
         first = "perception" if "perception" in parts else "policy"
         parts[first] = _Normalize(parts[first], norm, obs_spec)
         norm["folded"] = True
+    if quantize:
+        from deploy.quantize import MODES
+
+        if int8_mode not in MODES:
+            raise BundleError(f"int8_mode: expected one of {MODES}, got {int8_mode!r}")
     modes = {k: m.training for k, m in parts.items()}
     for m in parts.values():
         m.eval()
     try:
         return _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, opset, recorded_obs,
-                       tolerance, policy_version, quantize, log)
+                       tolerance, policy_version, int8_mode if quantize else None, log)
     finally:
         for k, m in parts.items():
             m.train(modes[k])
 
 
 def _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, opset, recorded_obs, tolerance,
-            policy_version, quantize, log) -> Path:
+            policy_version, int8, log) -> Path:
     if recorded_obs is None:
         recorded_obs = generate_obs(obs_spec)
         log(f"no recorded observations given: using {N_RECORDED} generated within the observation spec")
@@ -317,7 +327,9 @@ def _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, ops
         for name, mod, in_spec, flat, out_name, out_spec in plan:
             inputs = recorded_obs if name != "actor" else reference["features"]
             src = _slice(inputs, 1)
-            blob = onnx_bytes(mod, src, in_spec, flat, out_name, opset, name)
+            blob, rewrites = rewrite(onnx_bytes(mod, src, in_spec, flat, out_name, opset, name))
+            for line in rewrites:
+                log(f"graph {name}: {line}")
             check_onnx(blob, opset, name)
             expected = mod(_to_torch(inputs)).numpy()
             out_spec.check(expected[0], f"{name} output", bounds=False)
@@ -333,15 +345,16 @@ def _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, ops
                 inputs=[{"name": n, "spec": (in_spec[n] if isinstance(in_spec, DictSpec) else in_spec).to_dict()}
                         for n in spec_input_names(in_spec, flat)],
                 outputs=[{"name": out_name, "spec": out_spec.to_dict()}],
-                accuracy={"max_abs_diff_vs_torch": diff, "tolerance": tolerance})
+                accuracy={"max_abs_diff_vs_torch": diff, "tolerance": tolerance,
+                          **({"graph_rewrites": rewrites} if rewrites else {})})
         parity_info = {"max_abs_diff": models["policy"].accuracy["max_abs_diff_vs_torch"], "tolerance": tolerance,
                        "n_obs": int(len(reference["action"]))}
 
-    if quantize:
+    if int8 is not None:
         from deploy.quantize import quantize_model
 
-        q_bytes, report = quantize_model(files["policy.onnx"], recorded_obs, obs_spec, reference["action"])
-        log(f"int8: max abs diff vs fp32 {report['max_abs_diff_vs_fp32']:.3g}, "
+        q_bytes, report = quantize_model(files["policy.onnx"], recorded_obs, obs_spec, reference["action"], int8)
+        log(f"int8 ({report['mode']}): max abs diff vs fp32 {report['max_abs_diff_vs_fp32']:.3g}, "
             f"mean {report['mean_abs_diff_vs_fp32']:.3g} on {report['n_obs']} obs")
         files["policy.int8.onnx"] = q_bytes
         models["policy_int8"] = ModelEntry(file="policy.int8.onnx", sha256="", inputs=models["policy"].inputs,

@@ -64,3 +64,11 @@ def first_obs(obs):
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def cnn_int8_bundle(bundles_dir) -> Path:
+    """The CNN+MLP of `cnn_bundle` with its int8 model (static, calibrated on its 48 recorded obs)."""
+    parts, meta = cnn_policy(image=64)
+    return export_bundle(parts, meta, bundles_dir / "cnn_int8.onnx", recorded_obs=generate_obs(meta["obs_spec"], 48),
+                         quantize=True, policy_version=1, log=_quiet)

@@ -1,0 +1,153 @@
+"""Exact graph rewrites applied to an exported ONNX model before its parity check.
+
+onnxruntime fuses Conv+Relu and Gemm+Relu itself, but not the input scaling of an image policy:
+``image.permute(0, 3, 1, 2).float() / 255`` runs a Div (or Mul) over every pixel before the first
+convolution (~10 us at 84 px on one core). Since a convolution is linear in its input and pads with
+zeros, ``conv(x / c, W) == conv(x, W / c)``: the scale moves into the weights at export and the Div
+disappears. The result differs from torch only by float rounding (~1e-7), and the exporter's parity
+check on the recorded observations still holds it to the tolerance (1e-5).
+
+A Cast to float that comes before a Transpose is moved after it, so the layout change moves bytes of
+the camera image rather than floats four times as large.
+
+Needs onnx (the training install).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import onnx
+
+
+def _consumers(graph: "onnx.GraphProto") -> dict[str, list["onnx.NodeProto"]]:
+    out: dict[str, list] = {}
+    for n in graph.node:
+        for name in n.input:
+            out.setdefault(name, []).append(n)
+    return out
+
+
+def _constant(graph: "onnx.GraphProto", name: str) -> np.ndarray | None:
+    """The value of ``name`` when it is an initializer or a Constant node's output, else None."""
+    from onnx import numpy_helper
+
+    for init in graph.initializer:
+        if init.name == name:
+            return numpy_helper.to_array(init)
+    for n in graph.node:
+        if n.op_type == "Constant" and n.output[0] == name:
+            for a in n.attribute:
+                if a.name == "value":
+                    return numpy_helper.to_array(a.t)
+    return None
+
+
+def _graph_outputs(graph: "onnx.GraphProto") -> set[str]:
+    return {o.name for o in graph.output}
+
+
+def fold_input_scale(model: "onnx.ModelProto") -> list[str]:
+    """Fold ``Div(x, c)`` / ``Mul(x, c)`` by a scalar constant into the weights of the Conv nodes that
+    are its only consumers (as their input X). Changes ``model`` in place; returns what it folded."""
+    from onnx import numpy_helper
+
+    g = model.graph
+    consumers, outputs = _consumers(g), _graph_outputs(g)
+    inits = {i.name: i for i in g.initializer}
+    done = []
+    for n in list(g.node):
+        if n.op_type not in ("Div", "Mul"):
+            continue
+        pos = [i for i in ((1,) if n.op_type == "Div" else (1, 0)) if _constant(g, n.input[i]) is not None]
+        if not pos:
+            continue
+        c = _constant(g, n.input[pos[0]])
+        if c.size != 1 or not np.issubdtype(c.dtype, np.floating) or not np.isfinite(c).all() or float(c.flat[0]) == 0:
+            continue
+        x = n.input[1 - pos[0]]
+        users = consumers.get(n.output[0], [])
+        if not users or n.output[0] in outputs:
+            continue
+        if any(u.op_type != "Conv" or u.input[0] != n.output[0] or u.input[1] not in inits
+               or list(u.input[1:]).count(n.output[0]) for u in users):
+            continue
+        factor = 1.0 / float(c.flat[0]) if n.op_type == "Div" else float(c.flat[0])
+        for u in users:
+            w = numpy_helper.to_array(inits[u.input[1]])
+            scaled = numpy_helper.from_array((w.astype(np.float64) * factor).astype(w.dtype), f"{u.input[1]}_x_input_scale")
+            g.initializer.append(scaled)
+            inits[scaled.name] = scaled
+            u.input[0], u.input[1] = x, scaled.name
+        g.node.remove(n)
+        done.append(f"{n.op_type} {n.name or n.output[0]} (x{factor:.6g}) folded into the weights of "
+                    + ", ".join(u.name or u.output[0] for u in users))
+    _drop_unused(g)
+    return done
+
+
+def cast_after_transpose(model: "onnx.ModelProto") -> list[str]:
+    """``Transpose(Cast(x))`` -> ``Cast(Transpose(x))`` when the Cast widens an integer tensor and feeds
+    only the Transpose: the transpose then moves the narrow type. Changes ``model`` in place."""
+    import onnx
+
+    g = model.graph
+    consumers, outputs = _consumers(g), _graph_outputs(g)
+    narrow = {onnx.TensorProto.UINT8, onnx.TensorProto.INT8, onnx.TensorProto.UINT16, onnx.TensorProto.INT16}
+    types = {v.name: v.type.tensor_type.elem_type for v in list(g.input) + list(g.value_info)}
+    done = []
+    for cast in list(g.node):
+        if cast.op_type != "Cast" or types.get(cast.input[0]) not in narrow or cast.output[0] in outputs:
+            continue
+        users = consumers.get(cast.output[0], [])
+        if len(users) != 1 or users[0].op_type != "Transpose":
+            continue
+        tr = users[0]
+        mid = cast.output[0]
+        # x -> Transpose -> mid -> Cast -> tr.output
+        tr.input[0], cast.input[0] = cast.input[0], mid
+        cast.output[0], tr.output[0], = tr.output[0], mid
+        nodes = list(g.node)
+        i_cast, i_tr = nodes.index(cast), nodes.index(tr)
+        if i_cast < i_tr:  # keep topological order: the Transpose now runs first
+            g.node.remove(tr)
+            g.node.insert(i_cast, tr)
+        for v in list(g.value_info):
+            if v.name == mid:
+                g.value_info.remove(v)
+        done.append(f"Cast {cast.name or cast.output[0]} moved after Transpose {tr.name or mid}")
+    return done
+
+
+def _drop_unused(graph: "onnx.GraphProto") -> None:
+    used = {i for n in graph.node for i in n.input} | _graph_outputs(graph)
+    for init in list(graph.initializer):
+        if init.name not in used:
+            graph.initializer.remove(init)
+    for n in list(graph.node):
+        if n.op_type == "Constant" and n.output[0] not in used:
+            graph.node.remove(n)
+    produced = {o for n in graph.node for o in n.output} | {i.name for i in graph.input}
+    for v in list(graph.value_info):
+        if v.name not in produced:
+            graph.value_info.remove(v)
+
+
+def rewrite(model_bytes: bytes) -> tuple[bytes, list[str]]:
+    """All the rewrites above; returns the new model bytes and one line per change (none: same bytes)."""
+    import onnx
+
+    model = onnx.shape_inference.infer_shapes(onnx.load_from_string(model_bytes))  # element types of every tensor
+    done = cast_after_transpose(model)
+    while True:  # x * a / b: each pass folds the scale next to the Conv
+        folded = fold_input_scale(model)
+        if not folded:
+            break
+        done += folded
+    if not done:
+        return model_bytes, done
+    del model.graph.value_info[:]  # inferred for the rewrites only; onnxruntime infers its own
+    return model.SerializeToString(), done
