@@ -6,8 +6,12 @@ message naming the missing and extra joints. Non-joint observation terms come fr
 ``task`` topic (``ee_pos`` and task terms, named in its meta ``terms``) and ``last_action`` from the
 policy's ``policy/raw_action``. The observation is assembled term by term exactly as in sim.
 
-Publishes ``perception/features`` (Float32MultiArray) once per robot cycle, when the image and the
-joint state of that cycle (same stamp) are both in; meta ``stamp_ns;cycle;episode;perception_sha256``.
+Publishes ``perception/features`` (Float32MultiArray) once per robot cycle; meta
+``stamp_ns;cycle;episode;perception_sha256``. Camera frames (``camera_rate_hz``, the same ``/**``
+parameter sim_robot reads): > 0, the camera runs at its own rate and each JointState runs at once with
+the newest frame; its age (JointState stamp - frame stamp) goes into the trace span (``frame_age_us``)
+and a frame older than ``max_frame_age`` s is refused (safety holds the cycle). 0: every cycle waits
+for the frame of its own stamp (sim_robot renders in line).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ class PerceptionNode(NodeRuntime, Node):
         p("features_topic", "perception/features")
         p("startup_timeout", 10.0)
         p("warmup_iterations", 100)
+        p("camera_rate_hz", 20.0)
+        p("max_frame_age", 0.25)
         g = lambda n: self.get_parameter(n).value  # noqa: E731
         if not g("bundle"):
             raise ConfigError("perception.bundle: no bundle path given (set the 'bundle' parameter)")
@@ -58,6 +64,9 @@ class PerceptionNode(NodeRuntime, Node):
         self._last_action = np.zeros(self.n_act)
         self._done_stamp = -1
         self._checked_names = False
+        self.sync_frames = float(g("camera_rate_hz")) <= 0
+        self.max_frame_age_ns = int(float(g("max_frame_age")) * 1e9)
+        self.frame_age_ns = 0
 
     def _load(self, path: str) -> None:
         from deploy.runtime import OnnxPolicy
@@ -117,7 +126,7 @@ class PerceptionNode(NodeRuntime, Node):
             return
         img = np.frombuffer(msg.data, dtype=np.uint8).reshape(msg.height, msg.width, 3)
         self._img = (stamp_ns(msg.header), img)
-        self._maybe_run()
+        self._maybe_run()  # a cycle that waited for its (or the first) frame runs now
 
     def _on_task(self, msg: Float64MultiArray) -> None:
         try:
@@ -130,6 +139,8 @@ class PerceptionNode(NodeRuntime, Node):
             self._episode = meta.get("episode", "0")
         except (ValidationError, ValueError) as e:
             self._refuse(e)
+            return
+        self._maybe_run()  # the first cycle may have waited for the task terms (topics are not ordered)
 
     def _on_action(self, msg: Float64MultiArray) -> None:
         try:
@@ -143,11 +154,18 @@ class PerceptionNode(NodeRuntime, Node):
         if self._js is None or (self.asm.image_key and self._img is None) or not self._needed <= self._task.keys():
             return  # the first messages of each input are still on their way
         stamp, cycle, q, qd = self._js
-        if stamp == self._done_stamp or (self.asm.image_key and self._img[0] != stamp):
+        if stamp == self._done_stamp or (self.asm.image_key and self.sync_frames and self._img[0] != stamp):
             return
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
         self._done_stamp = stamp
+        extra = {}
         try:
+            if self.asm.image_key:
+                self.frame_age_ns = age = stamp - self._img[0]
+                extra["frame_age_us"] = age // 1000
+                if age > self.max_frame_age_ns:
+                    raise ValidationError("perception.image", f"a frame at most {self.max_frame_age_ns / 1e9:g} s "
+                                          f"older than the joint state", f"{age / 1e9:.3f} s old")
             sources = {**self._task, "joint_pos": q, "joint_vel": qd, "last_action": self._last_action}
             obs = self.asm.obs(sources, self._img[1] if self._img else None)
             feats = self.model.forward(obs)
@@ -160,10 +178,11 @@ class PerceptionNode(NodeRuntime, Node):
                                            "perception_sha256": self.sha}, double=False))
         dur = time.perf_counter_ns() - t0
         self.stats.record(dur)
-        self.span(cycle, t_wall, dur)
+        self.span(cycle, t_wall, dur, **extra)
 
     def diagnostic_values(self) -> dict[str, object]:
         return {"model_version": self.model.version, "perception_sha256": self.sha,
+                "frame_age_ms": f"{self.frame_age_ns / 1e6:.1f}",
                 "refused_inputs": self.rejected, "last_error": self.last_error}
 
     def diagnostic_level(self):

@@ -6,10 +6,17 @@ statistics, writes spans in the tinker_core tracer format and publishes a Diagno
 
 `main_for(cls)` is the standard entry point: SIGINT and SIGTERM are caught by tinker (not by rclpy)
 so that a commanding node can publish its stop while the context is still alive, then exit 0.
+
+Executor: ``TINKER_EXECUTOR=events`` (the default where rclpy has it: Kilted, Jazzy >= rclpy 7.1.4)
+runs every node on rclpy's C++ ``EventsExecutor``, which dispatches each callback without the
+per-spin wait-set rebuild of the ``SingleThreadedExecutor`` (``TINKER_EXECUTOR=single``, and the
+fallback where ``rclpy.experimental`` is missing). `make_executor` is what the nodes and the
+control-loop benchmark's floor both use.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -28,6 +35,29 @@ from tinker_core.errors import TinkerError
 from tinker_core.tracer import Tracer
 
 OK, WARN, ERROR, STALE = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR, DiagnosticStatus.STALE
+
+
+EXECUTOR_ENV = "TINKER_EXECUTOR"
+"""Environment variable choosing the executor: ``events`` or ``single`` (unset: events where available)."""
+
+
+def make_executor(kind: str | None = None, context=None):
+    """A fresh executor of ``kind`` (``events``/``single``; None reads $TINKER_EXECUTOR), and its name.
+
+    ``events`` falls back to the SingleThreadedExecutor on an rclpy without ``rclpy.experimental``.
+    ``context``: the rclpy context (None: the default one).
+    """
+    kind = (kind or os.environ.get(EXECUTOR_ENV, "") or "events").strip().lower()
+    if kind not in ("events", "single"):
+        raise TinkerError(f"{EXECUTOR_ENV}: expected 'events' or 'single', got {kind!r}")
+    if kind == "events":
+        try:
+            from rclpy.experimental import EventsExecutor
+        except ImportError:  # an rclpy older than the EventsExecutor (early Jazzy)
+            kind = "single"
+        else:
+            return EventsExecutor(context=context), "events"
+    return SingleThreadedExecutor(context=context), "single"
 
 
 class CycleStats:
@@ -134,7 +164,7 @@ def spin_until_signal(nodes: list, on_ready: Callable[[], None] | None = None) -
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
-    ex = SingleThreadedExecutor()
+    ex, _ = make_executor()
     for n in nodes:
         ex.add_node(n)
     if on_ready:

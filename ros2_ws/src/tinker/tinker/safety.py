@@ -9,7 +9,8 @@ on ``forward_position_controller/commands`` (Float64MultiArray in URDF joint ord
 Every decision is the SafetyWrapper's (safety/): a policy command is guarded as it arrives (lowest
 latency); a malformed one (wrong length, NaN) goes through the guard too, which holds, counts it and
 latches after ``invalid_inputs_to_estop``. Watchdog: every robot state opens a cycle; when no policy
-command for it has arrived ``hold_deadline`` (fraction of the period) after the state, the guard's
+command for it has arrived ``hold_deadline`` (fraction of the period) after the state (a one-shot
+timer armed by each state and cancelled by its command: no polling wake-ups), the guard's
 ``tick`` answers that cycle (hold at the measured pose; ``watchdog_misses_to_estop`` stale ticks in
 a row latch the e-stop), so the robot holds within one cycle of a dead or stuck policy. Limits and
 e-stop rules come from the safety YAML (``config``); its ``control_period`` and ``watchdog_timeout``
@@ -86,7 +87,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                       self.create_subscription(JointState, g("joint_states_topic"), self._on_joints, SENSOR_QOS)]
         self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
                       self.create_service(Trigger, "~/reset", self._on_reset)]
-        self._own_timers = [self.create_timer(self.period / 8, self._watchdog)]
+        self._wd_timer = self.create_timer(self.hold_deadline_ns / 1e9, self._watchdog, autostart=False)
+        self._own_timers = [self._wd_timer]
         self._publish_estop_state()
         return TransitionCallbackReturn.SUCCESS
 
@@ -140,6 +142,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         cyc = msg.header.frame_id.split("=", 1)[-1]
         self._state_cycle = int(cyc) if cyc.isdigit() else self._state_cycle + 1
         self._state_t = time.monotonic_ns()
+        if self.active and self._served_stamp < self._state_stamp:
+            self._wd_timer.reset()  # this state's command is due within hold_deadline
 
     def _refuse(self, err: Exception) -> None:
         self.refused += 1
@@ -162,6 +166,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             return
         cmd, status = self.guard(target, self._q, self._qd)
         self._served_stamp = max(self._served_stamp, stamp or self._state_stamp)
+        if self._served_stamp >= self._state_stamp:
+            self._wd_timer.cancel()
         self._misses_in_row = 0
         self._publish(cmd, stamp, int(meta.get("cycle", 0)), meta.get("version", ""), status.outcome.name.lower(),
                       why=status.summary[:240] if status.intervened else "")
@@ -176,9 +182,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
 
     # --- watchdog and stop ---------------------------------------------------------------------
     def _watchdog(self) -> None:
+        self._wd_timer.cancel()  # one shot per state
         if not self.active or self._q is None or self._served_stamp >= self._state_stamp:
-            return
-        if time.monotonic_ns() - self._state_t < self.hold_deadline_ns:
             return
         self._served_stamp = self._state_stamp  # this cycle is answered by the watchdog
         self.stats.deadline_misses += 1

@@ -8,11 +8,20 @@ forward position controller: ``forward_position_controller/commands`` as std_msg
 the first point's positions, mapped by joint name). When no fresh command arrives within
 ``hold_after_cycles`` cycles the arm holds its measured position (the robot side's own watchdog).
 Domain randomization: ``dynamics`` names a DynamicsParams YAML (sim/config/dynamics/*.yaml).
+
+Camera (``camera_rate_hz``, from the launch YAML's ``/**`` section, shared with perception): > 0
+renders like a real camera at its own rate, off the control path: the cycle snapshots the scene when
+a frame is due and `tinker.sim_camera.MirrorCamera` renders it on a worker thread, started when this
+cycle's command has arrived (the loop's quiet window) or at the next cycle if none came. The Image
+carries the stamp of the state it shows, so its age at use is known (one period at 20 Hz/20 Hz).
+``0`` renders every cycle in line, before the state goes out (the frame of that very state, as in
+training; the cycle then costs a render).
 """
 
 from __future__ import annotations
 
 import time
+from array import array
 
 import numpy as np
 from rclpy.node import Node
@@ -21,6 +30,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from tinker.runtime import OK, WARN, NodeRuntime, main_for
+from tinker.sim_camera import MirrorCamera, snapshot
 from tinker.wire import COMMAND_QOS, SENSOR_QOS, JointMap, array_msg, read_array, set_stamp
 from tinker_core.errors import TinkerError, ValidationError
 
@@ -34,6 +44,7 @@ class SimRobotNode(NodeRuntime, Node):
         p("dynamics", "")
         p("camera", True)
         p("image_size", 64)
+        p("camera_rate_hz", 20.0)
         p("seed", 0)
         p("hold_after_cycles", 3)
         p("episode_cycles", 0)
@@ -45,7 +56,11 @@ class SimRobotNode(NodeRuntime, Node):
         g = lambda n: self.get_parameter(n).value  # noqa: E731
         from sim.realtime import RealTimeArm
 
-        self.arm = RealTimeArm(task=g("task"), dynamics=g("dynamics") or None, camera=bool(g("camera")),
+        camera_rate = float(g("camera_rate_hz"))
+        if camera_rate < 0:
+            raise TinkerError(f"sim_robot.camera_rate_hz: expected >= 0 (0 = every cycle, in line), got {camera_rate}")
+        self.arm = RealTimeArm(task=g("task"), dynamics=g("dynamics") or None,
+                               camera=bool(g("camera")) and camera_rate == 0,
                                image_size=int(g("image_size")), control_period=self.period, seed=int(g("seed")),
                                hold_after_cycles=int(g("hold_after_cycles")))
         self.env = self.arm.env
@@ -59,6 +74,16 @@ class SimRobotNode(NodeRuntime, Node):
         self.camera = bool(g("camera"))
         self.js_pub = self.create_publisher(JointState, g("joint_states_topic"), SENSOR_QOS)
         self.img_pub = self.create_publisher(Image, g("image_topic"), SENSOR_QOS) if self.camera else None
+        self.mirror: MirrorCamera | None = None
+        self._frame_job: tuple | None = None
+        self._next_frame_ns = 0
+        self.frame_period_ns = int(1e9 / camera_rate) if camera_rate > 0 else 0
+        if self.camera and camera_rate > 0:
+            from sim.arm_env import ArmEnv
+
+            make = lambda: ArmEnv(task=g("task"), dynamics=g("dynamics") or None, camera=True,  # noqa: E731
+                                  image_size=int(g("image_size")), control_period=self.period)
+            self.mirror = MirrorCamera(make, self.seed, self._publish_frame)
         self.task_pub = self.create_publisher(Float64MultiArray, g("task_topic"), COMMAND_QOS)
         if g("command_type") == "joint_trajectory":
             self.create_subscription(JointTrajectory, g("command_topic"), self._on_trajectory, COMMAND_QOS)
@@ -86,6 +111,7 @@ class SimRobotNode(NodeRuntime, Node):
         self.get_logger().warning(f"command rejected: {err}", throttle_duration_sec=1.0)
 
     def _on_array(self, msg: Float64MultiArray) -> None:
+        now = time.time_ns()
         try:
             q, meta = read_array(msg, self.dof, "sim_robot.command")
             self._accept(q)
@@ -94,8 +120,9 @@ class SimRobotNode(NodeRuntime, Node):
             return
         sent = self._published.get(int(meta["stamp_ns"])) if meta.get("stamp_ns", "").isdigit() else None
         if sent is not None:  # end to end: this state's publish -> the safe command's arrival here
-            now = time.time_ns()
             self.span(int(meta.get("cycle", 0)), sent, now - sent, module="loop_e2e")
+        if self._frame_job is not None:  # the cycle's loop is done: the camera renders in the quiet window
+            self._submit_frame()
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         try:
@@ -121,25 +148,22 @@ class SimRobotNode(NodeRuntime, Node):
         q, qd, stamp = self.arm.state()
         self.cycle += 1
         self.episode_step += 1
-        img = self.arm.image() if self.img_pub is not None else None  # state and frame go out together
+        inline = self.img_pub is not None and self.mirror is None
+        img = self.arm.image() if inline else None  # in line: state and frame go out together
         js = JointState()
         set_stamp(js.header, stamp)
         js.header.frame_id = f"cycle={self.cycle}"
         js.name = self.names
-        js.position = q.tolist()
-        js.velocity = qd.tolist()
+        js.position = array("d", q.tobytes())
+        js.velocity = array("d", qd.tobytes())
         self.js_pub.publish(js)
         self._published[stamp] = time.time_ns()
         if len(self._published) > 16:
             self._published.pop(next(iter(self._published)))
         if img is not None:
-            m = Image()
-            m.header = js.header
-            m.height, m.width = int(img.shape[0]), int(img.shape[1])
-            m.encoding = "rgb8"
-            m.step = m.width * 3
-            m.data = np.ascontiguousarray(img, dtype=np.uint8).tobytes()
-            self.img_pub.publish(m)
+            self._publish_frame(img, stamp, self.cycle)
+        if self.mirror is not None:
+            self._camera_tick(t0, stamp)
         ee = self.env.ee_position
         reward, success, info = self.env.task.evaluate(ee)
         done = bool(success) or (self.episode_cycles > 0 and self.episode_step >= self.episode_cycles)
@@ -154,11 +178,42 @@ class SimRobotNode(NodeRuntime, Node):
         self.stats.record(time.perf_counter_ns() - t0)
         self.span(self.cycle, t_wall, time.perf_counter_ns() - t0)
 
+    # --- the camera --------------------------------------------------------------------------
+    def _camera_tick(self, t0: int, stamp: int) -> None:
+        """Snapshot the scene when a frame is due; a frame still waiting for its quiet window goes now."""
+        late = self._frame_job is not None  # the last cycle's command never came: no quiet window to wait for
+        if t0 + self.period * 5e8 >= self._next_frame_ns:  # due (half a cycle early counts: same-rate camera)
+            self._next_frame_ns = max(self._next_frame_ns + self.frame_period_ns, t0 + self.frame_period_ns // 2)
+            self._frame_job = (snapshot(self.env.world.client), stamp, self.seed + self.episode, self.cycle)
+        if late:
+            self._submit_frame()
+
+    def _submit_frame(self) -> None:
+        snap, stamp, seed, cycle = self._frame_job
+        self._frame_job = None
+        self.mirror.submit(snap, stamp, seed, cycle)
+
+    def _publish_frame(self, img: np.ndarray, stamp: int, cycle: int) -> None:
+        """One rgb8 Image stamped with the state it shows (the camera thread calls this too)."""
+        m = Image()
+        set_stamp(m.header, stamp)
+        m.header.frame_id = f"cycle={cycle}"
+        m.height, m.width = int(img.shape[0]), int(img.shape[1])
+        m.encoding = "rgb8"
+        m.step = m.width * 3
+        m.data = np.ascontiguousarray(img, dtype=np.uint8).tobytes()
+        self.img_pub.publish(m)
+
     # --- runtime hooks -----------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
-        return {"holding": self.arm.holding, "holds": self.arm.holds,
+        vals = {"holding": self.arm.holding, "holds": self.arm.holds,
                 "rejected_commands": self.rejected, "sim_misses": self.arm.misses,
                 "episode": self.episode, "last_error": self.last_error}
+        if self.mirror is not None:
+            vals.update({"camera_frames": self.mirror.frames, "camera_dropped": self.mirror.dropped,
+                         "camera_render_ms": f"{self.mirror.last_render_ns / 1e6:.1f}",
+                         "camera_error": self.mirror.error})
+        return vals
 
     def diagnostic_level(self):
         if self.rejected and self.last_error:
@@ -172,6 +227,8 @@ class SimRobotNode(NodeRuntime, Node):
         self.arm.set_command(q)
 
     def close_runtime(self) -> None:
+        if self.mirror is not None:
+            self.mirror.close()
         super().close_runtime()
         self.arm.close()
 

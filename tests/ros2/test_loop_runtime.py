@@ -1,0 +1,129 @@
+"""The loop's machinery in one process: the executor choice (lifecycle services on both executors) and
+the sim camera that renders off the control path (its frames equal the robot's own camera's)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+
+def test_make_executor_honours_the_choice_and_refuses_an_unknown_one(monkeypatch, ros2):
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+
+    from tinker.runtime import EXECUTOR_ENV, make_executor
+    from tinker_core.errors import TinkerError
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=ros2.fresh_domain())
+    try:
+        ex, kind = make_executor("single", context=ctx)
+        assert kind == "single" and isinstance(ex, SingleThreadedExecutor)
+        monkeypatch.setenv(EXECUTOR_ENV, "single")
+        assert make_executor(context=ctx)[1] == "single"
+        monkeypatch.delenv(EXECUTOR_ENV)
+        try:
+            import rclpy.experimental  # noqa: F401
+            expected = "events"
+        except ImportError:  # an rclpy without the EventsExecutor falls back
+            expected = "single"
+        assert make_executor(context=ctx)[1] == expected
+        with pytest.raises(TinkerError, match="TINKER_EXECUTOR.*'threads'"):
+            make_executor("threads", context=ctx)
+    finally:
+        rclpy.shutdown(context=ctx)
+
+
+@pytest.mark.parametrize("kind", ["events", "single"])
+def test_a_lifecycle_node_configures_and_activates_over_its_services_on_either_executor(kind, ros2):
+    import rclpy
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState, GetState
+
+    from tinker.runtime import make_executor
+    from tinker.safety import SafetyNode
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=ros2.fresh_domain())
+    node = SafetyNode(context=ctx)
+    client_node = rclpy.create_node("lifecycle_client", context=ctx)
+    ex, got = make_executor(kind, context=ctx)
+    if kind == "events" and got != "events":
+        pytest.skip("this rclpy has no EventsExecutor")
+    ex.add_node(node)
+    ex.add_node(client_node)
+    stop = threading.Event()
+    spinner = threading.Thread(target=lambda: [ex.spin_once(timeout_sec=0.05) for _ in iter(stop.is_set, True)])
+    spinner.start()
+    try:
+        change = client_node.create_client(ChangeState, "/safety/change_state")
+        get = client_node.create_client(GetState, "/safety/get_state")
+        assert change.wait_for_service(10.0) and get.wait_for_service(10.0)
+        for tid in (Transition.TRANSITION_CONFIGURE, Transition.TRANSITION_ACTIVATE):
+            fut = change.call_async(ChangeState.Request(transition=Transition(id=tid)))
+            end = time.monotonic() + 10
+            while not fut.done() and time.monotonic() < end:
+                time.sleep(0.01)
+            assert fut.done() and fut.result().success, f"transition {tid} on the {kind} executor"
+        fut = get.call_async(GetState.Request())
+        end = time.monotonic() + 10
+        while not fut.done() and time.monotonic() < end:
+            time.sleep(0.01)
+        assert fut.result().current_state.label == "active"
+        assert node.active
+    finally:
+        stop.set()
+        spinner.join(5)
+        ex.shutdown()
+        node.destroy_node()
+        client_node.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
+def test_the_mirror_camera_renders_what_the_robots_own_camera_sees():
+    from sim.arm_env import ArmEnv
+    from sim.realtime import RealTimeArm
+    from tinker.sim_camera import MirrorCamera, snapshot
+
+    arm = RealTimeArm(task="reach", camera=True, image_size=64, control_period=0.05, seed=3)
+    frames: list[tuple[np.ndarray, int, int]] = []
+    got = threading.Event()
+
+    def on_frame(img, stamp, tag):
+        frames.append((img, stamp, tag))
+        got.set()
+
+    mirror = MirrorCamera(lambda: ArmEnv(task="reach", camera=True, image_size=64, control_period=0.05), 3, on_frame)
+    try:
+        q0, _, _ = arm.state()
+        arm.set_command(q0 + np.array([0.3, -0.2, 0.2, 0.3, 0.0, -0.3, 0.5]))
+        for _ in range(10):
+            arm.step()
+        _, _, stamp = arm.state()
+        mirror.submit(snapshot(arm.env.world.client), stamp, 3, tag=10)
+        assert got.wait(10.0), mirror.error
+        img, got_stamp, tag = frames[0]
+        assert (got_stamp, tag) == (stamp, 10)
+        assert img.shape == (64, 64, 3) and img.dtype == np.uint8
+        own = arm.image()
+        assert np.abs(own.astype(int) - img.astype(int)).max() <= 1  # the same scene, the same pixels
+        # the frame shows the moved arm, not the mirror's start pose
+        start = ArmEnv(task="reach", camera=True, image_size=64, control_period=0.05)
+        try:
+            start.reset(seed=3)
+            assert np.abs(start.camera.capture().astype(int) - img.astype(int)).max() > 30
+        finally:
+            start.close()
+        # a new episode's seed resets the mirror the way the robot resets (target, light, camera pose)
+        got.clear()
+        arm.reset(4)
+        arm.step()
+        mirror.submit(snapshot(arm.env.world.client), 1, 4)
+        assert got.wait(10.0), mirror.error
+        assert np.abs(arm.image().astype(int) - frames[-1][0].astype(int)).max() <= 1
+    finally:
+        mirror.close()
+        arm.close()
