@@ -110,3 +110,26 @@ def test_ppo_learns_from_whole_rollouts_of_one_stream(tmp_path, pendulum):
         tx.close()
     finally:
         learner.close(checkpoint=False)
+
+
+def test_non_finite_weights_are_never_published_or_checkpointed_and_roll_back(small_learner, tmp_path):
+    import torch
+
+    from tinker_core.diagnostics import DivergenceError
+    from tinker_core.learner.server import weights_finite
+
+    learner, calls = small_learner
+    learner.config.checkpoint_dir = str(tmp_path / "ckpt")
+    with torch.no_grad():
+        next(learner.algo.parameters()).fill_(float("nan"))  # what a diverged update leaves behind
+    with pytest.raises(DivergenceError, match="weights"):
+        learner.try_publish()
+    with pytest.raises(DivergenceError, match="weights"):
+        learner.checkpoint()
+    assert calls == [] and not (tmp_path / "ckpt" / "algo").exists()
+    learner.on_divergence(DivergenceError("critic_loss is NaN"))
+    assert weights_finite(learner.algo) and not learner.paused
+    st = learner.status()
+    assert st["divergences"] == 1 and st["last_divergence"]["from"] == "the last parameters sent to workers"
+    assert "critic_loss is NaN" in st["last_divergence"]["message"]
+    assert learner.try_publish()["passed"] and calls == [1]

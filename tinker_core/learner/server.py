@@ -13,6 +13,14 @@ Senders never wait for the learner: they drop on a full queue and count it, and 
 them when a restarted learner binds the endpoint again. A restart with the same ``checkpoint_dir``
 resumes the algorithm, the replay and the counters of the last checkpoint; what was acknowledged
 (saved by a checkpoint) is not lost.
+
+Divergence (NaN or inf in an update's losses or TD errors, or in the weights before they are synced,
+checkpointed or published) never ends the process: the learner logs it in plain words, drops the
+diverged weights and rolls back to the last good state (the newest of the last checkpoint and the
+last parameters sent to workers; else the init checkpoint or a fresh algorithm), and keeps ingesting.
+Non-finite weights are never checkpointed, sent or published. ``MAX_DIVERGENCES`` divergences in a
+row (each within ``PROBATION_UPDATES`` of the previous rollback) pause training with the reason in
+``ctl status``; ``ctl resume`` (after e.g. ``ctl set lr=...``) starts again.
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import queue
 import tempfile
 import threading
@@ -29,6 +38,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from tinker_core.diagnostics import DivergenceError
 from tinker_core.errors import CheckpointError, ConfigError, TinkerError
 from tinker_core.learner.config import LearnerConfig, resolve_device
 from tinker_core.learner.gate import GateResult, run_gate
@@ -37,7 +47,12 @@ from tinker_core.module import atomic_write_bytes
 from tinker_core.replay import StorageConfig
 from tinker_core.transition import Transition, TransitionBatch
 
+log = logging.getLogger("tinker.learner")
+
 STATE_FILE = "learner.json"
+#: divergences in a row (each within PROBATION_UPDATES updates of the previous rollback) that pause training
+MAX_DIVERGENCES = 3
+PROBATION_UPDATES = 200
 #: longest stretch of updates between two looks at control requests
 TICK_SECONDS = 0.1
 #: the latest parameters and bundle announcement are sent again this often, for late subscribers
@@ -87,6 +102,25 @@ def unpack_algo_dir(blob: bytes) -> Iterator[Path]:
         yield root
 
 
+def weights_finite(algo: Any) -> bool:
+    """Whether every weight of a torch-based algorithm is finite (True for one without ``parameters``)."""
+    params = getattr(algo, "parameters", None)
+    if params is None:
+        return True
+    import torch
+
+    return all(bool(torch.isfinite(p).all()) for p in params())
+
+
+def check_update(out: Any) -> None:
+    """Raise `DivergenceError` naming the first non-finite loss or metric of an update's output."""
+    for k, v in (out or {}).items():
+        if isinstance(v, np.ndarray) or _is_scalar(v):
+            a = np.asarray(v, dtype=np.float64)
+            if not np.isfinite(a).all():
+                raise DivergenceError(f"{k} is {'NaN' if np.isnan(a).any() else 'inf'}")
+
+
 def algo_from_bytes(blob: bytes) -> Any:
     """Inverse of `algo_bytes`: the algorithm, rebuilt from the packed checkpoint directory."""
     from tinker_core.algos import load_algorithm
@@ -121,6 +155,13 @@ class Learner:
         self.seeded_from_init = 0
         self.last_checkpoint: dict | None = None
         self.last_train: dict = {}
+        self.divergences = 0
+        self.last_divergence: dict | None = None
+        self.discarded_updates = 0
+        self.paused_reason: str | None = None
+        self._in_row = 0
+        self._rolled_back_to = -1
+        self._good: dict | None = None  # the rollback point: {"updates", "path"} or {"updates", "blob"}
         self._started = time.monotonic()
         self._requests: queue.Queue = queue.Queue()
         self._stop = threading.Event()
@@ -151,7 +192,10 @@ class Learner:
 
     def close(self, checkpoint: bool = True) -> None:
         if checkpoint and self.config.checkpoint_dir and self.algo is not None:
-            self.checkpoint()
+            try:
+                self.checkpoint()
+            except DivergenceError as e:
+                log.error("learner: not checkpointing on close: %s; the last good checkpoint stays", e)
         if self._sockets_open:
             self._sockets_open = False
             self.control.close()
@@ -196,6 +240,7 @@ class Learner:
             self.published = list(state.get("published", []))
             self.ingested = {k: int(v) for k, v in state["ingested"].items()}
             self.restored_from = str(d)
+            self._good = {"updates": self.updates, "path": str(d / ALGO_FILE)}
             for k, v in state.get("settings", {}).items():
                 self._apply_setting(k, v)
         elif self.config.init_checkpoint:
@@ -203,6 +248,7 @@ class Learner:
 
             self.algo = load_algorithm(self.config.init_checkpoint, device=self.device)
             self.restored_from = str(self.config.init_checkpoint)
+            self._good = {"updates": 0, "path": str(self.config.init_checkpoint)}
             if self.config.seed_replay_from_init:
                 self.seeded_from_init = self._seed_sim_replay(self.algo)
         else:
@@ -233,6 +279,7 @@ class Learner:
         if not self.config.checkpoint_dir:
             raise ConfigError("checkpoint: LearnerConfig.checkpoint_dir is not set")
         d = Path(self.config.checkpoint_dir)
+        self._check_weights("checkpoint")
         d.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
         self.algo.save(d / ALGO_FILE)
@@ -242,6 +289,7 @@ class Learner:
         atomic_write_bytes(d / STATE_FILE, json.dumps(state, indent=1).encode())
         self.last_checkpoint = {"path": str(d), "updates": self.updates, "acked": acked,
                                 "seconds": round(time.monotonic() - t0, 3)}
+        self._good = {"updates": self.updates, "path": str(d / ALGO_FILE)}
         return self.last_checkpoint
 
     # -- the loop ------------------------------------------------------------------------------
@@ -273,10 +321,15 @@ class Learner:
             if self.paused or len(ts) < n_steps:
                 continue
             rollout, self._streams[key] = TransitionBatch.from_transitions(ts[:n_steps]), ts[n_steps:]
-            out = self.algo.update_from_rollout(rollout)
-            self.updates += 1
-            self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
-            self._after_update()
+            try:
+                out = self.algo.update_from_rollout(rollout)
+                check_update(out)
+                self.updates += 1
+                self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
+                self._after_update()
+            except DivergenceError as e:
+                self.on_divergence(e)
+                return
 
     def _after_update(self) -> None:
         c = self.config
@@ -316,18 +369,79 @@ class Learner:
                 break  # come back to the sockets and control requests
             self._ingest(timeout_ms=0)
             batch, weights, slots = self.replay.sample(c.batch_size)
-            out = self.algo.train_on_batch(batch, weights=weights)
-            if slots and out is not None and "td_errors" in out:
-                self.replay.update_priorities(slots, out["td_errors"])
-            self.updates += 1
-            self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
-            self._after_update()
+            try:
+                out = self.algo.train_on_batch(batch, weights=weights)
+                check_update(out)  # before the TD errors become priorities
+                if slots and out is not None and "td_errors" in out:
+                    self.replay.update_priorities(slots, out["td_errors"])
+                self.updates += 1
+                self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
+                self._after_update()
+            except DivergenceError as e:
+                self.on_divergence(e)
+                break
 
     def _sync_params(self) -> None:
         if self._last_param_sync == self.updates:
             return
-        self.params_pub.publish(self.updates, {"algo": algo_bytes(self.algo)}, meta={"updates": self.updates})
+        self._check_weights("parameter sync")
+        blob = algo_bytes(self.algo)
+        self.params_pub.publish(self.updates, {"algo": blob}, meta={"updates": self.updates})
         self._last_param_sync = self.updates
+        if self._good is None or self.updates >= self._good["updates"]:
+            self._good = {"updates": self.updates, "blob": blob}
+
+    # -- divergence ----------------------------------------------------------------------------
+    def _check_weights(self, where: str) -> None:
+        if not weights_finite(self.algo):
+            raise DivergenceError(f"the network weights hold NaN or inf (found before the {where})")
+
+    def on_divergence(self, err: DivergenceError) -> None:
+        """Drop the diverged weights, roll back to the last good state, pause if it keeps diverging."""
+        at = self.updates
+        self.divergences += 1
+        self._in_row = self._in_row + 1 if at - self._rolled_back_to < PROBATION_UPDATES else 1
+        good = self._good
+        try:
+            self.algo = self._load_good(good)
+            to, source = (good["updates"], good.get("path") or "the last parameters sent to workers") if good \
+                else (0, "a fresh algorithm (nothing good was saved yet)")
+        except Exception as e:  # a damaged rollback point: pause rather than train on diverged weights
+            to, source = at, None
+            self.paused, self.paused_reason = True, f"training diverged and the rollback failed ({e})"
+        if source is not None:
+            self.discarded_updates += max(0, at - to)
+            self.updates, self._rolled_back_to, self._last_param_sync = to, to, -1
+            for k, v in self.settings.items():  # the operator's algorithm settings stay in force
+                if k not in LIVE_SETTINGS:
+                    self._apply_setting(k, v)
+            if self._in_row >= MAX_DIVERGENCES:
+                self.paused = True
+                self.paused_reason = (f"training diverged {self._in_row} times in a row (last: {err}); it is paused "
+                                      f"at the last good weights (update {to}); lower the learning rate with "
+                                      f"'tinker learner ctl set lr=...' and 'ctl resume'")
+        reason = self.paused_reason or ""
+        msg = (f"Training diverged in update {at + 1}: {err}. The diverged weights were dropped and nothing was "
+               f"checkpointed or published from them; " +
+               (f"rolled back to update {to} from {source}. " if source else "") +
+               (reason[:1].upper() + reason[1:] + ". " if self.paused else "Training continues. ") +
+               "Transitions are still ingested.")
+        log.error("%s", msg)
+        self.last_divergence = {"at_update": at, "error": str(err), "rolled_back_to": to if source else None,
+                                "from": source, "message": msg, "time": time.time()}
+        if source is not None:
+            with contextlib.suppress(DivergenceError):
+                self._sync_params()  # rollout workers act with the good weights again
+
+    def _load_good(self, good: dict | None) -> Any:
+        from tinker_core.algos import load_algorithm
+
+        if good is None:
+            return self.algo_factory()
+        if "blob" in good:
+            with unpack_algo_dir(good["blob"]) as root:
+                return load_algorithm(root, device=self.device)
+        return load_algorithm(good["path"], device=self.device)
 
     # -- gate and publishing -------------------------------------------------------------------
     def try_publish(self) -> dict:
@@ -336,6 +450,7 @@ class Learner:
         if self.env_factory is None:
             self.last_gate = {"passed": False, "reason": "no gate env (env_factory is None): nothing is published"}
             return self.last_gate
+        self._check_weights("evaluation gate")
         res: GateResult = run_gate(self.algo, self.env_factory, c.gate_episodes, c.gate_min_success,
                                    c.gate_min_return, c.gate_seed)
         self.last_gate = {**res.to_dict(), "updates": self.updates}
@@ -372,6 +487,9 @@ class Learner:
                 return
             try:
                 box["reply"] = {"ok": True, **self.command(req)}
+            except DivergenceError as e:  # found by a ctl checkpoint or publish: handled like any divergence
+                self.on_divergence(e)
+                box["reply"] = {"ok": False, "error": f"DivergenceError: {e}; {self.last_divergence['message']}"}
             except Exception as e:
                 box["reply"] = {"ok": False, "error": f"{type(e).__name__}: {e}"}
             done.set()
@@ -390,7 +508,7 @@ class Learner:
             self.paused = True
             return {"paused": True, "updates": self.updates}
         if cmd == "resume":
-            self.paused = False
+            self.paused, self.paused_reason, self._in_row = False, None, 0
             return {"paused": False, "updates": self.updates}
         if cmd == "checkpoint":
             return {"checkpoint": self.checkpoint()}
@@ -434,7 +552,10 @@ class Learner:
                          "settable": list(getattr(getattr(self.algo, "control", None), "settable", []))}
         recv = getattr(self, "receiver", None)
         return {
-            "updates": self.updates, "paused": self.paused, "device": self.device, "version": self.version,
+            "updates": self.updates, "paused": self.paused, "paused_reason": self.paused_reason,
+            "device": self.device, "version": self.version,
+            "divergences": self.divergences, "last_divergence": self.last_divergence,
+            "discarded_updates": self.discarded_updates,
             "ingested": dict(self.ingested), "rejected": self.rejected, "last_reject": self.last_reject,
             "replay": {k: len(b) for k, b in self.replay.buffers.items()}, "acked": self.replay.acked,
             "settings": dict(self.settings), "algo_settings": algo_settings,

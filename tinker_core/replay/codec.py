@@ -108,7 +108,8 @@ def decode_frames_into(out: np.ndarray, blobs: Sequence[bytes], codec: str, thre
         for r, b in zip(rows.tolist(), blobs):
             got = into(b, base + r * nbytes, len(b), nbytes)
             if got != nbytes:
-                raise ValidationError("replay frame", f"an lz4 block of {nbytes} bytes", f"a damaged one (lz4 returned {got})")
+                raise ValidationError("replay frame", f"an lz4 block of {nbytes} bytes",
+                                      f"a damaged one (lz4 returned {got})")
     elif codec in ("none", "lz4"):
         for r, b in zip(rows.tolist(), blobs):
             try:
