@@ -36,11 +36,22 @@ class EvalResult:
     mean_return: float
     safety_interventions: int
     per_episode: list[dict] = field(default_factory=list)
+    objects_sorted: int | None = None
+    """sorting tasks (the env's info has ``sorted`` and ``num_objects``): objects in the right bin at episode end"""
+    objects_total: int | None = None
+    objects_sorted_rate: float | None = None
+    """objects in the right bin / objects, over all episodes"""
+    objects_ci_low: float | None = None
+    """95% Wilson interval of ``objects_sorted_rate`` (objects counted as independent trials)"""
+    objects_ci_high: float | None = None
 
     def to_dict(self, with_episodes: bool = False) -> dict:
         d = asdict(self)
         if not with_episodes:
             d.pop("per_episode")
+        if self.objects_total is None:
+            for k in ("objects_sorted", "objects_total", "objects_sorted_rate", "objects_ci_low", "objects_ci_high"):
+                d.pop(k)
         return d
 
     def format(self) -> str:
@@ -48,12 +59,16 @@ class EvalResult:
         return (f"success rate {self.success_rate * 100:.1f}% ({self.successes}/{self.episodes}), "
                 f"95% CI [{self.ci_low * 100:.1f}%, {self.ci_high * 100:.1f}%]; "
                 f"mean time to success {tts}; mean return {self.mean_return:.2f}; "
-                f"safety interventions {self.safety_interventions}")
+                f"safety interventions {self.safety_interventions}"
+                + ("" if self.objects_total is None else
+                   f"\nobjects sorted {self.objects_sorted_rate * 100:.1f}% ({self.objects_sorted}/{self.objects_total})"
+                   f", 95% CI [{self.objects_ci_low * 100:.1f}%, {self.objects_ci_high * 100:.1f}%]"))
 
 
 def evaluate(env: Any, policy: Callable[[Any], np.ndarray], episodes: int, seed: int = 0,
              control_period: float = 0.05, on_episode: Callable[[int, dict], None] | None = None) -> EvalResult:
-    """Run ``episodes`` episodes; an episode succeeds if ``info['is_success']`` was ever true."""
+    """Run ``episodes`` episodes; an episode succeeds if ``info['is_success']`` was ever true. For a sorting
+    task (``info`` has ``sorted`` and ``num_objects``) the objects in the right bin at episode end are counted too."""
     rows: list[dict] = []
     for ep in range(episodes):
         obs, info = env.reset(seed=seed + ep)
@@ -71,6 +86,8 @@ def evaluate(env: Any, policy: Callable[[Any], np.ndarray], episodes: int, seed:
                 break
         row = {"episode": ep, "success": t_success is not None, "return": ret, "steps": steps,
                "time_to_success_s": t_success, "safety_interventions": interventions}
+        if "sorted" in info and "num_objects" in info:
+            row.update(objects_sorted=int(info["sorted"]), num_objects=int(info["num_objects"]))
         rows.append(row)
         if on_episode:
             on_episode(ep, row)
@@ -78,8 +95,14 @@ def evaluate(env: Any, policy: Callable[[Any], np.ndarray], episodes: int, seed:
     k = sum(r["success"] for r in rows)
     lo, hi = wilson_interval(k, n)
     tts = [r["time_to_success_s"] for r in rows if r["time_to_success_s"] is not None]
+    objects: dict[str, Any] = {}
+    if rows and all("num_objects" in r for r in rows):
+        got, total = sum(r["objects_sorted"] for r in rows), sum(r["num_objects"] for r in rows)
+        o_lo, o_hi = wilson_interval(got, total)
+        objects = {"objects_sorted": got, "objects_total": total, "objects_sorted_rate": got / total if total else 0.0,
+                   "objects_ci_low": o_lo, "objects_ci_high": o_hi}
     return EvalResult(
         episodes=n, successes=k, success_rate=k / n if n else 0.0, ci_low=lo, ci_high=hi,
         mean_time_to_success_s=float(np.mean(tts)) if tts else None,
         mean_return=float(np.mean([r["return"] for r in rows])) if rows else 0.0,
-        safety_interventions=sum(r["safety_interventions"] for r in rows), per_episode=rows)
+        safety_interventions=sum(r["safety_interventions"] for r in rows), per_episode=rows, **objects)

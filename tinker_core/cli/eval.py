@@ -18,6 +18,7 @@ examples:
   tinker eval                                          shipped ArmReach policy, nominal dynamics
   tinker eval --dynamics sim/config/dynamics/heavy_arm.yaml --episodes 100
   tinker eval runs/reach/bundle --env tinker/ArmReach-v0 --json | tail -1 | jq .success_rate
+  tinker eval --env tinker/ArmSort-v0 --episodes 100 --json | tail -1 | jq .objects_sorted_rate
 """
 
 
@@ -26,7 +27,8 @@ def register(sub: Any) -> None:
                        description="Run a policy bundle (ONNX, through onnxruntime, as deployed) on a simulated "
                                    "task with a fixed dynamics variant and the SafetyWrapper in the loop; print the "
                                    "success rate with a 95% Wilson interval, the mean time to success and the "
-                                   "number of safety interventions.",
+                                   "number of safety interventions; on a sorting task also the objects in the "
+                                   "right bin / objects (--json key objects_sorted_rate).",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("policy", nargs="?", help="bundle directory (default: the shipped pretrained one for --env)")
     p.add_argument("--env", default="tinker/ArmReach-v0", help="environment id (default tinker/ArmReach-v0)")

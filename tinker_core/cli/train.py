@@ -1,4 +1,4 @@
-"""``tinker train``: train PPO, SAC or DQN on a gymnasium or tinker env from the command line."""
+"""``tinker train``: train PPO, SAC, DQN or BC (imitation of an expert) on a gymnasium or tinker env."""
 
 from __future__ import annotations
 
@@ -15,20 +15,27 @@ examples:
   tinker train --config configs/sac_pendulum.yaml --total-timesteps 20000 --seed 1 --out runs/sac_pendulum
   tinker train --config configs/sac_arm_reach.yaml --out runs/arm_reach
   tinker train --resume runs/arm_reach/checkpoints/step_20000 --out runs/arm_reach
+  tinker train --config configs/bc_arm_sort.yaml --out runs/arm_sort      (behaviour cloning + DAgger)
 
 The config YAML holds 'algo', 'env', 'env_kwargs', 'total_timesteps' and a section named after the
 algorithm with its hyperparameters (see configs/). Command-line flags override the file. The run
 directory gets TensorBoard logs (tb/), metrics.jsonl, checkpoints/, final/ and learning_curve.png.
+BC imitates an expert: 'expert' (or --expert) names it as module:Class, built once per env as
+Class(env) and called as obs -> action (default for tinker/ArmSort-v0 and ArmReach-v0: the scripted
+controllers in sim/scripted.py). BC stops when its episode schedule is done; total_timesteps caps it.
 """
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a policy (PPO, SAC, DQN)",
-                       description="Train a policy with PPO, SAC or DQN; log to TensorBoard; checkpoint; plot.",
+    p = sub.add_parser("train", help="train a policy (PPO, SAC, DQN, BC)",
+                       description="Train a policy with PPO, SAC, DQN or BC (behaviour cloning + DAgger from an "
+                                   "expert); log to TensorBoard; checkpoint; plot.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--algo", choices=["ppo", "sac", "dqn"], help="algorithm (default: from --config)")
+    p.add_argument("--algo", choices=["ppo", "sac", "dqn", "bc"], help="algorithm (default: from --config)")
     p.add_argument("--env", help="gymnasium id, e.g. Pendulum-v1 or tinker/ArmReach-v0 (default: from --config)")
     p.add_argument("--config", help="YAML with algo, env, env_kwargs, total_timesteps and the algorithm's section")
+    p.add_argument("--expert", help="BC only: the expert as module:Class (default: from --config, else the "
+                                    "env's scripted controller)")
     p.add_argument("--total-timesteps", type=int, help="env steps to train (default: from --config, else 100000)")
     p.add_argument("--seed", type=int, help="random seed (overrides the config)")
     p.add_argument("--device", help="auto, cpu or cuda (overrides the config)")
@@ -52,10 +59,10 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     data = read_yaml(args.config) if args.config else {}
-    unknown = sorted(set(data) - {"algo", "env", "env_kwargs", "total_timesteps", "ppo", "sac", "dqn"})
+    unknown = sorted(set(data) - {"algo", "env", "env_kwargs", "total_timesteps", "expert", *ALGOS})
     if unknown:
         raise ConfigError(f"{args.config}: unknown top-level key(s) {unknown}; expected algo, env, env_kwargs, "
-                          "total_timesteps and a section named after the algorithm")
+                          "total_timesteps, expert (BC) and a section named after the algorithm")
     env_id = args.env or data.get("env")
     if env_id and env_id.startswith("tinker/"):
         import sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
@@ -63,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     total = args.total_timesteps or data.get("total_timesteps") or 100_000
     if args.resume:
         algo = load_algorithm(args.resume, device=args.device)
+        if algo.algo_name == "bc":
+            algo.set_expert(_expert_factory(args.expert or data.get("expert"), algo.env_id))
         out = Path(args.out) if args.out else Path(args.resume).parent.parent
         t0 = time.perf_counter()
         algo.learn(max(total, algo._learn_target), progress=not args.no_progress, out_dir=out,
@@ -89,12 +98,39 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"{name}_{env_id.replace('/', '_')}_{time.strftime('%Y%m%d_%H%M%S')}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps({"algo": name, "env": env_id, "env_kwargs": env_kwargs,
-                                                 "total_timesteps": total, name: section}, indent=1))
+                                                 "total_timesteps": total, name: section,
+                                                 **({"expert": args.expert or data.get("expert")}
+                                                    if name == "bc" else {})}, indent=1))
     algo = cls(env_id, config, env_kwargs=env_kwargs)
+    if name == "bc":
+        algo.set_expert(_expert_factory(args.expert or data.get("expert"), env_id))
     t0 = time.perf_counter()
     algo.learn(int(total), progress=not args.no_progress, out_dir=out, checkpoint_every=args.checkpoint_every,
                callback=_time_limit(args.max_minutes))
     return _report(algo, out, t0)
+
+
+SCRIPTED_EXPERTS = {"tinker/ArmReach-v0": "sim.scripted:ScriptedReachController",
+                    "tinker/ArmSort-v0": "sim.scripted:ScriptedSortController"}
+"""the default BC expert per env id (module:Class, built as Class(env))"""
+
+
+def _expert_factory(spec: str | None, env_id: str | None):
+    """``module:Class`` -> a factory ``env -> expert`` (imported here: the CLI is the composition root)."""
+    import importlib
+
+    from tinker_core.errors import ConfigError
+
+    spec = spec or SCRIPTED_EXPERTS.get(env_id or "")
+    if not spec:
+        raise ConfigError(f"expert: BC needs an expert for {env_id!r}; give 'expert: module:Class' in the config or "
+                          f"--expert (scripted defaults exist for {sorted(SCRIPTED_EXPERTS)})")
+    module, _, attr = spec.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"expert: expected module:Class that can be imported, got {spec!r} ({e})") from None
+    return cls
 
 
 def _time_limit(minutes: float):
@@ -113,6 +149,8 @@ def _report(algo, out: Path, t0: float) -> int:
                "mean_return_last20": float(np.mean(rets)) if rets else None, "checkpoint": str(out / "final")}
     if algo.success_history:
         summary["success_rate_last50"] = float(np.mean(algo.success_history[-50:]))
+    if algo.algo_name == "bc":
+        summary.update(episodes_labelled=algo.episodes_labelled, expert_calls=algo.expert_calls, rounds=algo.round_log)
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
     return 0
