@@ -53,6 +53,13 @@ class DynamicsParams:
     """multiplies the ambient and diffuse light of the camera image"""
     light_azimuth_deg: float = 45.0
     """azimuth of the light direction for the camera image, degrees"""
+    target_bias_x_m: float = 0.0
+    """error of the reach target's position as the robot is told it (a hand-eye calibration error), base x, m;
+    the observation carries the biased target, success and reward use the true one"""
+    target_bias_y_m: float = 0.0
+    """the same error along base y, m"""
+    target_bias_z_m: float = 0.0
+    """the same error along base z, m"""
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -3,6 +3,8 @@
 Reward per step: ``-distance`` (m) plus ``success_bonus`` when within the success distance. The
 episode terminates on success and is truncated by the time limit (50 steps = 2.5 s at 50 ms). The
 success test uses the true end-effector position of the simulated arm, never the noisy observation.
+The dynamics' ``target_bias_{x,y,z}_m`` model a hand-eye calibration error: the observation carries the
+target where the robot is told it is, while reward and success use where it really is.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class ReachTask(Task):
         self.success_distance = float(success_distance)
         self.success_bonus = float(success_bonus)
         self.target = (TARGET_LOW + TARGET_HIGH) / 2
+        self.bias = np.zeros(3)
         self.marker = world.add_sphere(0.025, self.target + robot.base_position, (0.1, 0.8, 0.1, 1.0), collision=False)
 
     def obs_terms(self) -> list[dict[str, Any]]:
@@ -41,6 +44,7 @@ class ReachTask(Task):
 
     def reset(self, rng: np.random.Generator, params: DynamicsParams) -> None:
         self.target = rng.uniform(TARGET_LOW, TARGET_HIGH)
+        self.bias = np.array([params.target_bias_x_m, params.target_bias_y_m, params.target_bias_z_m])
         self.world.set_pose(self.marker, self.target + self.robot.base_position)
 
     def set_target(self, target: np.ndarray) -> None:
@@ -48,7 +52,8 @@ class ReachTask(Task):
         self.world.set_pose(self.marker, self.target + self.robot.base_position)
 
     def observe(self, ee: np.ndarray) -> np.ndarray:
-        return np.concatenate([self.target, self.target - ee])
+        told = self.target + self.bias
+        return np.concatenate([told, told - ee])
 
     def evaluate(self, ee: np.ndarray) -> tuple[float, bool, dict[str, Any]]:
         d = float(np.linalg.norm(self.target - ee))

@@ -133,3 +133,37 @@ def test_non_finite_weights_are_never_published_or_checkpointed_and_roll_back(sm
     assert st["divergences"] == 1 and st["last_divergence"]["from"] == "the last parameters sent to workers"
     assert "critic_loss is NaN" in st["last_divergence"]["message"]
     assert learner.try_publish()["passed"] and calls == [1]
+
+
+def test_gate_refuses_a_candidate_that_latches_the_safety_estop():
+    """The gate env is the CLI's (SafetyWrapper in the loop); a candidate that drives the arm down into the
+    table latches the collision e-stop; one that holds still does not."""
+    from tinker_core.cli.learner import make_gate_env
+    from tinker_core.learner.gate import run_gate
+
+    class DivePolicy:
+        def predict(self, obs, deterministic=True):
+            return np.array([0, 1, 0, 1, 0, 1, 0], dtype=np.float32)
+
+    class ZeroPolicy:
+        def predict(self, obs, deterministic=True):
+            return np.zeros(7, dtype=np.float32)
+
+    factory = functools.partial(make_gate_env, "tinker/ArmReach-v0", {"randomize": True})
+    bad = run_gate(DivePolicy(), factory, episodes=2, min_success=0.0, min_return=None, seed=0)
+    assert not bad.passed and bad.estops >= 1 and "e-stop" in bad.reason
+    ok = run_gate(ZeroPolicy(), factory, episodes=2, min_success=0.0, min_return=None, seed=0)
+    assert ok.passed and ok.estops == 0, ok.reason
+
+
+def test_updates_per_interval_sets_the_replay_ratio(small_learner, pendulum):
+    learner, _ = small_learner
+    learner.config.warmup = 10
+    for t in pendulum(20):
+        learner.replay.add(t)
+    learner.ingested["sim"] = 20
+    assert learner._update_budget() == 11  # (20 - 10) // 1 + 1 updates allowed, none done yet
+    learner.config.updates_per_interval = 4
+    assert learner._update_budget() == 44
+    with pytest.raises(ConfigError, match=r"LearnerConfig.updates_per_interval"):
+        LearnerConfig(updates_per_interval=0)

@@ -128,3 +128,22 @@ def test_observation_noise_perturbs_joint_terms_only(make_env):
     err = terms["joint_pos"] - q
     assert 0.005 < np.abs(err).mean() < 0.2
     np.testing.assert_allclose(terms["ee_pos"], u.ee_position, atol=1e-5)
+
+
+def test_target_bias_moves_the_observed_target_but_success_uses_the_true_one(make_env):
+    from sim.scripted import decode_terms
+
+    bias = np.array([0.04, -0.03, 0.05])
+    plain, biased = make_env(), make_env(dynamics=DynamicsParams(target_bias_x_m=0.04, target_bias_y_m=-0.03,
+                                                                 target_bias_z_m=0.05))
+    obs_p, _ = plain.reset(seed=3)
+    obs_b, _ = biased.reset(seed=3)
+    tp, tb = decode_terms(plain.unwrapped.obs_terms, obs_p), decode_terms(biased.unwrapped.obs_terms, obs_b)
+    true_target = np.asarray(biased.unwrapped.task_state()["target"])
+    np.testing.assert_allclose(tp["target_pos"], true_target, atol=1e-5)  # same seed, same real target
+    np.testing.assert_allclose(tb["target_pos"], true_target + bias, atol=1e-5)
+    np.testing.assert_allclose(tb["target_minus_ee"], tp["target_minus_ee"] + bias, atol=1e-5)
+    # reaching where the robot is told the target is does not succeed: success is judged on the real target
+    task = biased.unwrapped.task
+    assert task.evaluate(true_target + bias)[1] is False
+    assert task.evaluate(true_target)[1] is True

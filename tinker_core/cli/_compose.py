@@ -57,7 +57,13 @@ class GuardedEnv(gym.Wrapper):
         q, qd = self.env.unwrapped.joint_state
         if not self.guard.reset(q, qd):
             raise ConfigError(f"SafetyWrapper refused to reset from the measured state q={np.round(q, 3)}")
+        info["safety_estops"] = sum(self.guard.counters["estops"].values())
         return obs, info
+
+    def step(self, action):
+        obs, r, term, trunc, info = self.env.step(action)
+        info["safety_estops"] = sum(self.guard.counters["estops"].values())
+        return obs, r, term, trunc, info
 
 
 def make_env(env_id: str, *, dynamics: Any = None, randomize: Any = False, action_chain: dict | None = None,

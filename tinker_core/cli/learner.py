@@ -85,6 +85,16 @@ def make_env(env_id: str, env_kwargs: dict | None = None) -> Any:
     return gym.make(env_id, **(env_kwargs or {}))
 
 
+def make_gate_env(env_id: str, env_kwargs: dict | None = None) -> Any:
+    """The evaluation gate's env: for ``tinker/`` ids the SafetyWrapper filters every command, as on the
+    robot, so the gate sees the candidate's e-stops; other ids are built plain."""
+    if not env_id.startswith("tinker/"):
+        return make_env(env_id, env_kwargs)
+    from tinker_core.cli._compose import make_env as make_safe_env
+
+    return make_safe_env(env_id, safety=True, **(env_kwargs or {}))
+
+
 def make_algo(name: str, env_id: str, env_kwargs: dict | None, algo_kwargs: dict | None, device: str, seed: int) -> Any:
     """An algorithm built from the env's specs only (the learner trains from replay, not from its own env)."""
     from tinker_core import algos
@@ -122,8 +132,8 @@ def build_learner(cfg: Any):
 
     device = resolve_device(cfg.device)
     algo_factory = functools.partial(make_algo, cfg.algo, cfg.env_id, cfg.env_kwargs, cfg.algo_kwargs, device, cfg.seed)
-    env_factory = functools.partial(make_env, cfg.env_id, cfg.env_kwargs)
-    return Learner(cfg, algo_factory, functools.partial(bundle_publisher, cfg.bundle_dir), env_factory)
+    gate_env_factory = functools.partial(make_gate_env, cfg.env_id, cfg.env_kwargs)
+    return Learner(cfg, algo_factory, functools.partial(bundle_publisher, cfg.bundle_dir), gate_env_factory)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -39,6 +39,9 @@ class LearnerConfig:
     """Transitions per gradient update."""
     update_interval: int = 1
     """One gradient update per this many transitions ingested; 0 trains continuously."""
+    updates_per_interval: int = 1
+    """Gradient updates per ``update_interval`` transitions (the replay ratio): a few live transitions
+    buy more learning, which online fine-tuning on a robot needs."""
     max_updates_per_tick: int = 64
     """Cap on updates between two looks at the sockets, so ingest and control stay responsive."""
     warmup: int = 1000
@@ -71,17 +74,20 @@ class LearnerConfig:
     """Least success rate (``info['is_success']``) a candidate needs in the gate."""
     gate_min_return: float | None = None
     """Least mean episode return a candidate needs in the gate (None: not checked)."""
+    gate_max_estops: int = 0
+    """Most SafetyWrapper e-stops a candidate may trigger in the gate (tinker/ envs run it with the wrapper)."""
     gate_seed: int = 10_000
     """Seed of the gate episodes (fixed, so candidates are compared on the same episodes)."""
     seed: int = 0
     """Seed of replay sampling."""
 
     def __post_init__(self) -> None:
-        positive = ("batch_size", "max_updates_per_tick", "replay_capacity", "real_capacity", "gate_episodes")
+        positive = ("batch_size", "updates_per_interval", "max_updates_per_tick", "replay_capacity", "real_capacity", "gate_episodes")
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"LearnerConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
-        for name in ("update_interval", "warmup", "publish_every", "param_sync_every", "checkpoint_every"):
+        for name in ("update_interval", "warmup", "publish_every", "param_sync_every", "checkpoint_every",
+                     "gate_max_estops"):
             if int(getattr(self, name)) < 0:
                 raise ConfigError(f"LearnerConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
         if not 0.0 <= float(self.real_fraction) <= 1.0:

@@ -346,7 +346,7 @@ class Learner:
             return 0
         if c.update_interval == 0:
             return c.max_updates_per_tick
-        allowed = (sum(self.ingested.values()) - c.warmup) // c.update_interval + 1
+        allowed = ((sum(self.ingested.values()) - c.warmup) // c.update_interval + 1) * c.updates_per_interval
         return max(0, min(c.max_updates_per_tick, allowed - self.updates))
 
     def tick(self) -> None:
@@ -452,7 +452,7 @@ class Learner:
             return self.last_gate
         self._check_weights("evaluation gate")
         res: GateResult = run_gate(self.algo, self.env_factory, c.gate_episodes, c.gate_min_success,
-                                   c.gate_min_return, c.gate_seed)
+                                   c.gate_min_return, c.gate_seed, c.gate_max_estops)
         self.last_gate = {**res.to_dict(), "updates": self.updates}
         if not res.passed or self.publisher is None:
             if self.publisher is None:
