@@ -215,7 +215,8 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         cycle = int(meta.get("cycle", 0))
         if self.stats.record(dur):
             self.get_logger().warning(f"cycle {cycle} overran its budget ({dur / 1e6:.2f} ms > "
-                                      f"{self.period * 1e3:.0f} ms): {self.get_parameter('on_overrun').value}")
+                                      f"{self.period * 1e3:.0f} ms): {self.get_parameter('on_overrun').value}",
+                                      throttle_duration_sec=1.0)  # counted in /diagnostics: no log per cycle
             if self.get_parameter("on_overrun").value == "stop":
                 self.active = False
                 self.stopped_by_overrun = True

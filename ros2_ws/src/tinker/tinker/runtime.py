@@ -95,6 +95,7 @@ class NodeRuntime:
 
     def _init_runtime(self, module: str) -> None:
         self.declare_parameter("control_period", 0.05)
+        self.declare_parameter("nice", 0)
         self.declare_parameter("trace_dir", "")
         self.declare_parameter("diagnostics_period", 1.0)
         self.module = module
@@ -192,6 +193,15 @@ def spin_until_signal(nodes: list, on_ready: Callable[[], None] | None = None) -
         ex.shutdown()
 
 
+def lower_priority(increment: int) -> None:
+    """Adds ``increment`` to this process's nice value (a background node yields the CPU to the loop's)."""
+    if increment > 0:
+        try:
+            os.nice(increment)
+        except OSError as e:  # not fatal: the node still runs, only without the yield
+            print(f"warning: nice({increment}) refused: {e}", file=sys.stderr, flush=True)
+
+
 def run_nodes(make_nodes: Callable[[], list], args: list[str] | None, label: str = "") -> int:
     """Init rclpy, build the nodes, spin them until SIGINT/SIGTERM, shut down; the process exit code.
 
@@ -199,7 +209,10 @@ def run_nodes(make_nodes: Callable[[], list], args: list[str] | None, label: str
     """
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     try:
-        spin_until_signal(make_nodes())
+        nodes = make_nodes()
+        if len(nodes) == 1:  # a node in its own process: its ``nice`` (composed processes keep the loop's)
+            lower_priority(int(nodes[0].get_parameter("nice").value))
+        spin_until_signal(nodes)
     except NodeFatal as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return 3

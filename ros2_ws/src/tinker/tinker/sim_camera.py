@@ -6,13 +6,15 @@ so the sim renders the same way: a second PyBullet client holds a copy of the sc
 `ArmEnv`, reset with the same seeds, so bodies, colours, light and camera pose match), and a worker
 thread copies the robot's snapshot (every body's base pose and joint positions, taken in the cycle:
 ~30 us) into it and renders there. PyBullet releases the GIL while it renders, so the cycle keeps
-running. The frame carries the stamp of the state it shows; consumers compute its age from that.
+running; the thread runs at nice +10 (Linux: per thread), so on a small CPU the loop's processes
+come first. The frame carries the stamp of the state it shows; consumers compute its age from that.
 
 The job slot holds one snapshot: a newer one replaces one the worker has not started (``dropped``).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from typing import Callable
@@ -80,6 +82,10 @@ class MirrorCamera:
             self._cv.notify()
 
     def _run(self) -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # this thread only, on Linux
+        except (AttributeError, OSError):
+            pass
         while True:
             with self._cv:
                 while self._job is None and not self._stop:

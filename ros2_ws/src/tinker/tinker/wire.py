@@ -38,10 +38,12 @@ RECORD_QOS = QoSProfile(depth=50, history=HistoryPolicy.KEEP_LAST, reliability=R
 
 
 def encode_meta(meta: Mapping[str, object]) -> str:
-    for k, v in meta.items():
-        if any(c in f"{k}{v}" for c in ";="):
-            raise ValidationError(f"meta[{k}]", "no ';' or '=' in keys or values", repr(v))
-    return ";".join(f"{k}={v}" for k, v in meta.items())
+    label = ";".join([f"{k}={v}" for k, v in meta.items()])
+    if label.count("=") != len(meta) or label.count(";") != max(len(meta) - 1, 0):  # one check per message
+        for k, v in meta.items():
+            if any(c in f"{k}{v}" for c in ";="):
+                raise ValidationError(f"meta[{k}]", "no ';' or '=' in keys or values", repr(v))
+    return label
 
 
 def decode_meta(label: str) -> dict[str, str]:
@@ -66,7 +68,7 @@ def array_msg(values: np.ndarray, meta: Mapping[str, object] | None = None, doub
 
 def read_array(msg, n: int | None, where: str) -> tuple[np.ndarray, dict[str, str]]:
     """Vector and metadata of a MultiArray; raises ValidationError on wrong length or non-finite values."""
-    v = np.asarray(msg.data, dtype=np.float64)  # a copy: the message buffer is not ours to keep
+    v = np.array(msg.data, dtype=np.float64)  # a copy (one memcpy from the array.array): the buffer is not ours
     if n is not None and v.shape[0] != n:
         raise ValidationError(where, f"{n} values", f"{v.shape[0]} values")
     if not np.isfinite(v).all():
