@@ -8,6 +8,8 @@ persistence. lz4 round trips are exact; JPEG is lossy (quality 1..95, default 85
 from __future__ import annotations
 
 import io
+import itertools
+import threading
 from typing import Any, Callable, Sequence
 
 import lz4.block
@@ -88,18 +90,7 @@ def decode_frames_into(out: np.ndarray, blobs: Sequence[bytes], codec: str, thre
     if not out.flags.c_contiguous:
         raise ValidationError("decode_frames_into.out", "a C-contiguous array", "a strided view")
     if threads > 1 and len(blobs) >= 32:
-        from concurrent.futures import ThreadPoolExecutor
-
-        pool = _POOLS.get(threads)
-        if pool is None:
-            pool = _POOLS[threads] = ThreadPoolExecutor(threads - 1, thread_name_prefix="tinker-decode")
-        step = -(-len(blobs) // threads)
-        parts = [(lo, min(lo + step, len(blobs))) for lo in range(0, len(blobs), step)]
-        futures = [pool.submit(decode_frames_into, out, blobs[lo:hi], codec, 1, rows[lo:hi]) for lo, hi in parts[1:]]
-        lo, hi = parts[0]
-        decode_frames_into(out, blobs[lo:hi], codec, 1, rows[lo:hi])  # the caller takes the first share
-        for f in futures:
-            f.result()
+        _decode_shared(out, blobs, codec, threads, rows)
         return
     shape = out.shape[1:]
     nbytes = int(np.prod(shape, dtype=np.int64)) * out.itemsize
@@ -157,3 +148,40 @@ def _ext_hook(code: int, data: bytes) -> Any:
         dt, shape, raw = msgpack.unpackb(data, raw=False)
         return np.frombuffer(raw, dtype=np.dtype(dt)).reshape(shape).copy()
     return msgpack.ExtType(code, data)
+
+
+def _decode_shared(out: np.ndarray, blobs: Sequence[bytes], codec: str, threads: int, rows: np.ndarray) -> None:
+    """Split the decode into small pieces that the caller and ``threads - 1`` pool threads claim in turn.
+
+    The caller works too and waits only for pieces a helper has claimed, so on a busy machine, where a
+    helper may not get a core at all, the batch costs about what one thread would take, never more.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = _POOLS.get(threads)
+    if pool is None:
+        pool = _POOLS[threads] = ThreadPoolExecutor(threads - 1, thread_name_prefix="tinker-decode")
+    n = len(blobs)
+    step = max(16, -(-n // (4 * threads)))
+    parts = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+    claim = itertools.count()  # next() on it is atomic under the GIL
+    lock, finished, left, errors = threading.Lock(), threading.Event(), [len(parts)], []
+
+    def work() -> None:
+        while (i := next(claim)) < len(parts):
+            lo, hi = parts[i]
+            try:
+                decode_frames_into(out, blobs[lo:hi], codec, 1, rows[lo:hi])
+            except BaseException as e:  # handed to the caller below
+                errors.append(e)
+            with lock:
+                left[0] -= 1
+                if left[0] == 0:
+                    finished.set()
+
+    for _ in range(threads - 1):
+        pool.submit(work)
+    work()
+    finished.wait()
+    if errors:
+        raise errors[0]
