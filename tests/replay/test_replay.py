@@ -273,16 +273,17 @@ def test_sampled_image_batches_match_what_was_added(threads, monkeypatch):
         assert b.obs["image"].flags.writeable and b.next_obs["image"].flags.writeable
 
 
-def test_damaged_frame_in_memory_is_refused_not_returned(monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_damaged_frame_in_memory_is_refused_not_returned(threads, monkeypatch):
     from tinker_core.replay import codec
 
-    buf = ReplayBuffer(8, storage=StorageConfig(decode_threads=1))
-    buf.extend(frames_stream(8))
+    buf = ReplayBuffer(40, storage=StorageConfig(decode_threads=threads))
+    buf.extend(frames_stream(40))
     buf.storage.frames["image"][3] = buf.storage.frames["image"][3][:-9]  # truncated lz4 block
     for into in (codec._LZ4_INTO, None):
         monkeypatch.setattr(codec, "_LZ4_INTO", into)
         with pytest.raises(ValidationError, match="replay frame"):
-            buf.storage.get(np.array([3]))
+            buf.storage.get(np.arange(40))  # 80 frames: the threaded path when threads > 1
 
 
 def test_non_finite_or_misshapen_transitions_are_refused():
