@@ -8,7 +8,11 @@ disappears. The result differs from torch only by float rounding (~1e-7), and th
 check on the recorded observations still holds it to the tolerance (1e-5).
 
 A Cast to float that comes before a Transpose is moved after it, so the layout change moves bytes of
-the camera image rather than floats four times as large.
+the camera image rather than floats four times as large. Then the layout change itself goes: a
+convolution over ``x[N, C, H, W]``, the transpose of a channels-last ``image[N, H, W, C]``, equals a
+one-channel convolution over ``image`` seen as ``[N, 1, H, W*C]`` (a free reshape) with the kernel
+``(kh, kw*C)``, strides ``(sh, sw*C)`` and pads ``(ph, pw*C)``, whose weights are the original ones laid
+out channels-last. Same multiply-adds, no transpose (~9 us at 84 px on one core).
 
 Needs onnx (the training install).
 """
@@ -122,6 +126,72 @@ def cast_after_transpose(model: "onnx.ModelProto") -> list[str]:
     return done
 
 
+def _attrs(node: "onnx.NodeProto") -> dict:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def conv_reads_channels_last(model: "onnx.ModelProto") -> list[str]:
+    """``Conv(Cast?(Transpose(image, perm=[0, 3, 1, 2])))`` -> ``Conv'(Cast?(Reshape(image, [-1, 1, H, W*C])))``
+    for a graph input ``image[N, H, W, C]`` of known H, W, C, when every consumer of the transposed
+    tensor is such a 2-D Conv (group 1, dilation 1, explicit pads). Changes ``model`` in place."""
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    consumers, outputs = _consumers(g), _graph_outputs(g)
+    inits = {i.name: i for i in g.initializer}
+    graph_inputs = {i.name: i for i in g.input}
+    done = []
+    for tr in list(g.node):
+        if tr.op_type != "Transpose" or tr.input[0] not in graph_inputs or list(_attrs(tr).get("perm", [])) != [0, 3, 1, 2]:
+            continue
+        dims = graph_inputs[tr.input[0]].type.tensor_type.shape.dim
+        if len(dims) != 4 or not all(d.HasField("dim_value") for d in dims[1:]):
+            continue
+        h, w, c = (d.dim_value for d in dims[1:])
+        users = consumers.get(tr.output[0], [])
+        cast = users[0] if len(users) == 1 and users[0].op_type == "Cast" else None
+        convs = consumers.get(cast.output[0], []) if cast is not None else users
+        if not convs or tr.output[0] in outputs or (cast is not None and cast.output[0] in outputs):
+            continue
+        fed = cast.output[0] if cast is not None else tr.output[0]
+        ok = True
+        for conv in convs:
+            a = _attrs(conv)
+            ok &= (conv.op_type == "Conv" and conv.input[0] == fed and conv.input[1] in inits
+                   and list(conv.input[1:]).count(fed) == 0 and a.get("group", 1) == 1
+                   and all(d == 1 for d in a.get("dilations", [1, 1])) and a.get("auto_pad", b"NOTSET") in (b"NOTSET", b"VALID")
+                   and len(a.get("kernel_shape", [])) == 2)
+        if not ok:
+            continue
+        shape = numpy_helper.from_array(np.array([-1, 1, h, w * c], np.int64), f"{tr.output[0]}_channels_last_shape")
+        g.initializer.append(shape)
+        reshape = helper.make_node("Reshape", [tr.input[0], shape.name], [tr.output[0]], name=f"{tr.name or tr.output[0]}_as_reshape")
+        i = list(g.node).index(tr)
+        g.node.remove(tr)
+        g.node.insert(i, reshape)
+        for conv in convs:
+            a = _attrs(conv)
+            kh, kw = a["kernel_shape"]
+            sh, sw = a.get("strides", [1, 1])
+            ph0, pw0, ph1, pw1 = a.get("pads", [0, 0, 0, 0])
+            wt = numpy_helper.to_array(inits[conv.input[1]])
+            new_w = numpy_helper.from_array(np.ascontiguousarray(wt.transpose(0, 2, 3, 1).reshape(wt.shape[0], 1, kh, kw * c)),
+                                            f"{conv.input[1]}_channels_last")
+            g.initializer.append(new_w)
+            inits[new_w.name] = new_w
+            conv.input[1] = new_w.name
+            del conv.attribute[:]
+            conv.attribute.extend([helper.make_attribute("kernel_shape", [kh, kw * c]),
+                                   helper.make_attribute("strides", [sh, sw * c]),
+                                   helper.make_attribute("pads", [ph0, pw0 * c, ph1, pw1 * c])])
+        done.append(f"Transpose {tr.name or tr.output[0]} removed: "
+                    + ", ".join(cv.name or cv.output[0] for cv in convs) + f" read {tr.input[0]} as [N, 1, {h}, {w * c}]")
+    _drop_unused(g)
+    return done
+
+
 def _drop_unused(graph: "onnx.GraphProto") -> None:
     used = {i for n in graph.node for i in n.input} | _graph_outputs(graph)
     for init in list(graph.initializer):
@@ -147,6 +217,7 @@ def rewrite(model_bytes: bytes) -> tuple[bytes, list[str]]:
         if not folded:
             break
         done += folded
+    done += conv_reads_channels_last(model)
     if not done:
         return model_bytes, done
     del model.graph.value_info[:]  # inferred for the rewrites only; onnxruntime infers its own

@@ -1,4 +1,5 @@
-"""Exact graph rewrites at export: the image's /255 folded into the first convolution, Transpose on uint8."""
+"""Exact graph rewrites at export: the image's /255 folded into the first convolution, which reads the
+channels-last camera bytes without a Transpose; parity with torch holds."""
 
 from __future__ import annotations
 
@@ -29,8 +30,10 @@ def test_reference_cnn_has_its_division_folded_into_the_first_conv(cnn_bundle):
     for model in ("policy", "perception"):
         ops = _ops(cnn_bundle, model)
         assert "Div" not in ops and "Mul" not in ops
-        assert ops[:3] == ["Transpose", "Cast", "Conv"]  # the transpose moves the uint8 camera bytes
-        assert any("folded into the weights" in r for r in m.models[model].accuracy["graph_rewrites"])
+        assert ops[:3] == ["Reshape", "Cast", "Conv"] and "Transpose" not in ops  # camera bytes as [N, 1, H, W*C]
+        rewrites = m.models[model].accuracy["graph_rewrites"]
+        assert any("folded into the weights" in r for r in rewrites)
+        assert any("read image as [N, 1, 64, 192]" in r for r in rewrites)
         assert m.models[model].accuracy["max_abs_diff_vs_torch"] <= 1e-5
     assert "graph_rewrites" not in m.models["actor"].accuracy  # nothing to rewrite in an MLP
 
@@ -84,6 +87,9 @@ def test_other_scaling_patterns_fold_or_stay_with_parity(tmp_path):
         ops = _ops(path)
         folded, op = expect[name]
         assert (op not in ops and "Div" not in ops) == folded, (name, ops)
-        assert ops.index("Transpose") < ops.index("Cast"), (name, ops)
+        if folded:  # the first conv reads the image directly
+            assert "Transpose" not in ops and ops[:3] == ["Reshape", "Cast", "Conv"], (name, ops)
+        else:  # the transpose stays, on the uint8 bytes
+            assert ops.index("Transpose") < ops.index("Cast"), (name, ops)
         got = OnnxPolicy.from_bundle(path)(obs)
         assert np.max(np.abs(got - _torch_actions(parts, obs))) <= 1e-5, name

@@ -25,7 +25,8 @@ def test_cnn_int8_is_static_with_convolutions_quantized_and_reads_camera_bytes(c
     assert len(convs) == 3 and all(by_output[c.input[0]].op_type == "DequantizeLinear" for c in convs)
     assert all(by_output[c.input[1]].op_type == "DequantizeLinear" for c in convs)  # int8 weights
     first_dq = by_output[convs[0].input[0]]
-    assert by_output[first_dq.input[0]].op_type == "Transpose"  # uint8 image, no Cast, no QuantizeLinear
+    reshape = by_output[first_dq.input[0]]  # the uint8 image itself: no Cast, no QuantizeLinear
+    assert reshape.op_type == "Reshape" and reshape.input[0] == "image"
     assert "Cast" not in [n.op_type for n in g.node]
 
 
