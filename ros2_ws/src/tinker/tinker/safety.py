@@ -87,7 +87,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                       self.create_subscription(JointState, g("joint_states_topic"), self._on_joints, SENSOR_QOS)]
         self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
                       self.create_service(Trigger, "~/reset", self._on_reset)]
-        self._wd_timer = self.create_timer(self.hold_deadline_ns / 1e9, self._watchdog, autostart=False)
+        self._wd_timer = self.create_timer(self.hold_deadline_ns / 1e9, self._watchdog)
+        self._wd_timer.cancel()  # armed by each state (no ``autostart`` argument: older rclpy lacks it)
         self._own_timers = [self._wd_timer]
         self._publish_estop_state()
         return TransitionCallbackReturn.SUCCESS
