@@ -34,7 +34,7 @@ def register(sub: Any) -> None:
     p.add_argument("--train", action="store_true",
                    help="train the policy with configs/sac_arm_reach.yaml first (default: the shipped pretrained one)")
     p.add_argument("--eval-episodes", type=int, default=50, help="simulation episodes per evaluation (default 50)")
-    p.add_argument("--finetune-episodes", type=int, default=30, help="ROS-loop episodes of fine-tuning (default 30)")
+    p.add_argument("--finetune-episodes", type=int, default=50, help="ROS-loop episodes of fine-tuning (default 50)")
     p.add_argument("--out", default="runs/sim2real", help="output directory (default runs/sim2real)")
     p.set_defaults(func=run)
 

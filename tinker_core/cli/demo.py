@@ -31,11 +31,11 @@ def register(sub: Any) -> None:
                                    "online from the live loop, hot-reload improved policies, and report.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dynamics", default=None,
-                   help="robot dynamics YAML (default sim/config/dynamics/shifted_heavy_laggy.yaml)")
+                   help="robot dynamics YAML (default sim/config/dynamics/shifted_miscalibrated.yaml: a heavier, laggier arm with a 7.5 cm hand-eye calibration error)")
     p.add_argument("--bundle", default=None, help="policy bundle (default: pretrained/arm_reach/bundle)")
     p.add_argument("--checkpoint", default=None, help="checkpoint to fine-tune (default: pretrained/arm_reach/checkpoint)")
     p.add_argument("--episodes-before", type=int, default=20)
-    p.add_argument("--finetune-episodes", type=int, default=40)
+    p.add_argument("--finetune-episodes", type=int, default=50)
     p.add_argument("--episodes-after", type=int, default=20)
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     p.add_argument("--record", action="store_true", help="also record every cycle to OUT/run.mcap")
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
             overrides[k] = v
     cfg = DemoConfig(
         bundle=args.bundle or str(pre / "bundle"), checkpoint=args.checkpoint or str(pre / "checkpoint"),  # type: ignore[operator]
-        dynamics=args.dynamics or str(REPO / "sim" / "config" / "dynamics" / "shifted_heavy_laggy.yaml"),
+        dynamics=args.dynamics or str(REPO / "sim" / "config" / "dynamics" / "shifted_miscalibrated.yaml"),
         out=args.out, episodes_before=args.episodes_before, finetune_episodes=args.finetune_episodes,
         episodes_after=args.episodes_after, learner=overrides, record=args.record)
     run_demo(cfg)

@@ -52,7 +52,7 @@ class DemoConfig:
     """where logs, traces, bundles, the report and the plot are written"""
     episodes_before: int = 20
     """episodes measured with the pretrained policy"""
-    finetune_episodes: int = 40
+    finetune_episodes: int = 50
     """episodes while the learner fine-tunes and publishes"""
     episodes_after: int = 20
     """episodes measured with the newest policy, learner paused"""
@@ -362,9 +362,13 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> dict:
         "params_endpoint": f"tcp://127.0.0.1:{ports[2]}", "control_endpoint": f"tcp://127.0.0.1:{ports[3]}",
         "algo": "sac", "env_id": "tinker/ArmReach-v0", "env_kwargs": {"randomize": True},
         "init_checkpoint": str(Path(cfg.checkpoint).resolve()), "device": "auto",
-        "batch_size": 256, "update_interval": 1, "warmup": 256, "real_fraction": 0.5,
-        "publish_every": 300, "checkpoint_every": 0, "checkpoint_dir": str(out / "learner"),
-        "bundle_dir": str(out / "bundles"), "gate_episodes": 10, "gate_min_success": 0.8,
+        "batch_size": 256, "update_interval": 1, "updates_per_interval": 4, "warmup": 256, "real_fraction": 0.5,
+        "publish_every": 1000, "checkpoint_every": 0, "checkpoint_dir": str(out / "learner"),
+        "bundle_dir": str(out / "bundles"), "gate_episodes": 10, "gate_max_estops": 0,
+        # The gate's simulation has the nominal calibration, so a policy that learned the robot's
+        # calibration error misses there by that error: the gate asks for safety (no e-stop) and
+        # a policy that still brings the arm near its targets (mean return), not for sim success.
+        "gate_min_success": 0.0, "gate_min_return": -10.0,
         "param_sync_every": 0, "seed": cfg.seed,
     }
     lconf.update(cfg.learner)
