@@ -31,11 +31,14 @@ class OnnxPolicyConfig:
     """Session settings for an edge computer."""
 
     threads: int = 1
-    """intra-op threads; 1 keeps batch-1 latency steady on a small CPU"""
+    """intra-op threads. 1 by default: a control loop wants the same latency every cycle, and with 2 every
+    operator waits for its slower half on a second core that the ROS nodes also use (and onnxruntime's
+    workers spin there between operators); on the 2-core dev machine 2 threads were no faster at batch 1.
+    Use 2 where a core is free for the policy (see deploy/README.md, "Speed")"""
     optimization: str = "all"
     """graph optimization level: disable, basic, extended or all"""
     quantized: bool = False
-    """run the bundle's int8 model (``policy.int8.onnx``) instead of fp32"""
+    """run the bundle's int8 model (``policy.int8.onnx``: static for a CNN, ~0.6x the fp32 latency) instead of fp32"""
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
     """execution providers in priority order; every one must really be used, or loading fails"""
 
