@@ -3,12 +3,16 @@
 Each frame is compressed on its own inside a chunk so that a sampled transition is decoded
 without decoding its neighbours; the chunk (see `storage.py`) is the unit of storage and of
 persistence. lz4 round trips are exact; JPEG is lossy (quality 1..95, default 85).
+
+Sampling cost is decoding: each lz4 frame is decompressed straight into its row of the batch
+(no intermediate bytes, no copy), with the GIL released, so decode threads share the work.
 """
 
 from __future__ import annotations
 
 import io
 import itertools
+import os
 import threading
 from typing import Any, Callable, Sequence
 
@@ -49,7 +53,7 @@ def encode_frames(frames: np.ndarray, codec: str, quality: int = 85, lz4_level: 
     raise ValidationError("codec", f"one of {CODECS}", repr(codec))
 
 
-_POOLS: dict[int, Any] = {}
+_POOLS: dict[tuple[int, int], Any] = {}
 
 
 def _lz4_decompress_into() -> Callable[[bytes, int, int, int], int] | None:
@@ -158,9 +162,10 @@ def _decode_shared(out: np.ndarray, blobs: Sequence[bytes], codec: str, threads:
     """
     from concurrent.futures import ThreadPoolExecutor
 
-    pool = _POOLS.get(threads)
+    key = (os.getpid(), threads)  # a forked child gets its own pool: the parent's threads do not exist there
+    pool = _POOLS.get(key)
     if pool is None:
-        pool = _POOLS[threads] = ThreadPoolExecutor(threads - 1, thread_name_prefix="tinker-decode")
+        pool = _POOLS[key] = ThreadPoolExecutor(threads - 1, thread_name_prefix="tinker-decode")
     n = len(blobs)
     step = max(16, -(-n // (4 * threads)))
     parts = [(lo, min(lo + step, n)) for lo in range(0, n, step)]
