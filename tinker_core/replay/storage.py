@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import lz4.frame
 import numpy as np
@@ -201,7 +202,8 @@ class RingStorage:
             self._init_layout(t)
         flat = _flatten(t.obs)
         nxt = self._check(t, flat)
-        self._resolve_pending({k: flat[k] for k in self.image_fields} if self.image_fields else None)
+        images = self.image_fields
+        self._resolve_pending({k: flat[k] for k in images} if images else None)
         i = self.cursor
         for k, f in self.fields.items():  # type: ignore[union-attr]
             if f.image:
@@ -211,8 +213,8 @@ class RingStorage:
                 self.obs[k][i] = flat[k]
                 self.next_obs[k][i] = nxt[k]
         self.linked[i] = False
-        if self.image_fields:
-            self._pending_next = {k: np.array(nxt[k], dtype=np.uint8, copy=True) for k in self.image_fields}
+        if images:
+            self._pending_next = {k: np.array(nxt[k], dtype=np.uint8, copy=True) for k in images}
         self.action[i] = t.action
         self.reward[i] = t.reward
         self.terminated[i] = t.terminated
