@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
+import pybullet as p
 from gymnasium import spaces
 
 from sim.camera import Camera
@@ -104,6 +105,10 @@ class ArmEnv(gym.Env):
         self._queue: deque[np.ndarray] = deque()
         self._last_action = np.zeros(n_act)
         self._interventions = 0
+        self._violations = 0
+        self.violations: dict[str, int] = {"joint_position": 0, "joint_velocity": 0, "contact": 0}
+        """unsafe states the simulated robot reached since construction (cycles, per kind): what a
+        safety layer must prevent, counted from the physics, independently of that layer"""
         self._q, self._qd = self.robot.joint_state()
         self._ee = self.robot.ee_position()
         self._target = self._q.copy()
@@ -134,6 +139,7 @@ class ArmEnv(gym.Env):
             self.camera.set_params(params, rng)
         self._last_action = np.zeros(self.action_space.shape[0])
         self._interventions = 0
+        self._violations = 0
         self._read_state()
         _, success, task_info = self.task.evaluate(self._ee)
         return self._observe(), self._info(success, task_info)
@@ -181,6 +187,24 @@ class ArmEnv(gym.Env):
         self.robot.command(target)
         self.world.step()
         self._read_state()
+        self._count_violations()
+
+    def _count_violations(self) -> None:
+        """Count the unsafe states this step reached: a joint beyond its URDF position limit (1 mrad slack) or
+        velocity limit, or an arm link touching the ground or a task obstacle (the base link stands on the
+        ground and is not counted)."""
+        r, c = self.robot, self.world.client
+        found = []
+        if np.any(self._q < r.lower - 1e-3) or np.any(self._q > r.upper + 1e-3):
+            found.append("joint_position")
+        if np.any(np.abs(self._qd) > r.velocity_limits):
+            found.append("joint_velocity")
+        bodies = ([self.world.ground] if self.world.ground is not None else []) + self.task.obstacles()
+        if any(pt[3] >= 0 for b in bodies for pt in p.getContactPoints(r.body, b, physicsClientId=c)):
+            found.append("contact")
+        for kind in found:
+            self.violations[kind] += 1
+        self._violations += bool(found)
 
     # ---- observation ------------------------------------------------------------------------------
     def _read_state(self) -> None:
@@ -204,7 +228,7 @@ class ArmEnv(gym.Env):
 
     def _info(self, success: bool, task_info: dict[str, Any]) -> dict[str, Any]:
         return {"is_success": bool(success), **task_info, "dynamics": dict(self._dyn_dict),
-                "safety_interventions": self._interventions}
+                "safety_interventions": self._interventions, "safety_violations": self._violations}
 
     # ---- accessors for the real-time robot and tools -------------------------------------------
     @property

@@ -38,6 +38,9 @@ class EvalResult:
     per_episode: list[dict] = field(default_factory=list)
     safety_estops: int = 0
     """e-stops the SafetyWrapper latched (an env without one reports 0)"""
+    safety_violations: int = 0
+    """steps in which the simulated robot reached an unsafe state (beyond a URDF limit, touching the ground
+    or an obstacle), counted from the physics by the env (``info['safety_violations']``)"""
     objects_sorted: int | None = None
     """sorting tasks (the env's info has ``sorted`` and ``num_objects``): objects in the right bin at episode end"""
     objects_total: int | None = None
@@ -61,7 +64,8 @@ class EvalResult:
         return (f"success rate {self.success_rate * 100:.1f}% ({self.successes}/{self.episodes}), "
                 f"95% CI [{self.ci_low * 100:.1f}%, {self.ci_high * 100:.1f}%]; "
                 f"mean time to success {tts}; mean return {self.mean_return:.2f}; "
-                f"safety interventions {self.safety_interventions}, e-stops {self.safety_estops}"
+                f"safety interventions {self.safety_interventions}, e-stops {self.safety_estops}, "
+                f"unsafe states reached {self.safety_violations}"
                 + ("" if self.objects_total is None else
                    f"\nobjects sorted {self.objects_sorted_rate * 100:.1f}% ({self.objects_sorted}/{self.objects_total})"
                    f", 95% CI [{self.objects_ci_low * 100:.1f}%, {self.objects_ci_high * 100:.1f}%]"))
@@ -78,19 +82,21 @@ def evaluate(env: Any, policy: Callable[[Any], np.ndarray], episodes: int, seed:
             policy.reset()
         ret, steps, t_success, interventions = 0.0, 0, None, 0
         estops_before = estops = int(info.get("safety_estops", 0))
+        violations = 0
         while True:
             obs, r, term, trunc, info = env.step(policy(obs))
             ret += float(r)
             steps += 1
             interventions = int(info.get("safety_interventions", interventions))
             estops = int(info.get("safety_estops", estops))
+            violations = int(info.get("safety_violations", 0))
             if t_success is None and info.get("is_success", False):
                 t_success = steps * control_period
             if term or trunc:
                 break
         row = {"episode": ep, "success": t_success is not None, "return": ret, "steps": steps,
                "time_to_success_s": t_success, "safety_interventions": interventions,
-               "safety_estops": estops - estops_before}
+               "safety_estops": estops - estops_before, "safety_violations": violations}
         if "sorted" in info and "num_objects" in info:
             row.update(objects_sorted=int(info["sorted"]), num_objects=int(info["num_objects"]))
         rows.append(row)
@@ -111,4 +117,5 @@ def evaluate(env: Any, policy: Callable[[Any], np.ndarray], episodes: int, seed:
         mean_time_to_success_s=float(np.mean(tts)) if tts else None,
         mean_return=float(np.mean([r["return"] for r in rows])) if rows else 0.0,
         safety_interventions=sum(r["safety_interventions"] for r in rows), per_episode=rows,
-        safety_estops=sum(r["safety_estops"] for r in rows), **objects)
+        safety_estops=sum(r["safety_estops"] for r in rows),
+        safety_violations=sum(r["safety_violations"] for r in rows), **objects)

@@ -52,6 +52,10 @@ class Task:
     def apply_action(self, extra: np.ndarray, ee: np.ndarray) -> None:
         """Act on the extra action dims (e.g. suction) before the physics step."""
 
+    def obstacles(self) -> list[int]:
+        """Static bodies the arm must never touch (besides the ground), for the violation count."""
+        return []
+
     def observe(self, ee: np.ndarray) -> np.ndarray:
         """Raw (unscaled) task terms, concatenated in `obs_terms` order."""
         raise NotImplementedError

@@ -44,6 +44,9 @@ class SortTask(Task):
     name = "sort"
     action_terms = [term("suction", 1, "on>0", 1.0, 0.0, "none")]
 
+    def obstacles(self) -> list[int]:
+        return [self.table, *self.bin_parts]
+
     def __init__(self, world: PyBulletWorld, robot: ArmRobot, num_objects: int = 2):
         super().__init__(world, robot)
         self.num_objects = int(num_objects)

@@ -143,3 +143,28 @@ def test_non_finite_actions_never_reach_the_motors(make_env):
     q1, _ = env.unwrapped.joint_state
     assert np.all(np.isfinite(obs)) and np.all(np.isfinite(q1))
     assert np.abs(q1 - q0).max() < 0.2
+
+
+@pytest.mark.parametrize("safety", [False, True])
+def test_unsafe_states_are_counted_from_the_physics_and_the_safety_wrapper_prevents_them(safety):
+    """A policy that dives into the ground: the bare sim reaches unsafe states (counted per kind and in
+    ``info['safety_violations']``); with the SafetyWrapper as command filter it reaches none."""
+    from tinker_core.cli._compose import make_env as make_safe_env
+
+    env = make_safe_env("tinker/ArmReach-v0", safety=safety)
+    try:
+        total = 0
+        for seed in range(2):
+            env.reset(seed=seed)
+            for _ in range(50):
+                _, _, term, trunc, info = env.step(np.array([0, 1, 0, 1, 0, 1, 0], np.float32))
+                if term or trunc:
+                    break
+            total += info["safety_violations"]
+        counts = env.unwrapped.violations
+        if safety:
+            assert total == 0 and sum(counts.values()) == 0, counts
+        else:
+            assert total > 0 and counts["contact"] > 0, counts
+    finally:
+        env.close()
