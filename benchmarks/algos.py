@@ -5,8 +5,10 @@ alternation; we record wall-clock env steps/s, the episode-return curve (trainin
 timesteps at which the mean of the last 10 training episodes first reaches the threshold (-200 on
 Pendulum-v1, 475 on CartPole-v1), and the final mean return of 10 deterministic evaluation episodes.
 
-Fairness notes: both use torch with the same thread count (1, set here for both); RL Zoo's PPO
-Pendulum entry uses gSDE, which tinker does not implement, so both run plain Gaussian exploration;
+Fairness notes: both use torch with the same thread count (1, set here for both, recorded);
+both get RL Zoo's entries exactly (rl-baselines3-zoo hyperparams/{ppo,sac,dqn}.yml, checked at
+commit 22e3ff2 of April 2026): PPO Pendulum-v1 with gSDE (use_sde, sde_sample_freq 4) and no
+normalization, SAC Pendulum-v1 with lr 1e-3 and SB3 defaults, DQN CartPole-v1 as listed;
 tinker's DQN is double DQN (its default), SB3's is not.
 
     python benchmarks/algos.py            # full: several seeds, RL Zoo budgets (about 25 min on 2 idle cores)
@@ -35,9 +37,9 @@ from tinker_core.algos import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig  # 
 
 # RL Zoo hyperparameters (rl-baselines3-zoo hyperparams/*.yml), written once for both libraries.
 SETUPS = {
-    "ppo_pendulum": dict(env="Pendulum-v1", threshold=-200.0, steps=100_000, quick_steps=4096, normalize=True, n_envs=4,
+    "ppo_pendulum": dict(env="Pendulum-v1", threshold=-200.0, steps=100_000, quick_steps=8192, normalize=False, n_envs=4,
                          common=dict(n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
-                                     learning_rate=1e-3, clip_range=0.2)),
+                                     learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
     "sac_pendulum": dict(env="Pendulum-v1", threshold=-200.0, steps=20_000, quick_steps=600, normalize=False, n_envs=1,
                          common=dict(learning_rate=1e-3)),
     "dqn_cartpole": dict(env="CartPole-v1", threshold=475.0, steps=50_000, quick_steps=2000, normalize=False, n_envs=1,

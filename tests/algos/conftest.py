@@ -28,3 +28,9 @@ def tiny_ppo() -> PPOConfig:
 def tiny_dqn() -> DQNConfig:
     return DQNConfig(net_arch=[32, 32], batch_size=32, learning_starts=50, buffer_size=5000, seed=3,
                      target_update_interval=20, train_freq=4, log_interval=100, prioritized=True)
+
+
+@pytest.fixture
+def tiny_ppo_sde() -> PPOConfig:
+    return PPOConfig(n_steps=64, batch_size=32, n_epochs=2, n_envs=2, net_arch=[32, 32], seed=3, log_interval=64,
+                     use_sde=True, sde_sample_freq=4)

@@ -19,6 +19,7 @@ def _weights(algo) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("cls,env,fixture,half,total", [
     (SAC, "Pendulum-v1", "tiny_sac", 150, 300),
     (PPO, "CartPole-v1", "tiny_ppo", 256, 512),
+    (PPO, "Pendulum-v1", "tiny_ppo_sde", 256, 512),
     (DQN, "CartPole-v1", "tiny_dqn", 150, 300),
 ])
 def test_resume_is_bit_for_bit(cls, env, fixture, half, total, tmp_path, request):

@@ -5,11 +5,28 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from tinker_core.nn.encoders import activation, mlp
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+def seq_forward(seq: nn.Sequential | list[nn.Module], x: torch.Tensor) -> torch.Tensor:
+    """``seq(x)`` without ``nn.Module.__call__`` per layer (hooks are not run): for MLPs this
+    small, the per-call bookkeeping costs as much as the layer."""
+    for m in seq:
+        t = type(m)
+        if t is nn.Linear:
+            x = F.linear(x, m.weight, m.bias)
+        elif t is nn.Tanh:
+            x = torch.tanh(x)
+        elif t is nn.ReLU:
+            x = torch.relu(x)
+        else:
+            x = m(x)
+    return x
 
 
 class EnsembleLinear(nn.Module):
@@ -60,8 +77,8 @@ class SquashedGaussianActor(nn.Module):
         self.log_std = nn.Linear(d, act_dim)
 
     def dist_params(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        h = self.trunk(feat)
-        return self.mu(h), self.log_std(h).clamp(LOG_STD_MIN, LOG_STD_MAX)
+        h = seq_forward(self.trunk, feat)
+        return seq_forward((self.mu,), h), seq_forward((self.log_std,), h).clamp(LOG_STD_MIN, LOG_STD_MAX)
 
     def sample(self, feat: torch.Tensor, gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized sample in [-1, 1] and its log-probability (with the tanh correction)."""
@@ -79,20 +96,64 @@ class SquashedGaussianActor(nn.Module):
 
 
 class GaussianActor(nn.Module):
-    """PPO's continuous actor: state-dependent mean, state-independent log std (env units)."""
+    """PPO's continuous actor: state-dependent mean, Gaussian noise (env units).
 
-    def __init__(self, d_in: int, hidden: list[int], act_dim: int, act: str = "tanh", log_std_init: float = 0.0):
+    Plain: a state-independent log std per action dimension. gSDE (``sde=True``, Raffin et al.
+    2021, as Stable-Baselines3's ``use_sde`` with its defaults full_std, no expln, latent features
+    not learned): the noise is ``latent @ M`` with ``M ~ N(0, exp(log_std)^2)`` of shape
+    [latent, act_dim], held for several steps, so the action's std is
+    ``sqrt((latent^2) @ exp(log_std)^2 + 1e-6)`` and depends on the state.
+    """
+
+    SDE_EPS = 1e-6
+
+    def __init__(self, d_in: int, hidden: list[int], act_dim: int, act: str = "tanh", log_std_init: float = 0.0,
+                 sde: bool = False):
         super().__init__()
         self.mean = mlp(d_in, hidden, act_dim, act)
-        self.log_std = nn.Parameter(torch.full((act_dim,), float(log_std_init)))
+        self.sde = bool(sde)
+        latent = hidden[-1] if hidden else d_in
+        shape = (latent, act_dim) if self.sde else (act_dim,)
+        self.log_std = nn.Parameter(torch.full(shape, float(log_std_init)))
+
+    def latent_mean(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(last hidden layer, mean action): the latent feeds gSDE's noise."""
+        layers = list(self.mean)
+        h = seq_forward(layers[:-1], feat)
+        return h, seq_forward(layers[-1:], h)
+
+    def mean_action(self, feat: torch.Tensor) -> torch.Tensor:
+        return seq_forward(self.mean, feat)
+
+    def std(self, latent: torch.Tensor, weight_var: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-sample action std [B, act_dim] (gSDE) or [act_dim] (plain). ``weight_var``:
+        ``exp(log_std)^2`` when the caller already has it (it is constant during a rollout)."""
+        if self.sde:
+            if weight_var is None:
+                weight_var = torch.exp(2.0 * self.log_std)
+            return torch.sqrt(torch.addmm(_as_tensor(self.SDE_EPS, latent), latent.detach().square(), weight_var))
+        return self.log_std.exp()
+
+    def sde_noise(self, latent: torch.Tensor, matrices: torch.Tensor) -> torch.Tensor:
+        """gSDE noise ``latent @ M``: one matrix per row when there are as many, else the first for all."""
+        if matrices.shape[0] == latent.shape[0] and latent.shape[0] > 1:
+            return torch.bmm(latent.unsqueeze(1), matrices).squeeze(1)
+        return latent @ matrices[0]
 
     def log_prob_entropy(self, feat: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mu = self.mean(feat)
-        log_std = self.log_std.expand_as(mu)
+        latent, mu = self.latent_mean(feat)
+        if self.sde:
+            log_std = torch.log(self.std(latent))
+        else:
+            log_std = self.log_std.expand_as(mu)
         z = (action - mu) * torch.exp(-log_std)
         logp = (-0.5 * z.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
         ent = (0.5 + 0.5 * math.log(2 * math.pi) + log_std).sum(-1)
         return logp, ent
+
+
+def _as_tensor(v: float, like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(v, dtype=like.dtype, device=like.device)
 
 
 class CategoricalActor(nn.Module):

@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from tinker_core.algos.base import AlgoConfig, Algorithm
+from tinker_core.algos.base import AlgoConfig, Algorithm, backward_in_caller_thread
 from tinker_core.algos.buffers import ReplayBuffer, ReplaySamples
 from tinker_core.errors import ConfigError
 from tinker_core.transition import Transition, TransitionBatch
@@ -86,11 +86,12 @@ class OffPolicyAlgorithm(Algorithm):
         return self.num_timesteps > c.learning_starts and steps % c.train_freq == 0
 
     def _train(self, gradient_steps: int) -> None:
-        for _ in range(gradient_steps):
-            s, w, idx = self._sample()
-            self._last_batch_rewards = s.rewards
-            td = self._train_step(s, w)
-            self._after_train(idx, td)
+        with backward_in_caller_thread():
+            for _ in range(gradient_steps):
+                s, w, idx = self._sample()
+                self._last_batch_rewards = s.rewards
+                td = self._train_step(s, w)
+                self._after_train(idx, td)
 
     def _add(self, obs: Any, env_actions: np.ndarray, rewards: np.ndarray, next_obs: Any, terminated: np.ndarray) -> None:
         if self.obs_norm is not None:
@@ -165,7 +166,8 @@ class OffPolicyAlgorithm(Algorithm):
                           torch.as_tensor(np.asarray(batch.reward, dtype=np.float32), device=self.device),
                           torch.as_tensor(np.asarray(batch.terminated, dtype=np.float32), device=self.device))
         w = None if weights is None else torch.as_tensor(np.asarray(weights, dtype=np.float32), device=self.device)
-        td = self._train_step(s, w)
+        with backward_in_caller_thread():
+            td = self._train_step(s, w)
         self._last_batch_rewards = np.asarray(batch.reward)
         out: dict[str, Any] = {k: float(v) for k, v in self._metrics.items()
                                if isinstance(v, torch.Tensor) and v.numel() == 1}

@@ -12,13 +12,27 @@ import numpy as np
 import torch
 from torch import nn
 
-from tinker_core.algos.base import AlgoConfig, Algorithm
+from tinker_core.algos.base import AlgoConfig, Algorithm, backward_in_caller_thread, make_adam
 from tinker_core.algos.buffers import RolloutSamples, _alloc, _put, _take
-from tinker_core.algos.networks import ArgmaxHead, CategoricalActor, ClippedMeanHead, GaussianActor
+from tinker_core.algos.flat_params import FlatParams
+from tinker_core.algos.networks import ArgmaxHead, CategoricalActor, ClippedMeanHead, GaussianActor, seq_forward
 from tinker_core.algos.normalize import RewardNormalizer
+from tinker_core.algos.np_mlp import NumpyMLP
 from tinker_core.errors import ConfigError
 from tinker_core.nn import build_perception, mlp
+from tinker_core.nn.encoders import Flatten
+from tinker_core.spec import Spec
 from tinker_core.transition import Transition, TransitionBatch
+
+
+def _slice(x: Any, start: int, end: int) -> Any:
+    if isinstance(x, dict):
+        return {k: v[start:end] for k, v in x.items()}
+    return x[start:end]
+
+
+def _first(x: Any) -> torch.Tensor:
+    return next(iter(x.values())) if isinstance(x, dict) else x
 
 
 @dataclass
@@ -55,6 +69,10 @@ class PPOConfig(AlgoConfig):
     """Initial log standard deviation of continuous actions."""
     ortho_init: bool = True
     """Orthogonal initialization (gain sqrt(2); 0.01 for the policy output, 1 for the value output)."""
+    use_sde: bool = False
+    """Generalized state-dependent exploration (gSDE) for continuous actions, as SB3's use_sde."""
+    sde_sample_freq: int = -1
+    """Env steps between two gSDE noise-matrix draws (-1: once per rollout)."""
 
     def __post_init__(self) -> None:
         if self.net_arch is None:
@@ -68,6 +86,8 @@ class PPOConfig(AlgoConfig):
             raise ConfigError(f"n_epochs: expected >= 1, got {self.n_epochs}")
         if not 0 <= self.gae_lambda <= 1:
             raise ConfigError(f"gae_lambda: expected 0..1, got {self.gae_lambda}")
+        if self.sde_sample_freq == 0 or self.sde_sample_freq < -1:
+            raise ConfigError(f"sde_sample_freq: expected -1 (once per rollout) or >= 1, got {self.sde_sample_freq}")
 
 
 class PPO(Algorithm):
@@ -86,7 +106,7 @@ class PPO(Algorithm):
             out = self.pi.logits[-1]
         else:
             self.act_dim = int(np.prod(self.action_spec.shape))
-            self.pi = GaussianActor(fdim, c.net_arch, self.act_dim, c.activation, c.log_std_init)
+            self.pi = GaussianActor(fdim, c.net_arch, self.act_dim, c.activation, c.log_std_init, sde=c.use_sde)
             out = self.pi.mean[-1]
         self.vf = mlp(fdim, c.net_arch, 1, c.activation)
         if c.ortho_init:
@@ -107,12 +127,16 @@ class PPO(Algorithm):
         self.buf_logp = torch.zeros(n, ne)
         self._episode_starts = np.ones(ne, dtype=np.float32)
         self._stream: list[Transition] = []
+        self.sde = bool(c.use_sde) and not self.discrete
+        self._sde_calls = 0
+        if self.sde:
+            self._reset_noise(ne)
 
     def _build_optimizers(self) -> None:
         self.params = [p for p in self.parameters() if p.requires_grad]
-        from tinker_core.algos.base import make_adam
-
-        self.opt = make_adam(self.params, self.config.learning_rate, eps=1e-5)
+        # one flat buffer: one Adam kernel, one norm per minibatch (see flat_params)
+        self.flat = FlatParams(self.params)
+        self.opt = make_adam([self.flat.flat], self.config.learning_rate, eps=1e-5)
 
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"policy": self.opt}
@@ -127,14 +151,46 @@ class PPO(Algorithm):
         self.config.clip_range = float(v)
 
     # -- acting -------------------------------------------------------------------------------------
+    def _reset_noise(self, n: int) -> None:
+        """Draw ``n`` gSDE exploration matrices (one per env), each ``N(0, exp(log_std)^2)``."""
+        std = self.pi.log_std.detach().exp()
+        eps = torch.randn((n, *std.shape), generator=self.gen).to(std.device)
+        self._sde_matrices = eps * std
+        self._sde_var = std.square()
+        self._sde_calls = 0
+
     def _sample(self, feat: torch.Tensor) -> torch.Tensor:
+        return self._sample_logp(feat, with_logp=False)[0]
+
+    def _sample_logp(self, feat: torch.Tensor, with_logp: bool = True) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """An exploring action and (``with_logp``) its log-probability, in closed form from the noise
+        that made it (no second pass through the network)."""
         if self.discrete:
             logits = self.pi.logits(feat)
             u = torch.rand(logits.shape, generator=self.gen).to(logits.device)
-            return torch.argmax(logits - torch.log(-torch.log(u.clamp_min(1e-20))), dim=-1)  # Gumbel-max
-        mu = self.pi.mean(feat)
+            a = torch.argmax(logits - torch.log(-torch.log(u.clamp_min(1e-20))), dim=-1)  # Gumbel-max
+            if not with_logp:
+                return a, None
+            return a, torch.log_softmax(logits, -1).gather(-1, a.unsqueeze(-1)).squeeze(-1)
+        if self.sde:
+            self._maybe_reset_noise()
+            latent, mu = self.pi.latent_mean(feat)
+            noise = self.pi.sde_noise(latent, self._sde_matrices)
+            if not with_logp:
+                return mu + noise, None
+            std = self.pi.std(latent, getattr(self, "_sde_var", None))
+            logp = (-0.5 * (noise / std).square() - torch.log(std)).sum(-1) - self._log_norm
+            return mu + noise, logp
+        mu = self.pi.mean_action(feat)
         eps = torch.randn(mu.shape, generator=self.gen).to(mu.device)
-        return mu + self.pi.log_std.exp() * eps
+        a = mu + self.pi.log_std.exp() * eps
+        if not with_logp:
+            return a, None
+        return a, -0.5 * eps.square().sum(-1) - (self.pi.log_std.sum() + self._log_norm)
+
+    @property
+    def _log_norm(self) -> float:
+        return 0.5 * math.log(2 * math.pi) * self.act_dim
 
     def _to_env(self, a: torch.Tensor) -> np.ndarray:
         if self.discrete:
@@ -150,36 +206,111 @@ class PPO(Algorithm):
         return self._to_env(a)
 
     # -- collection ---------------------------------------------------------------------------------
+    def _numpy_nets(self) -> tuple[NumpyMLP, NumpyMLP] | None:
+        """numpy twins of the actor and value MLPs for acting, when the fast path applies (CPU, vector
+        observations through `Flatten`, plain Linear/Tanh/ReLU layers); else None."""
+        if self.device.type != "cpu" or type(self.perception) is not Flatten or not isinstance(self.obs_spec, Spec):
+            return None
+        pi = NumpyMLP.of(self.pi.logits if self.discrete else self.pi.mean)
+        vf = NumpyMLP.of(self.vf)
+        return None if pi is None or vf is None else (pi, vf)
+
+    def _step_numpy(self, nets: tuple[NumpyMLP, NumpyMLP], x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(action, log-prob, value) for a batch of flat float32 observations, in numpy; the random
+        draws come from the same torch generator, in the same order, as in `_sample_logp`."""
+        pi, vf = nets
+        n = x.shape[0]
+        v = vf(x).reshape(n)
+        if self.discrete:
+            logits = pi(x)
+            u = torch.rand(logits.shape, generator=self.gen).numpy()
+            a = np.argmax(logits - np.log(-np.log(np.maximum(u, 1e-20))), axis=-1)
+            z = logits - logits.max(-1, keepdims=True)
+            logp = z[np.arange(n), a] - np.log(np.exp(z).sum(-1))
+            return a, logp, v
+        if self.sde:
+            self._maybe_reset_noise()
+            latent = pi(x, -1)
+            mu = latent @ pi.layers[-1][1] + pi.layers[-1][2]
+            m = self._sde_matrices.numpy()
+            noise = np.matmul(latent[:, None, :], m if m.shape[0] == n else m[:1])[:, 0, :]
+            std = np.sqrt(np.square(latent) @ self._sde_var.numpy() + GaussianActor.SDE_EPS)
+            logp = (-0.5 * np.square(noise / std) - np.log(std)).sum(-1) - self._log_norm
+            return mu + noise, logp, v
+        mu = pi(x)
+        eps = torch.randn(mu.shape, generator=self.gen).numpy()
+        log_std = self.pi.log_std.detach().numpy()
+        logp = -0.5 * np.square(eps).sum(-1) - (log_std.sum() + self._log_norm)
+        return mu + np.exp(log_std) * eps, logp, v
+
+    def _maybe_reset_noise(self) -> None:
+        c = self.config
+        if c.sde_sample_freq > 0 and self._sde_calls >= c.sde_sample_freq:
+            self._reset_noise(self._sde_matrices.shape[0])
+        self._sde_calls += 1
+
+    def _env_action_np(self, a: np.ndarray) -> np.ndarray:
+        if self.discrete:
+            return (a + self.action_offset).astype(self.action_spec.dtype)
+        return np.clip(a, self.action_spec.low, self.action_spec.high).astype(self.action_spec.dtype)
+
     def _iteration(self) -> None:
         c, vec = self.config, self.vec_env
         self.train(False)
+        if self.sde:
+            self._reset_noise(vec.n)  # type: ignore[union-attr]
+        # numpy views of the (CPU) rollout storage: a row write costs a microsecond, not a dispatch
+        acts, rews, starts = self.buf_actions.numpy(), self.buf_rewards.numpy(), self.buf_starts.numpy()
+        vals, logps = self.buf_values.numpy(), self.buf_logp.numpy()
+        nets = self._numpy_nets()
         with torch.no_grad():
             for t in range(c.n_steps):
-                obs_t = self._obs_to_tensor(self._last_obs, update_norm=True)
-                feat = self.perception(obs_t)
-                a = self._sample(feat)
-                logp, _ = self.pi.log_prob_entropy(feat, a)
-                v = self.vf(feat).squeeze(-1)
-                next_obs, rew, term, trunc, final = vec.step(self._to_env(a))  # type: ignore[union-attr]
-                rew = self.reward_norm(rew, term | trunc) if self.reward_norm is not None else rew.astype(np.float32)
-                rew = np.asarray(rew, dtype=np.float32)
-                for i in np.flatnonzero(trunc & ~term):  # time limit: bootstrap from the final observation
-                    f = final[i]
-                    fo = {k: np.asarray(x)[None] for k, x in f.items()} if isinstance(f, dict) else np.asarray(f)[None]
-                    rew[i] += c.gamma * float(self.vf(self.perception(self._obs_to_tensor(fo))).squeeze())
-                _put(self.buf_obs, t, self._stored_obs(obs_t))
-                self.buf_actions[t] = a.cpu()
-                self.buf_rewards[t] = torch.from_numpy(rew)
-                self.buf_starts[t] = torch.from_numpy(self._episode_starts)
-                self.buf_values[t] = v.cpu()
-                self.buf_logp[t] = logp.cpu()
+                if nets is not None:
+                    x = np.asarray(self._last_obs)
+                    if self.obs_norm is not None:
+                        self.obs_norm.rms.update(x)
+                        x = self.obs_norm.normalize_np(x)
+                    x = x.reshape(x.shape[0], -1).astype(np.float32, copy=False)
+                    a_np, logp_np, v_np = self._step_numpy(nets, x)
+                    self.buf_obs.numpy()[t] = x.reshape(self.buf_obs.shape[1:])  # type: ignore[union-attr]
+                    env_a = self._env_action_np(a_np)
+                else:
+                    obs_t = self._obs_to_tensor(self._last_obs, update_norm=True)
+                    feat = self.perception(obs_t)
+                    a, logp = self._sample_logp(feat)
+                    a_np, logp_np = a.cpu().numpy(), logp.cpu().numpy()  # type: ignore[union-attr]
+                    v_np = seq_forward(self.vf, feat).reshape(-1).cpu().numpy()
+                    _put(self.buf_obs, t, self._stored_obs(obs_t))
+                    env_a = self._to_env(a)
+                next_obs, rew, term, trunc, final = vec.step(env_a)  # type: ignore[union-attr]
+                rew = self.reward_norm(rew, term | trunc) if self.reward_norm is not None else rew
+                rews[t] = rew
+                boot = np.flatnonzero(trunc & ~term)
+                if len(boot):  # time limit: bootstrap from the final observations (one batched pass)
+                    rews[t, boot] += c.gamma * self._values(nets, [final[i] for i in boot])
+                acts[t] = a_np
+                vals[t] = v_np
+                logps[t] = logp_np
+                starts[t] = self._episode_starts
                 self._episode_starts = (term | trunc).astype(np.float32)
                 self._last_obs = next_obs
-            last_v = self.vf(self.perception(self._obs_to_tensor(self._last_obs))).squeeze(-1).cpu()
+            last_v = torch.from_numpy(self._values(nets, self._last_obs, stacked=True))
         self.num_timesteps += c.n_steps * vec.n  # type: ignore[union-attr]
         adv, ret = self._gae(self.buf_rewards, self.buf_values, self.buf_starts, last_v,
                              torch.from_numpy(self._episode_starts))
         self._update(self.buf_obs, self.buf_actions, self.buf_values, self.buf_logp, adv, ret)
+
+    def _values(self, nets: tuple[NumpyMLP, NumpyMLP] | None, obs: Any, stacked: bool = False) -> np.ndarray:
+        """V(obs) as float32 numpy for raw observations (a list of them, or a batch if ``stacked``)."""
+        if not stacked:
+            obs = {k: np.stack([o[k] for o in obs]) for k in obs[0]} if isinstance(obs[0], dict) else np.stack(obs)
+        if nets is not None:
+            x = np.asarray(obs)
+            if self.obs_norm is not None:
+                x = self.obs_norm.normalize_np(x)
+            x = x.reshape(x.shape[0], -1).astype(np.float32, copy=False)
+            return nets[1](x).reshape(-1).astype(np.float32)
+        return seq_forward(self.vf, self.perception(self._obs_to_tensor(obs))).reshape(-1).cpu().numpy()
 
     def _stored_obs(self, obs_t: Any) -> Any:
         if isinstance(obs_t, Mapping):
@@ -191,16 +322,19 @@ class PPO(Algorithm):
         c = self.config
         n = rewards.shape[0]
         adv = torch.zeros_like(rewards)
-        gae = torch.zeros_like(last_v)
         r, v, s = rewards.numpy(), values.numpy(), starts.numpy()
         a = adv.numpy()
-        g = gae.numpy()
-        lv, ls = last_v.numpy(), last_start.numpy()
+        nonterm = np.empty_like(r)
+        nonterm[:-1] = 1.0 - s[1:]
+        nonterm[-1] = 1.0 - last_start.numpy()
+        next_v = np.empty_like(v)
+        next_v[:-1] = v[1:]
+        next_v[-1] = last_v.numpy()
+        delta = r + c.gamma * next_v * nonterm - v
+        decay = c.gamma * c.gae_lambda * nonterm
+        g = np.zeros_like(r[0])
         for t in range(n - 1, -1, -1):
-            nonterm = 1.0 - (ls if t == n - 1 else s[t + 1])
-            nv = lv if t == n - 1 else v[t + 1]
-            delta = r[t] + c.gamma * nv * nonterm - v[t]
-            g[:] = delta + c.gamma * c.gae_lambda * nonterm * g
+            g = delta[t] + decay[t] * g
             a[t] = g
         return adv, adv + values
 
@@ -213,49 +347,78 @@ class PPO(Algorithm):
         f_obs = {k: flat(v) for k, v in obs.items()} if isinstance(obs, dict) else flat(obs)
         f_act, f_val, f_logp, f_adv, f_ret = (flat(x) for x in (actions, values, logp, adv, ret))
         total = f_val.shape[0]
-        sums = torch.zeros(6)
-        count = 0
-        for _ in range(c.n_epochs):
-            perm = torch.randperm(total, generator=self.gen).to(self.device)
-            for start in range(0, total, c.batch_size):
-                idx = perm[start:start + c.batch_size]
-                b = RolloutSamples(_take(f_obs, idx), f_act[idx], f_val[idx], f_logp[idx], f_adv[idx], f_ret[idx])
-                stats = self._minibatch(b)
-                sums += stats
-                count += 1
+        # the per-sample scalars travel as one [N, 4] tensor: one gather per epoch, views per minibatch
+        scal = torch.stack([f_val, f_logp, f_adv, f_ret], 1)
+        losses, log_ratios, norms = [], [], []
+        with backward_in_caller_thread():
+            for _ in range(c.n_epochs):
+                perm = torch.randperm(total, generator=self.gen).to(self.device)
+                e_obs, e_act, e_scal = _take(f_obs, perm), f_act[perm], scal[perm]
+                for start in range(0, total, c.batch_size):
+                    end = min(start + c.batch_size, total)
+                    sc = e_scal[start:end]
+                    b = RolloutSamples(_slice(e_obs, start, end), e_act[start:end], sc[:, 0], sc[:, 1], sc[:, 2],
+                                       sc[:, 3])
+                    pg_v, log_ratio, gn = self._minibatch(b)
+                    losses.append(pg_v)
+                    log_ratios.append(log_ratio)
+                    norms.append(gn)
+        count = len(losses)
         self.num_updates += count
-        explained = 1.0 - (f_ret - f_val).var() / f_ret.var().clamp_min(1e-8)
-        m = sums / max(count, 1)
-        self._metrics = {"policy_loss": m[0], "value_loss": m[1], "entropy": m[2], "approx_kl": m[3],
-                         "clip_fraction": m[4], "grad_norm/policy": m[5], "explained_variance": explained,
-                         "std": self.pi.log_std.detach().exp().mean() if not self.discrete else torch.tensor(0.0)}
+        with torch.no_grad():
+            explained = 1.0 - (f_ret - f_val).var() / f_ret.var().clamp_min(1e-8)
+            pv = torch.stack(losses).mean(0)
+            lr_all = torch.cat(log_ratios)
+            ratio = lr_all.exp()
+            self._metrics = {"policy_loss": pv[0], "value_loss": pv[1], "entropy": self._entropy_now(f_obs),
+                             "approx_kl": ((ratio - 1) - lr_all).mean(),
+                             "clip_fraction": ((ratio - 1).abs() > c.clip_range).float().mean(),
+                             "grad_norm/policy": torch.stack(norms).mean(), "explained_variance": explained,
+                             "std": self.pi.log_std.detach().exp().mean() if not self.discrete else torch.tensor(0.0)}
         self._last_batch_rewards = self.buf_rewards
         return {k: float(v) for k, v in self._metrics.items()}
 
-    def _minibatch(self, b: RolloutSamples) -> torch.Tensor:
+    def _entropy_now(self, f_obs: Any) -> torch.Tensor:
+        """Mean policy entropy over (up to 256 of) the rollout's observations, for the diagnostics."""
+        o = _slice(f_obs, 0, 256)
+        return self.pi.log_prob_entropy(self.perception(o), torch.zeros(
+            _first(o).shape[0], *(() if self.discrete else (self.act_dim,)), device=self.device,
+            dtype=torch.long if self.discrete else torch.float32))[1].mean()
+
+    def _minibatch(self, b: RolloutSamples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One gradient step; returns (detached [policy loss, value loss], log ratio, grad norm)."""
         c = self.config
         feat = self.perception(b.obs)
-        logp, ent = self.pi.log_prob_entropy(feat, b.actions)
-        v = self.vf(feat).squeeze(-1)
+        if c.ent_coef != 0.0:
+            logp, ent = self.pi.log_prob_entropy(feat, b.actions)
+        else:
+            logp, ent = self._log_prob(feat, b.actions), None
+        v = seq_forward(self.vf, feat).squeeze(-1)
         adv = b.advantages
         if c.normalize_advantage and adv.numel() > 1:
-            adv = (adv - adv.mean()) / (adv.std() + 1e-8)
+            std, mean = torch.std_mean(adv)
+            adv = (adv - mean) / (std + 1e-8)
         log_ratio = logp - b.old_log_prob
         ratio = log_ratio.exp()
         pg = -torch.min(adv * ratio, adv * ratio.clamp(1 - c.clip_range, 1 + c.clip_range)).mean()
         if c.clip_range_vf is not None:
             v = b.old_values + (v - b.old_values).clamp(-c.clip_range_vf, c.clip_range_vf)
-        vloss = (b.returns - v).square().mean()
-        ent_mean = ent.mean()
-        loss = pg + c.vf_coef * vloss - c.ent_coef * ent_mean
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        gn = torch.nn.utils.clip_grad_norm_(self.params, c.max_grad_norm, foreach=True)
+        vloss = torch.nn.functional.mse_loss(v, b.returns)
+        loss = pg + c.vf_coef * vloss
+        if ent is not None:
+            loss = loss - c.ent_coef * ent.mean()
+        self.flat.set_grad(loss)
+        gn = self.flat.clip_grad_norm_(c.max_grad_norm)
         self.opt.step()
-        with torch.no_grad():
-            kl = ((ratio - 1) - log_ratio).mean()
-            cf = ((ratio - 1).abs() > c.clip_range).float().mean()
-            return torch.stack([pg.detach(), vloss.detach(), ent_mean.detach(), kl, cf, gn])
+        return torch.stack([pg.detach(), vloss.detach()]), log_ratio.detach(), gn
+
+    def _log_prob(self, feat: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """log pi(a|s) without the entropy (what the loss needs when ent_coef is 0)."""
+        if self.discrete or not self.sde:
+            return self.pi.log_prob_entropy(feat, actions)[0]
+        latent, mu = self.pi.latent_mean(feat)
+        std = self.pi.std(latent)
+        return (-0.5 * ((actions - mu) / std).square() - torch.log(std)).sum(-1) - self._log_norm
 
     # -- the pipeline learner and the external learner ----------------------------------------------
     def forward(self, t: Transition) -> dict | None:

@@ -107,14 +107,10 @@ class SAC(OffPolicyAlgorithm):
         c = self.config
         feat = self.actor_perception(s.obs)
         a_pi, logp_pi = self.actor.sample(feat, self.gen)
-        if self.auto_ent:
-            ent_coef = self.log_ent_coef.detach().exp()
-            ent_loss = -(self.log_ent_coef * (logp_pi.detach() + self.target_entropy)).mean()
-            self.ent_opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
-            ent_loss.backward()
-            self.ent_opt.step()  # type: ignore[union-attr]
-        else:
-            ent_coef = self.log_ent_coef.detach().exp()
+        # the coefficient of this step is the one before its own update (as in SB3); its loss is
+        # independent of the critic, so it is back-propagated together with the actor's below
+        ent_coef = self.log_ent_coef.detach().exp()
+        ent_loss = -(self.log_ent_coef * (logp_pi.detach() + self.target_entropy)).mean() if self.auto_ent else None
         with torch.no_grad():
             next_a, next_logp = self.actor.sample(self.actor_perception(s.next_obs), self.gen)
             with self.critic_amp.autocast():
@@ -133,7 +129,12 @@ class SAC(OffPolicyAlgorithm):
         q_pi = self.critic(cfeat.detach(), a_pi, detach_params=True).min(0).values
         actor_loss = (ent_coef * logp_pi - q_pi).mean()
         self.actor_opt.zero_grad(set_to_none=True)
-        actor_loss.backward()
+        if ent_loss is not None:
+            self.ent_opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+            (actor_loss + ent_loss).backward()  # disjoint parameters: each gets its own loss's gradient
+            self.ent_opt.step()  # type: ignore[union-attr]
+        else:
+            actor_loss.backward()
         self.actor_opt.step()
         self.num_updates += 1
         if self.num_updates % c.target_update_interval == 0:
