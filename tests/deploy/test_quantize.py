@@ -44,7 +44,9 @@ def test_cnn_int8_accuracy_report_matches_what_the_runtime_gives(cnn_int8_bundle
 
 
 def test_mlp_int8_defaults_to_dynamic_and_static_can_be_asked_for(mlp_bundle, tmp_path):
-    assert load_bundle(mlp_bundle).manifest.models["policy_int8"].accuracy["mode"] == "dynamic"
+    dyn = load_bundle(mlp_bundle).manifest.models["policy_int8"].accuracy
+    assert dyn["mode"] == "dynamic"
+    assert dyn["max_abs_diff_vs_fp32"] < 0.05  # 7-bit weights: no u8s8 saturation (8-bit gave 0.28 here)
     module, meta = mlp_policy()
     path = export_bundle(module, meta, tmp_path / "s.onnx", recorded_obs=generate_obs(meta["obs_spec"], 64),
                          quantize=True, int8_mode="static", log=lambda _m: None)
