@@ -260,10 +260,12 @@ def test_sampled_image_batches_match_what_was_added(threads, monkeypatch):
     buf = ReplayBuffer(64, storage=StorageConfig(decode_threads=threads, chunk_size=16), seed=2)
     buf.extend(ts)
     assert 0 < int(buf.storage.linked.sum()) < 63  # some frames shared, some stored apart (episode ends)
-    paths = [codec._LZ4_INTO, None]  # the ctypes C path, then lz4.block's portable path
-    assert paths[0] is not None, "LZ4_decompress_safe should be reachable in the pinned lz4 wheel"
-    for into in paths:
+    # the ctypes C paths (one call per frame, one call per piece of frames), then lz4.block's portable path
+    paths = [(codec._LZ4_INTO, codec._LZ4_FRAMES), (None, None)]
+    assert None not in paths[0], "LZ4_decompress_safe and LZ4F_decompress should be reachable in the pinned wheel"
+    for into, frames in paths:
         monkeypatch.setattr(codec, "_LZ4_INTO", into)
+        monkeypatch.setattr(codec, "_LZ4_FRAMES", frames)
         slots = np.concatenate([np.arange(64), np.random.default_rng(0).integers(0, 64, 200)])
         b = buf.storage.get(slots, with_info=False)
         for j in range(len(slots)):
@@ -280,8 +282,9 @@ def test_damaged_frame_in_memory_is_refused_not_returned(threads, monkeypatch):
     buf = ReplayBuffer(40, storage=StorageConfig(decode_threads=threads))
     buf.extend(frames_stream(40))
     buf.storage.frames["image"][3] = buf.storage.frames["image"][3][:-9]  # truncated lz4 block
-    for into in (codec._LZ4_INTO, None):
+    for into, frames in [(codec._LZ4_INTO, codec._LZ4_FRAMES), (None, None)]:
         monkeypatch.setattr(codec, "_LZ4_INTO", into)
+        monkeypatch.setattr(codec, "_LZ4_FRAMES", frames)
         with pytest.raises(ValidationError, match="replay frame"):
             buf.storage.get(np.arange(40))  # 80 frames: the threaded path when threads > 1
 
