@@ -327,7 +327,10 @@ def _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, ops
         for name, mod, in_spec, flat, out_name, out_spec in plan:
             inputs = recorded_obs if name != "actor" else reference["features"]
             src = _slice(inputs, 1)
-            blob, rewrites = rewrite(onnx_bytes(mod, src, in_spec, flat, out_name, opset, name))
+            raw = onnx_bytes(mod, src, in_spec, flat, out_name, opset, name)
+            blob, rewrites = rewrite(raw)
+            if name == "policy" and int8 is not None:
+                int8_source, int8_rewrites = rewrite(raw, for_int8=True)  # the int8 model's own layout choices
             for line in rewrites:
                 log(f"graph {name}: {line}")
             check_onnx(blob, opset, name)
@@ -353,9 +356,11 @@ def _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, ops
     if int8 is not None:
         from deploy.quantize import quantize_model
 
-        q_bytes, report = quantize_model(files["policy.onnx"], recorded_obs, obs_spec, reference["action"], int8)
+        q_bytes, report = quantize_model(int8_source, recorded_obs, obs_spec, reference["action"], int8)
         log(f"int8 ({report['mode']}): max abs diff vs fp32 {report['max_abs_diff_vs_fp32']:.3g}, "
             f"mean {report['mean_abs_diff_vs_fp32']:.3g} on {report['n_obs']} obs")
+        if int8_rewrites:
+            report["graph_rewrites"] = int8_rewrites
         files["policy.int8.onnx"] = q_bytes
         models["policy_int8"] = ModelEntry(file="policy.int8.onnx", sha256="", inputs=models["policy"].inputs,
                                            outputs=models["policy"].outputs, accuracy=report)

@@ -206,8 +206,67 @@ def _drop_unused(graph: "onnx.GraphProto") -> None:
             graph.value_info.remove(v)
 
 
-def rewrite(model_bytes: bytes) -> tuple[bytes, list[str]]:
-    """All the rewrites above; returns the new model bytes and one line per change (none: same bytes)."""
+def flatten_channels_last(model: "onnx.ModelProto") -> list[str]:
+    """``Gemm(Concat?(Flatten(x[N, C, H, W]), ...))`` -> the same with ``Flatten(Transpose(x, [0, 2, 3, 1]))``
+    and the Gemm's weight columns permuted to match, when every consumer is such a Gemm (``transB=1``,
+    weight an initializer). For the int8 model only: onnxruntime runs quantized convolutions in NHWC
+    and would otherwise transpose back to NCHW before the Flatten; the Transpose written here cancels
+    against that one. Needs the shapes of ``model`` inferred. Changes ``model`` in place."""
+    from onnx import helper, numpy_helper
+
+    g = model.graph
+    consumers = _consumers(g)
+    inits = {i.name: i for i in g.initializer}
+    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+              for v in list(g.value_info) + list(g.input)}
+    done = []
+    for fl in list(g.node):
+        if fl.op_type != "Flatten" or _attrs(fl).get("axis", 1) != 1:
+            continue
+        shape = shapes.get(fl.input[0])
+        if not shape or len(shape) != 4 or None in shape[1:]:
+            continue
+        c, h, w = shape[1:]
+        users = consumers.get(fl.output[0], [])
+        offset, gemm_in = 0, fl.output[0]
+        if len(users) == 1 and users[0].op_type == "Concat" and _attrs(users[0]).get("axis") in (1, -1):
+            cat = users[0]
+            sizes = [shapes.get(i, [None, None])[1:] for i in cat.input]
+            pos = list(cat.input).index(fl.output[0])
+            if any(len(sz) != 1 or sz[0] is None for sz in sizes[:pos]) or list(cat.input).count(fl.output[0]) != 1:
+                continue
+            offset, gemm_in = sum(sz[0] for sz in sizes[:pos]), cat.output[0]
+        gemms = consumers.get(gemm_in, [])
+        if not gemms or not all(n.op_type == "Gemm" and n.input[0] == gemm_in and n.input[1] in inits
+                                and _attrs(n).get("transB", 0) == 1 and _attrs(n).get("transA", 0) == 0 for n in gemms):
+            continue
+        k = c * h * w
+        order = np.arange(k).reshape(c, h, w).transpose(1, 2, 0).reshape(-1) + offset
+        for gm in gemms:
+            wt = numpy_helper.to_array(inits[gm.input[1]])
+            new = wt.copy()
+            new[:, offset:offset + k] = wt[:, order]
+            t = numpy_helper.from_array(new, f"{gm.input[1]}_hwc")
+            g.initializer.append(t)
+            inits[t.name] = t
+            gm.input[1] = t.name
+        tr = helper.make_node("Transpose", [fl.input[0]], [f"{fl.input[0]}_hwc"], perm=[0, 2, 3, 1],
+                              name=f"{fl.name or fl.output[0]}_hwc")
+        g.node.insert(list(g.node).index(fl), tr)
+        fl.input[0] = tr.output[0]
+        done.append(f"Flatten {fl.name or fl.output[0]} reads channels-last; weights of "
+                    + ", ".join(gm.name or gm.output[0] for gm in gemms) + " permuted to match")
+    _drop_unused(g)
+    return done
+
+
+def rewrite(model_bytes: bytes, for_int8: bool = False) -> tuple[bytes, list[str]]:
+    """All the rewrites above; returns the new model bytes and one line per change (none: same bytes).
+
+    ``for_int8``: the graph that `deploy.quantize` quantizes. onnxruntime runs quantized convolutions
+    in NHWC, so there the first convolution keeps its Transpose (which cancels against onnxruntime's
+    own NCHW -> NHWC one; the one-channel form would cost a Reshape and a Transpose) and the Flatten
+    after the last convolution reads channels-last (`flatten_channels_last`)."""
     import onnx
 
     model = onnx.shape_inference.infer_shapes(onnx.load_from_string(model_bytes))  # element types of every tensor
@@ -217,7 +276,7 @@ def rewrite(model_bytes: bytes) -> tuple[bytes, list[str]]:
         if not folded:
             break
         done += folded
-    done += conv_reads_channels_last(model)
+    done += flatten_channels_last(model) if for_int8 else conv_reads_channels_last(model)
     if not done:
         return model_bytes, done
     del model.graph.value_info[:]  # inferred for the rewrites only; onnxruntime infers its own

@@ -10,7 +10,8 @@ graph with convolutions and ``dynamic`` for one made of dense layers only:
   16-bit sums saturate with full 8-bit weights. A camera image (``uint8`` pixels cast to float, the
   /255 already folded into the first convolution by `deploy.graph_rewrite`) is quantized with scale 1
   and zero point 0, which is the image itself: its Cast and QuantizeLinear are removed, so the first
-  convolution reads the camera bytes.
+  convolution reads the camera bytes. Export hands this mode the graph rewritten for int8
+  (``deploy.graph_rewrite.rewrite(for_int8=True)``: no layout transposes left in onnxruntime's NHWC graph).
 - ``dynamic``: int8 weights (7 bits, for the same reason) of the dense layers only, activations
   quantized per call. With 8-bit weights the saturation cost the reference MLP 0.28 of max action
   error; with 7 bits 0.013, at the same speed. Convolutions

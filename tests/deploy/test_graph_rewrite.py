@@ -93,3 +93,18 @@ def test_other_scaling_patterns_fold_or_stay_with_parity(tmp_path):
             assert ops.index("Transpose") < ops.index("Cast"), (name, ops)
         got = OnnxPolicy.from_bundle(path)(obs)
         assert np.max(np.abs(got - _torch_actions(parts, obs))) <= 1e-5, name
+
+
+def test_int8_layout_rewrite_keeps_the_fp32_answer(cnn_bundle):
+    """The graph quantized for int8 (Flatten reading channels-last, fc weights permuted) computes the same."""
+    import onnxruntime as ort
+
+    from deploy.graph_rewrite import rewrite
+
+    b = load_bundle(cnn_bundle)
+    fp32 = b.model_path("policy").read_bytes()
+    int8_layout, done = rewrite(fp32, for_int8=True)
+    assert any("Flatten" in r and "permuted" in r for r in done)
+    obs, ref = b.recorded()
+    got = ort.InferenceSession(int8_layout, providers=["CPUExecutionProvider"]).run(None, obs)[0]
+    assert np.max(np.abs(got - ref["action"])) <= 1e-5
