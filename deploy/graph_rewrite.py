@@ -82,7 +82,7 @@ def fold_input_scale(model: "onnx.ModelProto") -> list[str]:
         factor = 1.0 / float(c.flat[0]) if n.op_type == "Div" else float(c.flat[0])
         for u in users:
             w = numpy_helper.to_array(inits[u.input[1]])
-            scaled = numpy_helper.from_array((w.astype(np.float64) * factor).astype(w.dtype), f"{u.input[1]}_x_input_scale")
+            scaled = numpy_helper.from_array((w.astype(np.float64) * factor).astype(w.dtype), f"{u.output[0]}_weight_x_input_scale")
             g.initializer.append(scaled)
             inits[scaled.name] = scaled
             u.input[0], u.input[1] = x, scaled.name
@@ -178,7 +178,7 @@ def conv_reads_channels_last(model: "onnx.ModelProto") -> list[str]:
             ph0, pw0, ph1, pw1 = a.get("pads", [0, 0, 0, 0])
             wt = numpy_helper.to_array(inits[conv.input[1]])
             new_w = numpy_helper.from_array(np.ascontiguousarray(wt.transpose(0, 2, 3, 1).reshape(wt.shape[0], 1, kh, kw * c)),
-                                            f"{conv.input[1]}_channels_last")
+                                            f"{conv.output[0]}_weight_channels_last")
             g.initializer.append(new_w)
             inits[new_w.name] = new_w
             conv.input[1] = new_w.name
@@ -246,7 +246,7 @@ def flatten_channels_last(model: "onnx.ModelProto") -> list[str]:
             wt = numpy_helper.to_array(inits[gm.input[1]])
             new = wt.copy()
             new[:, offset:offset + k] = wt[:, order]
-            t = numpy_helper.from_array(new, f"{gm.input[1]}_hwc")
+            t = numpy_helper.from_array(new, f"{gm.output[0]}_weight_hwc")
             g.initializer.append(t)
             inits[t.name] = t
             gm.input[1] = t.name
