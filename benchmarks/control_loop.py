@@ -17,6 +17,8 @@ has it, the floor included):
   on the same executor as tinker, and on the SingleThreadedExecutor for comparison;
 - the same graph composed in one process and one executor (``tinker bringup --composed``), as a
   second configuration (no inter-process hops: its floor is not the 4-process chain);
+- where the cycle's time goes: when each stage starts after the robot's state (``since_state_us`` in
+  the nodes' spans: hops, queueing and the stages before it) and the nodes' own spans;
 - the cost per cycle of the action chain, the diagnostics and the MCAP recording, as a share of
   the loop's own latency (e2e p50).
 
@@ -169,8 +171,12 @@ def run_tinker(bundle: Path, period: float, cycles: int, env: dict, tmp: Path, r
     spans = {m: [e["dur_ns"] / 1e3 for e in ev if e["module"] == m]
              for m in ("sim_robot", "perception", "policy", "safety")}
     frame_age = [e["frame_age_us"] for e in ev if e["module"] == "perception" and "frame_age_us" in e]
+    # where each stage starts after the robot's state (hops and queueing included), and where the command lands
+    starts = {f"{m}_starts_us": [e["since_state_us"] for e in ev if e["module"] == m and e.get("since_state_us", -1) >= 0]
+              for m in ("perception", "policy", "safety")}
+    starts["command_arrives_us"] = list(np.asarray(list(e2e.values())) / 1e3)
     return {"e2e_us": np.asarray(list(e2e.values())) / 1e3, "period_us": per, "cycles": len(cyc),
-            "misses": misses, "spans_us": spans, "frame_age_us": frame_age}
+            "misses": misses, "spans_us": spans, "frame_age_us": frame_age, "stage_starts_us": starts}
 
 
 # -- per-cycle costs ------------------------------------------------------------------------------------
@@ -301,6 +307,8 @@ def main(argv=None) -> int:
         "sweep_no_camera": {f"{1 / p:.0f}hz": r for p, r in rates_nocam.items()},
         "max_rate_zero_misses_composed_per_s": max(ok_comp) if ok_comp else 0.0,
         "sweep_composed": {f"{1 / p:.0f}hz": r for p, r in rates_comp.items()},
+        "stage_p50_us": {k: pct(v, 50) for k, v in tk["stage_starts_us"].items()},
+        "stage_p99_us": {k: pct(v, 99) for k, v in tk["stage_starts_us"].items()},
         "span_p50_us": {m: pct(v, 50) for m, v in tk["spans_us"].items()},
         "span_p99_us": {m: pct(v, 99) for m, v in tk["spans_us"].items()},
         "action_chain_us_per_cycle": c["chain_us"], "diagnostics_us_per_cycle": diag_per_cycle,

@@ -9,7 +9,8 @@ policy's ``policy/raw_action``. The observation is assembled term by term exactl
 Publishes ``perception/features`` (Float32MultiArray) once per robot cycle; meta
 ``stamp_ns;cycle;episode;perception_sha256``. Camera frames (``camera_rate_hz``, the same ``/**``
 parameter sim_robot reads): > 0, the camera runs at its own rate and each JointState runs at once with
-the newest frame; its age (JointState stamp - frame stamp) goes into the trace span (``frame_age_us``)
+the newest frame; its age (JointState stamp - frame stamp) goes into the trace span (``frame_age_us``,
+next to ``since_state_us``: when this stage started after the robot's state, as in policy and safety)
 and a frame older than ``max_frame_age`` s is refused (safety holds the cycle). 0: every cycle waits
 for the frame of its own stamp (sim_robot renders in line).
 """
@@ -158,7 +159,7 @@ class PerceptionNode(NodeRuntime, Node):
             return
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
         self._done_stamp = stamp
-        extra = {}
+        extra = {"since_state_us": (t_wall - stamp) // 1000}  # where in the cycle this stage starts
         try:
             if self.asm.image_key:
                 self.frame_age_ns = age = stamp - self._img[0]

@@ -224,7 +224,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         out = {"stamp_ns": stamp, "cycle": cycle, "version": self._version}
         self.cmd_pub.publish(array_msg(target, out))
         self.raw_pub.publish(array_msg(raw, out))
-        self.span(cycle, t_wall, time.perf_counter_ns() - t0)
+        self.span(cycle, t_wall, time.perf_counter_ns() - t0, since_state_us=(t_wall - stamp) // 1000)
 
     # --- runtime hooks ------------------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:

@@ -174,7 +174,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                       why=status.summary[:240] if status.intervened else "")
         dur = time.perf_counter_ns() - t0
         self.stats.record(dur)
-        self.span(int(meta.get("cycle", 0)), t_wall, dur)
+        self.span(int(meta.get("cycle", 0)), t_wall, dur, since_state_us=(t_wall - stamp) // 1000 if stamp else -1)
         if self.guard.estopped and status.outcome.name != "ESTOPPED":
             self.get_logger().error(f"e-stop latched: {status.summary}")
             self._publish_estop_state()
