@@ -198,3 +198,11 @@ def test_eval_result_has_no_sorting_keys_for_other_tasks():
 
     d = evaluate(env, pendulum_expert, 1).to_dict()
     assert "objects_sorted_rate" not in d and d["episodes"] == 1
+
+
+def test_tinker_eval_reports_sorting_accuracy_of_the_shipped_arm_sort_bundle(capsys):
+    assert main(["eval", "--env", "tinker/ArmSort-v0", "--episodes", "2", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert d["policy"].endswith("pretrained/arm_sort/bundle") and d["objects_total"] == 4
+    assert d["objects_sorted_rate"] == d["objects_sorted"] / 4 >= 0.5
+    assert d["ci_low"] <= d["success_rate"] <= d["ci_high"]
