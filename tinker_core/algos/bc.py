@@ -25,7 +25,7 @@ from tinker_core.algos.base import AlgoConfig, Algorithm, make_adam
 from tinker_core.algos.buffers import _alloc, _put, _take, _to_np
 from tinker_core.algos.networks import ScaledTanhHead
 from tinker_core.algos.normalize import FoldedNormalize
-from tinker_core.errors import ConfigError, SpecError, ValidationError
+from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.nn import build_perception
 from tinker_core.nn.encoders import mlp
 from tinker_core.spec import AnySpec
@@ -73,7 +73,8 @@ class BCConfig(AlgoConfig):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name}: expected >= 0, got {getattr(self, name)}")
         if self.expert_episodes + self.dagger_rounds * self.dagger_episodes < 1:
-            raise ConfigError("expert_episodes + dagger_rounds * dagger_episodes: expected >= 1 labelled episode, got 0")
+            raise ConfigError("expert_episodes + dagger_rounds * dagger_episodes: expected >= 1 labelled episode, "
+                              "got 0")
         for name in ("beta", "beta_decay"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ConfigError(f"{name}: expected 0 <= {name} <= 1, got {getattr(self, name)}")
@@ -83,10 +84,6 @@ class BCConfig(AlgoConfig):
             raise ConfigError(f"max_grad_norm: expected > 0, got {self.max_grad_norm}")
         if self.action_weights is not None:
             self.action_weights = [float(w) for w in self.action_weights]
-
-    @property
-    def total_episodes(self) -> int:
-        return self.expert_episodes + self.dagger_rounds * self.dagger_episodes
 
 
 class DeterministicActor(nn.Module):
@@ -218,9 +215,6 @@ class BC(Algorithm):
     def _act(self, obs: Any, deterministic: bool) -> np.ndarray:
         return self._env_action(self._scale_action(self.actor(self.actor_perception(obs))))
 
-    def _env_action(self, a: torch.Tensor) -> np.ndarray:
-        return a.detach().cpu().numpy().astype(self.action_spec.dtype)
-
     def _actor_net(self) -> nn.Module:
         return nn.ModuleDict({"perception": self.actor_perception, "actor": self.actor})
 
@@ -329,8 +323,8 @@ class BC(Algorithm):
 
     # -- pipeline learner ---------------------------------------------------------------------------
     def forward(self, t: Any) -> dict | None:
-        raise SpecError("BC is trained by learn() with an expert (set_expert), not from a transition stream; "
-                        "fine-tune its policy online with SAC or PPO")
+        raise ConfigError("BC.forward: BC learns from expert labels in learn() (set_expert), not from a transition "
+                          "stream; fine-tune its policy online with SAC or PPO")
 
     # -- checkpoint ---------------------------------------------------------------------------------
     def _extra_state(self) -> tuple[dict, dict[str, np.ndarray]]:
