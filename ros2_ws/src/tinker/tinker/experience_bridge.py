@@ -5,7 +5,8 @@ Listens to ``task`` (one message per robot cycle), ``perception/features``, ``po
 k emits ``Transition(obs=features_k, action=raw_action_k, reward_{k+1}, terminated_{k+1},
 truncated_{k+1}, info={policy_version, safety_status, cycle}, next_obs=features_{k+1})`` with
 `tinker_core.transport.TransitionSender` (drop-on-full, never blocks; ZeroMQ reconnects by itself;
-counters in /diagnostics). Held cycles (no raw action) give no transition.
+counters in /diagnostics). Held cycles (no raw action) give no transition, and
+neither does an episode's last state (the robot resets after it, so the next state is not its outcome).
 
 New bundles from the learner (`WeightsSubscriber`; blobs are the bundle's files by name, e.g.
 ``manifest.json`` and ``*.onnx``) are written atomically to ``bundle_dir/v<version>`` and handed to
@@ -152,6 +153,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
             self.recorder.write(rec, time.time_ns())
         if self.sender is None or nxt is None or len(rec["raw_action"]) == 0 or len(nxt["policy_input"]) == 0:
             return
+        if rec.get("terminated") or rec.get("truncated") or nxt.get("episode") != rec.get("episode"):
+            return  # the robot reset after this state: its action never acted on it, no transition to learn from
         from tinker_core.transition import Transition
 
         t = Transition(obs=rec["policy_input"], action=rec["raw_action"].astype(np.float32),
