@@ -321,6 +321,11 @@ def format_report(r: dict) -> str:
 
     p50 = "n/a" if lat["e2e_p50_ms"] is None else f"{lat['e2e_p50_ms']:.2f} ms"
     p99 = "n/a" if lat["e2e_p99_ms"] is None else f"{lat['e2e_p99_ms']:.2f} ms"
+    unsafe = {k: v for k, v in r.get("unsafe_states", {}).items() if v}
+    pub = r["learner"].get("published") or {}
+    g = pub.get("gate") if isinstance(pub, dict) else None
+    gate = "n/a" if not g else (f"{'passed' if g.get('passed') else 'refused'} (sim success {pct(g['success_rate'])}, "
+                                f"{g.get('estops', 0)} e-stops, mean return {g['mean_return']:.2f})")
     return "\n".join([
         f"tinker demo — {r['env_id']} on dynamics {Path(r['dynamics']).stem} (training used randomized nominal)",
         "",
@@ -335,10 +340,13 @@ def format_report(r: dict) -> str:
         f"| {tts(a)} | {a['policy_versions']} |",
         "",
         f"cycle latency (state publish → safe command at the robot): p50 {p50}, p99 {p99} over {lat['cycles']} cycles",
-        f"deadline misses: {r['deadline_misses']}   safety interventions: {r['safety_interventions']}   "
-        f"e-stops: {r['estops']}",
+        f"deadline misses: {r['deadline_misses']}",
+        f"safety: {sum(unsafe.values())} unsafe states reached by the robot{' ' + str(unsafe) if unsafe else ''}; "
+        f"{r['safety_interventions']} commands adjusted by the SafetyWrapper (clipped, rate-limited, held); "
+        f"e-stops: {', '.join(r['estops']) or 'none'}",
         f"learner: {r['learner'].get('updates', 0)} updates on {r['learner'].get('ingested_total', 0)} live transitions, "
-        f"published versions {r['learner'].get('published', [])}; policy node reloads: {r['policy_reloads']}",
+        f"{r['learner'].get('version') or 0} gated versions published; newest gate: {gate}; "
+        f"policy node reloads: {r['policy_reloads']}",
         f"transitions sent by the bridge: {r['bridge'].get('sent', '0')}, dropped: {r['bridge'].get('dropped', '0')}",
     ])
 
@@ -459,6 +467,9 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> dict:
             "before": phase_summary(episodes, "before"), "finetune": phase_summary(episodes, "finetune"),
             "after": phase_summary(episodes, "after"), "latency": latency_from_traces(trace_dir),
             "deadline_misses": misses, "safety_interventions": interventions,
+            # unsafe states the robot itself reached (beyond URDF limits, touching the ground), counted
+            # from the physics in sim_robot, independently of the safety node
+            "unsafe_states": {k.split(".", 1)[1]: int(v) for k, v in robot.items() if k.startswith("unsafe_states.")},
             "safety_counters": {k: v for k, v in safety.items() if k.startswith("interventions.")},
             "estops": resets,
             "policy_reloads": int(policy.get("reloads", "0") or 0), "bridge": bridge,

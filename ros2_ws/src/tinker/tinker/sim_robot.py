@@ -208,7 +208,8 @@ class SimRobotNode(NodeRuntime, Node):
     def diagnostic_values(self) -> dict[str, object]:
         vals = {"holding": self.arm.holding, "holds": self.arm.holds,
                 "rejected_commands": self.rejected, "sim_misses": self.arm.misses,
-                "episode": self.episode, "last_error": self.last_error}
+                "episode": self.episode, "last_error": self.last_error,
+                **{f"unsafe_states.{k}": v for k, v in self.arm.env.violations.items()}}
         if self.mirror is not None:
             vals.update({"camera_frames": self.mirror.frames, "camera_dropped": self.mirror.dropped,
                          "camera_render_ms": f"{self.mirror.last_render_ns / 1e6:.1f}",
