@@ -140,9 +140,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"   success {after['success_rate'] * 100:.1f}%")
         rows.append({"variant": name, "dynamics": str(dyn), "zero_shot": before, "fine_tuned": after,
                      "published_version": published, "ros_loop": {k: rep[k] for k in ("before", "finetune", "after")},
-                     "safety_interventions_in_loop": rep["safety_interventions"], "estops": rep["estops"]})
-    lines = ["| variant | zero-shot success | after fine-tuning | mean time to success (before → after) | bundle |",
-             "|---|---|---|---|---|"]
+                     "safety_interventions_in_loop": rep["safety_interventions"], "estops": rep["estops"],
+                     "unsafe_states_in_loop": sum(rep.get("unsafe_states", {}).values()),
+                     "learner_updates": rep["learner"].get("updates") or 0})
+    lines = ["| variant | zero-shot success | after fine-tuning | mean time to success (before → after) | bundle "
+             "| learner updates | unsafe states / e-stops in the loop |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
         b, a = r["zero_shot"], r["fine_tuned"]
 
@@ -151,7 +154,8 @@ def run(args: argparse.Namespace) -> int:
 
         lines.append(f"| {r['variant']} | {b['success_rate'] * 100:.1f}% [{b['ci_low'] * 100:.0f}–{b['ci_high'] * 100:.0f}] "
                      f"| {a['success_rate'] * 100:.1f}% [{a['ci_low'] * 100:.0f}–{a['ci_high'] * 100:.0f}] "
-                     f"| {t(b)} → {t(a)} | v{r['published_version']} |")
+                     f"| {t(b)} → {t(a)} | v{r['published_version']} | {r['learner_updates']} "
+                     f"| {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
     table = "\n".join(lines)
     png = _plot(rows, out)
     (out / "sim2real.json").write_text(json.dumps({"rows": rows, "settings": vars(args) | {"func": None}},
