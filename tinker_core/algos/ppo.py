@@ -1,6 +1,10 @@
 """PPO (Schulman et al. 2017): clipped surrogate, GAE, optional value clipping, observation and
-reward normalization, vectorized envs, discrete and continuous actions. Defaults are
-Stable-Baselines3's; RL Zoo's Pendulum-v1 tuning is in configs/ppo_pendulum.yaml."""
+reward normalization, vectorized envs, discrete and continuous actions, optional gSDE exploration.
+Defaults are Stable-Baselines3's; RL Zoo's Pendulum-v1 tuning is in configs/ppo_pendulum.yaml.
+
+Speed (the update math is SB3's): acting during rollouts runs the MLPs in numpy on views of the
+weights (`np_mlp`), log-probabilities come in closed form from the drawn noise, and the update
+steps one flat parameter buffer (`flat_params`) with backward on the calling thread."""
 
 from __future__ import annotations
 
@@ -178,7 +182,7 @@ class PPO(Algorithm):
             noise = self.pi.sde_noise(latent, self._sde_matrices)
             if not with_logp:
                 return mu + noise, None
-            std = self.pi.std(latent, getattr(self, "_sde_var", None))
+            std = self.pi.std(latent, self._sde_var)
             logp = (-0.5 * (noise / std).square() - torch.log(std)).sum(-1) - self._log_norm
             return mu + noise, logp
         mu = self.pi.mean_action(feat)
