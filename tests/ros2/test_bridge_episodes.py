@@ -25,6 +25,7 @@ def bridge(ros2):
     rclpy.init(context=ctx, domain_id=ros2.fresh_domain(), signal_handler_options=SignalHandlerOptions.NO)
     node = ExperienceBridgeNode(context=ctx, parameter_overrides=[Parameter("learner_endpoint", value=learner.endpoint)])
     yield node, learner
+    node.close_runtime()  # closes the bridge's ZeroMQ sender: left open, its context's term() blocks at GC
     node.destroy_node()
     rclpy.shutdown(context=ctx)
     learner.close()

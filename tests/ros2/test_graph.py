@@ -209,6 +209,17 @@ def test_the_bridge_streams_transitions_and_hands_the_learners_bundle_to_the_pol
     assert (g.tmp / "received" / "v7" / "manifest.json").is_file()
 
 
+def test_a_second_graph_with_the_same_names_on_the_same_domain_is_refused(g, ros2):
+    from tinker.bringup import BringupError, Graph
+
+    twin = Graph(namespace=NS, nodes=["sim_robot"], run_dir=g.tmp / "twin", env=g.env,
+                 overrides={"sim_robot": {"camera": False}, "/**": {"control_period": ros2.PERIOD}})
+    with pytest.raises(BringupError, match=r"already run on ROS domain .*another graph"):
+        twin.start(timeout=30)
+    assert all(p.poll() is not None for p in twin.procs.values())  # the refused graph left nothing behind
+    assert g.procs["sim_robot"].poll() is None  # and the first graph still runs
+
+
 def test_lifecycle_transitions_and_the_start_ramp_respects_the_velocity_limit(g, ros2):
     from std_msgs.msg import Float64MultiArray
 

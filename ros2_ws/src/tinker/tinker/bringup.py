@@ -29,6 +29,20 @@ import yaml
 
 from tinker_core.errors import ConfigError, TinkerError
 
+
+NAME_SETTLE_S = 3.0
+"""Seconds after joining the domain before the node list is trusted: discovery of nodes already running
+took 0.6 to over 1.5 s here, and two nodes under one name must both be seen to be refused."""
+
+
+def die_with_parent() -> None:
+    """In a child before exec: SIGTERM it when the process that started it dies (Linux), so that a killed
+    ``tinker demo`` or ``tinker bringup`` leaves no nodes behind on the ROS domain."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
 NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
 """Every node of the graph, in start order; the same list as the launch file's."""
 LIFECYCLE = ("safety", "policy")
@@ -134,14 +148,19 @@ class Graph:
     def start(self, activate: bool = True, timeout: float = 60.0) -> "Graph":
         """Start the processes, wait for every node, then configure and activate the lifecycle nodes."""
         groups = [None] if self.composed else self.nodes
+        self._connect()
+        try:
+            self._refuse_name_clash()
+        except BaseException:
+            self._disconnect()
+            raise
         for g in groups:
             name = g or "composed"
             log = open(self.run_dir / f"{name}.log", "wb")
             self.procs[name] = subprocess.Popen(self.command(g), stdout=log, stderr=subprocess.STDOUT,
-                                                env=self.env, start_new_session=True)
+                                                env=self.env, start_new_session=True, preexec_fn=die_with_parent)
             log.close()
         try:
-            self._connect()
             self.wait_for_nodes(timeout)
             if activate:
                 for n in LIFECYCLE:
@@ -214,6 +233,7 @@ class Graph:
         self._node = rclpy.create_node(f"tinker_bringup_{uuid.uuid4().hex[:8]}", context=self._ctx)
         self._executor = SingleThreadedExecutor(context=self._ctx)
         self._executor.add_node(self._node)
+        self._connected_at = time.monotonic()
 
     def _disconnect(self) -> None:
         if self._node is not None:
@@ -240,13 +260,30 @@ class Graph:
         finally:
             self._node.destroy_client(client)
 
+    def _clash(self, names: list[str]) -> None:
+        if names:  # lifecycle calls, services and topics would reach the other graph's nodes too
+            raise BringupError(f"nodes {sorted(names)} already run on ROS domain {self.env.get('ROS_DOMAIN_ID', '0')}"
+                               f": another graph (a demo or bringup that was killed?) uses these names. Stop it, "
+                               f"or give this graph its own ROS_DOMAIN_ID or namespace")
+
+    def _refuse_name_clash(self, discovery_s: float = 1.0) -> None:
+        """Before starting: give discovery ``discovery_s`` (about 0.9 s seen here) to show nodes already running
+        under our names."""
+        want = {_fq(self.namespace, n) for n in self.nodes}
+        end = time.monotonic() + discovery_s
+        while time.monotonic() < end:
+            self._clash(sorted(want & {_fq(ns, n) for n, ns in self._node.get_node_names_and_namespaces()}))
+            self._executor.spin_once(timeout_sec=0.05)
+
     def wait_for_nodes(self, timeout: float = 60.0) -> None:
         want = {_fq(self.namespace, n) for n in self.nodes}
         end = time.monotonic() + timeout
         while True:
             self._check_alive()
-            have = {_fq(ns, n) for n, ns in self._node.get_node_names_and_namespaces()}
-            if want <= have:
+            seen = [_fq(ns, n) for n, ns in self._node.get_node_names_and_namespaces()]
+            have = set(seen)
+            self._clash([n for n in want if seen.count(n) > 1])
+            if want <= have and time.monotonic() >= self._connected_at + NAME_SETTLE_S:
                 return
             if time.monotonic() > end:
                 raise BringupError(f"nodes {sorted(want - have)} did not appear within {timeout:.0f} s")

@@ -75,6 +75,14 @@ class DemoConfig:
                 raise ConfigError(f"DemoConfig.{k}: expected a positive count, got {getattr(self, k)!r}")
 
 
+def _learner_child() -> None:
+    """The learner's process: a lower priority than the robot loop, and gone when the demo is."""
+    from tinker.bringup import die_with_parent
+
+    os.nice(10)
+    die_with_parent()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -193,7 +201,7 @@ class LearnerProcess:
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         self.proc = subprocess.Popen([sys.executable, "-m", "tinker_core", "learner", "--config", str(self.path)],
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-                                     preexec_fn=lambda: os.nice(10))
+                                     preexec_fn=_learner_child)
         log.close()
 
     def ctl(self, cmd: str, timeout: float = 120.0, **values: Any) -> dict:

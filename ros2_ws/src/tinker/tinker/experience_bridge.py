@@ -153,7 +153,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
             self.recorder.write(rec, time.time_ns())
         if self.sender is None or nxt is None or len(rec["raw_action"]) == 0 or len(nxt["policy_input"]) == 0:
             return
-        if rec.get("terminated") or rec.get("truncated") or nxt.get("episode") != rec.get("episode"):
+        if nxt.get("episode") != rec.get("episode"):
             return  # the robot reset after this state: its action never acted on it, no transition to learn from
         from tinker_core.transition import Transition
 
