@@ -95,3 +95,48 @@ def test_flat_params_clip_and_step_match_per_tensor_torch():
     # loading weights writes through to the optimizer's buffer
     nets[1].load_state_dict({k: torch.zeros_like(v) for k, v in nets[1].state_dict().items()})
     assert torch.count_nonzero(flat.flat) == 0
+
+
+@pytest.mark.parametrize("env,kw", [("Pendulum-v1", {"use_sde": True, "sde_sample_freq": 4}),
+                                    ("Pendulum-v1", {"ent_coef": 0.01}), ("CartPole-v1", {"ent_coef": 0.01})])
+def test_fused_actor_critic_step_matches_the_module_path(env, kw):
+    from tinker_core.algos.buffers import RolloutSamples
+
+    cfg = dict(n_steps=16, batch_size=16, n_envs=2, net_arch=[16, 16], seed=0, **kw)
+    fused, plain = PPO(env, PPOConfig(**cfg)), PPO(env, PPOConfig(**cfg))
+    assert fused.fused is not None
+    plain.fused = None  # the per-module path: perception, actor and value MLPs one by one
+    g = torch.Generator().manual_seed(1)
+    n = 32
+    obs = torch.randn(n, *fused.obs_spec.shape, generator=g)
+    act = (torch.randint(0, 2, (n,), generator=g) if fused.discrete else torch.randn(n, 1, generator=g))
+    b = RolloutSamples(obs, act, torch.randn(n, generator=g), torch.randn(n, generator=g) - 1.0,
+                       torch.randn(n, generator=g), torch.randn(n, generator=g))
+    for _ in range(3):
+        (s1, lr1, gn1), (s2, lr2, gn2) = fused._minibatch(b), plain._minibatch(b)
+        torch.testing.assert_close(s1, s2, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(lr1, lr2, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(gn1, gn2, rtol=1e-5, atol=1e-6)
+    for (k, a), (_, c) in zip(fused.state_dict().items(), plain.state_dict().items()):
+        torch.testing.assert_close(a, c, rtol=1e-5, atol=1e-6, msg=k)
+
+
+def test_flat_adam_step_equals_optimizer_step():
+    torch.manual_seed(0)
+    a, b = torch.nn.Linear(4, 3), torch.nn.Linear(4, 3)
+    b.load_state_dict(a.state_dict())
+    fa, fb = FlatParams(list(a.parameters())), FlatParams(list(b.parameters()))
+    oa = torch.optim.Adam([fa.flat], lr=1e-2, eps=1e-5, fused=True)
+    ob = torch.optim.Adam([fb.flat], lr=1e-2, eps=1e-5, fused=True)
+    x = torch.randn(8, 4)
+    for i in range(4):
+        if i == 2:
+            for o in (oa, ob):
+                o.param_groups[0]["lr"] = 3e-3  # a changed learning rate is honoured
+        fa.set_grad(a(x).square().sum())
+        fb.set_grad(b(x).square().sum())
+        oa.step()
+        fb.adam_step(ob)
+        assert torch.equal(fa.flat, fb.flat)
+    assert torch.equal(oa.state[fa.flat]["exp_avg_sq"], ob.state[fb.flat]["exp_avg_sq"])
+    assert float(ob.state[fb.flat]["step"]) == 4

@@ -19,6 +19,7 @@ from torch import nn
 from tinker_core.algos.base import AlgoConfig, Algorithm, backward_in_caller_thread, make_adam
 from tinker_core.algos.buffers import RolloutSamples, _alloc, _put, _take
 from tinker_core.algos.flat_params import FlatParams
+from tinker_core.algos.fused_ac import FusedActorCritic
 from tinker_core.algos.networks import ArgmaxHead, CategoricalActor, ClippedMeanHead, GaussianActor, seq_forward
 from tinker_core.algos.normalize import RewardNormalizer
 from tinker_core.algos.np_mlp import NumpyMLP
@@ -33,6 +34,10 @@ def _slice(x: Any, start: int, end: int) -> Any:
     if isinstance(x, dict):
         return {k: v[start:end] for k, v in x.items()}
     return x[start:end]
+
+
+def _scalar(v: float, like: torch.Tensor) -> torch.Tensor:
+    return torch.full((), v, dtype=like.dtype, device=like.device)
 
 
 def _first(x: Any) -> torch.Tensor:
@@ -137,9 +142,20 @@ class PPO(Algorithm):
             self._reset_noise(ne)
 
     def _build_optimizers(self) -> None:
-        self.params = [p for p in self.parameters() if p.requires_grad]
-        # one flat buffer: one Adam kernel, one norm per minibatch (see flat_params)
+        params = [p for p in self.parameters() if p.requires_grad]
+        # one flat buffer: one Adam kernel, one norm per minibatch (see flat_params); laid out so the
+        # actor and value MLPs can also run as one fused pair (see fused_ac) when they are plain MLPs
+        order = None
+        if type(self.perception) is Flatten:
+            order = FusedActorCritic.param_order(self.pi.logits if self.discrete else self.pi.mean, self.vf)
+        if order is not None:
+            ids = {id(p) for p in order}
+            order += [p for p in params if id(p) not in ids]
+            params = order
+        self.params = params
         self.flat = FlatParams(self.params)
+        self.fused = None if order is None else FusedActorCritic.build(
+            self.pi.logits if self.discrete else self.pi.mean, self.vf, self.flat)
         self.opt = make_adam([self.flat.flat], self.config.learning_rate, eps=1e-5)
 
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
@@ -392,12 +408,18 @@ class PPO(Algorithm):
     def _minibatch(self, b: RolloutSamples) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One gradient step; returns (detached [policy loss, value loss], log ratio, grad norm)."""
         c = self.config
-        feat = self.perception(b.obs)
-        if c.ent_coef != 0.0:
-            logp, ent = self.pi.log_prob_entropy(feat, b.actions)
+        tiles = None
+        if self.fused is not None:
+            tiles = self.fused.tiles()
+            latent, out, v = self.fused.forward(tiles, b.obs.reshape(b.obs.shape[0], -1).float())
+            logp, ent = self._logp_ent(latent, out, self.fused.extra(tiles), b.actions, c.ent_coef != 0.0)
         else:
-            logp, ent = self._log_prob(feat, b.actions), None
-        v = seq_forward(self.vf, feat).squeeze(-1)
+            feat = self.perception(b.obs)
+            if c.ent_coef != 0.0:
+                logp, ent = self.pi.log_prob_entropy(feat, b.actions)
+            else:
+                logp, ent = self._log_prob(feat, b.actions), None
+            v = seq_forward(self.vf, feat).squeeze(-1)
         adv = b.advantages
         if c.normalize_advantage and adv.numel() > 1:
             std, mean = torch.std_mean(adv)
@@ -411,10 +433,32 @@ class PPO(Algorithm):
         loss = pg + c.vf_coef * vloss
         if ent is not None:
             loss = loss - c.ent_coef * ent.mean()
-        self.flat.set_grad(loss)
+        if tiles is not None:
+            self.fused.set_grad(loss, tiles)  # type: ignore[union-attr]
+        else:
+            self.flat.set_grad(loss)
         gn = self.flat.clip_grad_norm_(c.max_grad_norm)
-        self.opt.step()
+        self.flat.adam_step(self.opt)
         return torch.stack([pg.detach(), vloss.detach()]), log_ratio.detach(), gn
+
+    def _logp_ent(self, latent: torch.Tensor, out: torch.Tensor, extra: list[torch.Tensor], actions: torch.Tensor,
+                  with_ent: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """log pi(a|s) (and the entropy when asked) from the fused pass's actor latent and output."""
+        if self.discrete:
+            logp_all = torch.log_softmax(out, dim=-1)
+            logp = logp_all.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+            return logp, (-(logp_all.exp() * logp_all).sum(-1) if with_ent else None)
+        log_std_param = extra[0]
+        if self.sde:
+            var = torch.addmm(_scalar(GaussianActor.SDE_EPS, latent), latent.detach().square(),
+                              torch.exp(2.0 * log_std_param))
+            log_std = 0.5 * torch.log(var)
+            logp = -0.5 * ((actions - out).square() / var).sum(-1) - log_std.sum(-1) - self._log_norm
+        else:
+            log_std = log_std_param.expand_as(out)
+            logp = (-0.5 * ((actions - out) * torch.exp(-log_std_param)).square()).sum(-1) - log_std_param.sum() - self._log_norm
+        ent = (log_std.sum(-1) + self.act_dim * (0.5 + 0.5 * math.log(2 * math.pi))) if with_ent else None
+        return logp, ent
 
     def _log_prob(self, feat: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """log pi(a|s) without the entropy (what the loss needs when ent_coef is 0)."""
