@@ -93,6 +93,8 @@ class SimRobotNode(NodeRuntime, Node):
             raise TinkerError(f"sim_robot.command_type: expected 'float64_array' or 'joint_trajectory', "
                               f"got {g('command_type')!r}")
         self.rejected = 0
+        self.stale = 0
+        self._reset_at_ns = 0
         self.last_error = ""
         self.cycle = 0
         self.episode = 0
@@ -114,10 +116,14 @@ class SimRobotNode(NodeRuntime, Node):
         now = time.time_ns()
         try:
             q, meta = read_array(msg, self.dof, "sim_robot.command")
-            self._accept(q)
         except ValidationError as e:
             self._reject(e)
             return
+        stamp = meta.get("stamp_ns", "")
+        if stamp.isdigit() and int(stamp) < self._reset_at_ns:
+            self.stale += 1  # answers a state from before the episode reset: the arm is elsewhere now
+        else:
+            self._accept(q)
         sent = self._published.get(int(meta["stamp_ns"])) if meta.get("stamp_ns", "").isdigit() else None
         if sent is not None:  # end to end: this state's publish -> the safe command's arrival here
             self.span(int(meta.get("cycle", 0)), sent, now - sent, module="loop_e2e")
@@ -177,6 +183,7 @@ class SimRobotNode(NodeRuntime, Node):
             self.episode += 1
             self.episode_step = 0
             self.arm.reset(self.seed + self.episode)
+            self._reset_at_ns = stamp + 1  # commands for this state or older ones no longer apply
         self.stats.record(time.perf_counter_ns() - t0)
         self.span(self.cycle, t_wall, time.perf_counter_ns() - t0)
 
@@ -209,7 +216,7 @@ class SimRobotNode(NodeRuntime, Node):
     # --- runtime hooks -----------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
         vals = {"holding": self.arm.holding, "holds": self.arm.holds,
-                "rejected_commands": self.rejected, "sim_misses": self.arm.misses,
+                "rejected_commands": self.rejected, "stale_commands": self.stale, "sim_misses": self.arm.misses,
                 "episode": self.episode, "last_error": self.last_error,
                 **{f"unsafe_states.{k}": v for k, v in self.arm.env.violations.items()}}
         if self.mirror is not None:
