@@ -124,12 +124,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def _release(self) -> None:
-        for s in self._subs:
-            self.destroy_subscription(s)
-        for pub in self._pubs:
-            self.destroy_publisher(pub)
-        for s in self._srvs:
-            self.destroy_service(s)
+        self.destroy_entities(self._subs + self._pubs + self._srvs)
         self._subs, self._pubs, self._srvs = [], [], []
         if self.runner is not None:
             self.runner.close()

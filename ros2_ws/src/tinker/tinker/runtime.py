@@ -94,6 +94,18 @@ class NodeFatal(Exception):
 class NodeRuntime:
     """Mixin: call ``_init_runtime(module)`` in ``__init__`` after the rclpy base constructor."""
 
+    def destroy_entities(self, entities: list) -> None:
+        """Destroy the subscriptions, publishers, services and timers a lifecycle node made in configure."""
+        from rclpy.publisher import Publisher
+        from rclpy.service import Service
+        from rclpy.subscription import Subscription
+        from rclpy.timer import Timer
+
+        kinds = ((Subscription, self.destroy_subscription), (Publisher, self.destroy_publisher),
+                 (Service, self.destroy_service), (Timer, self.destroy_timer))
+        for e in entities:
+            next(destroy for cls, destroy in kinds if isinstance(e, cls))(e)
+
     def _init_runtime(self, module: str) -> None:
         self.declare_parameter("control_period", 0.05)
         self.declare_parameter("nice", 0)

@@ -120,12 +120,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def _release(self) -> None:
-        for s in self._subs:
-            self.destroy_subscription(s)
-        for s in self._srvs:
-            self.destroy_service(s)
-        for t in self._own_timers:
-            self.destroy_timer(t)
+        self.destroy_entities(self._subs + self._srvs + self._own_timers)
         self._subs, self._srvs, self._own_timers = [], [], []
         self.guard = None
 
