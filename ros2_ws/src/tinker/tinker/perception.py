@@ -61,6 +61,7 @@ class PerceptionNode(NodeRuntime, Node):
         self._js: tuple[int, int, np.ndarray, np.ndarray] | None = None
         self._img: tuple[int, np.ndarray] | None = None
         self._task: dict[str, np.ndarray] = {}
+        self._task_stamp = -1
         self._episode = "0"
         self._last_action = np.zeros(self.n_act)
         self._done_stamp = -1
@@ -138,6 +139,7 @@ class PerceptionNode(NodeRuntime, Node):
                 self._task[name] = v[off: off + int(size)]
                 off += int(size)
             self._episode = meta.get("episode", "0")
+            self._task_stamp = int(meta.get("stamp_ns", 0) or 0)
         except (ValidationError, ValueError) as e:
             self._refuse(e)
             return
@@ -157,6 +159,8 @@ class PerceptionNode(NodeRuntime, Node):
         stamp, cycle, q, qd = self._js
         if stamp == self._done_stamp or (self.asm.image_key and self.sync_frames and self._img[0] != stamp):
             return
+        if self._needed and self._task_stamp != stamp:
+            return  # this state's task terms (target, target - ee) are still on their way: never mix two states
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
         self._done_stamp = stamp
         extra = {"since_state_us": (t_wall - stamp) // 1000}  # where in the cycle this stage starts

@@ -162,9 +162,17 @@ class SimRobotNode(NodeRuntime, Node):
         js.name = self.names
         js.position = array("d", q.tobytes())
         js.velocity = array("d", qd.tobytes())
-        # e2e starts before the publish: waking the subscribers (3 processes on 2 cores may preempt this
-        # one before publish() returns) is part of the loop's latency
+        ee = self.env.ee_position
+        reward, success, info = self.env.task.evaluate(ee)
+        done = bool(success) or (self.episode_cycles > 0 and self.episode_step >= self.episode_cycles)
+        values = np.concatenate([[float(reward), float(done), float(success), float(info.get("distance", 0.0))],
+                                 ee, self.env.task.observe(ee)])
+        # e2e starts before the first publish of the state: waking the subscribers (3 processes on 2 cores
+        # may preempt this one before publish() returns) is part of the loop's latency. The task terms go
+        # first, so perception has this state's terms when its JointState arrives.
         self._published[stamp] = time.time_ns()
+        self.task_pub.publish(array_msg(values, {"stamp_ns": stamp, "cycle": self.cycle, "episode": self.episode,
+                                                 "terms": self.terms_meta}))
         self.js_pub.publish(js)
         if len(self._published) > 16:
             self._published.pop(next(iter(self._published)))
@@ -172,13 +180,6 @@ class SimRobotNode(NodeRuntime, Node):
             self._publish_frame(img, stamp, self.cycle)
         if self.mirror is not None:
             self._camera_tick(t0, stamp)
-        ee = self.env.ee_position
-        reward, success, info = self.env.task.evaluate(ee)
-        done = bool(success) or (self.episode_cycles > 0 and self.episode_step >= self.episode_cycles)
-        values = np.concatenate([[float(reward), float(done), float(success), float(info.get("distance", 0.0))],
-                                 ee, self.env.task.observe(ee)])
-        self.task_pub.publish(array_msg(values, {"stamp_ns": stamp, "cycle": self.cycle, "episode": self.episode,
-                                                 "terms": self.terms_meta}))
         if done and self.episode_cycles > 0:
             self.episode += 1
             self.episode_step = 0
