@@ -20,6 +20,8 @@ PRETRAINED = REPO / "pretrained"
 SAFETY_YAML = REPO / "safety" / "config" / "kuka_iiwa.yaml"
 
 PRETRAINED_FOR_ENV = {"tinker/ArmReach-v0": "arm_reach", "tinker/ArmSort-v0": "arm_sort"}
+TRAIN_CONFIG = {"arm_reach": "sac_arm_reach.yaml", "arm_sort": "bc_arm_sort.yaml"}
+"""the committed config that regenerates each shipped policy"""
 
 
 def pretrained_dir(env_id: str) -> Path:
@@ -30,7 +32,7 @@ def pretrained_dir(env_id: str) -> Path:
     d = PRETRAINED / name
     if not (d / "bundle").is_dir():
         raise ConfigError(f"{d / 'bundle'}: the pretrained bundle is missing; regenerate it with "
-                          f"'tinker train --config configs/sac_{name}.yaml' and 'tinker export'")
+                          f"'tinker train --config configs/{TRAIN_CONFIG[name]}' and 'tinker export'")
     return d
 
 
