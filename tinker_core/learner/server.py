@@ -324,12 +324,16 @@ class Learner:
             try:
                 out = self.algo.update_from_rollout(rollout)
                 check_update(out)
-                self.updates += 1
-                self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
-                self._after_update()
+                self._count_update(out)
             except DivergenceError as e:
                 self.on_divergence(e)
                 return
+
+    def _count_update(self, out: dict | None) -> None:
+        """One finished (checked) update: count it, keep its scalars for ``status``, run what falls due."""
+        self.updates += 1
+        self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
+        self._after_update()
 
     def _after_update(self) -> None:
         c = self.config
@@ -374,9 +378,7 @@ class Learner:
                 check_update(out)  # before the TD errors become priorities
                 if slots and out is not None and "td_errors" in out:
                     self.replay.update_priorities(slots, out["td_errors"])
-                self.updates += 1
-                self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
-                self._after_update()
+                self._count_update(out)
             except DivergenceError as e:
                 self.on_divergence(e)
                 break
