@@ -44,9 +44,6 @@ class SortTask(Task):
     name = "sort"
     action_terms = [term("suction", 1, "on>0", 1.0, 0.0, "none")]
 
-    def obstacles(self) -> list[int]:
-        return [self.table, *self.bin_parts]
-
     def __init__(self, world: PyBulletWorld, robot: ArmRobot, num_objects: int = 2):
         super().__init__(world, robot)
         self.num_objects = int(num_objects)
@@ -71,6 +68,9 @@ class SortTask(Task):
         self.grip_constraint: int | None = None
         self.held: int | None = None
         self._size = OBJECT_HALF
+
+    def obstacles(self) -> list[int]:
+        return [self.table, *self.bin_parts]
 
     def obs_terms(self) -> list[dict[str, Any]]:
         terms = [term("suction_active", 1, "bool", 1.0, 0.0, "none")]

@@ -59,13 +59,18 @@ class GuardedEnv(gym.Wrapper):
         q, qd = self.env.unwrapped.joint_state
         if not self.guard.reset(q, qd):
             raise ConfigError(f"SafetyWrapper refused to reset from the measured state q={np.round(q, 3)}")
-        info["safety_estops"] = sum(self.guard.counters["estops"].values())
+        info["safety_estops"] = self.estops
         return obs, info
 
     def step(self, action):
         obs, r, term, trunc, info = self.env.step(action)
-        info["safety_estops"] = sum(self.guard.counters["estops"].values())
+        info["safety_estops"] = self.estops
         return obs, r, term, trunc, info
+
+    @property
+    def estops(self) -> int:
+        """E-stops the guard has latched since it was built (``info['safety_estops']``)."""
+        return sum(self.guard.counters["estops"].values())
 
 
 def make_env(env_id: str, *, dynamics: Any = None, randomize: Any = False, action_chain: dict | None = None,
