@@ -7,7 +7,8 @@ message naming the missing and extra joints. Non-joint observation terms come fr
 policy's ``policy/raw_action``. The observation is assembled term by term exactly as in sim.
 
 Publishes ``perception/features`` (Float32MultiArray) once per robot cycle; meta
-``stamp_ns;cycle;episode;perception_sha256``. Camera frames (``camera_rate_hz``, the same ``/**``
+``stamp_ns;cycle;episode;perception_sha256``. A cycle runs on its JointState and the task terms
+of the same stamp, never on another state's. Camera frames (``camera_rate_hz``, the same ``/**``
 parameter sim_robot reads): > 0, the camera runs at its own rate and each JointState runs at once with
 the newest frame; its age (JointState stamp - frame stamp) goes into the trace span (``frame_age_us``,
 next to ``since_state_us``: when this stage started after the robot's state, as in policy and safety)
@@ -143,7 +144,7 @@ class PerceptionNode(NodeRuntime, Node):
         except (ValidationError, ValueError) as e:
             self._refuse(e)
             return
-        self._maybe_run()  # the first cycle may have waited for the task terms (topics are not ordered)
+        self._maybe_run()  # a cycle whose JointState came before its task terms runs now
 
     def _on_action(self, msg: Float64MultiArray) -> None:
         try:
