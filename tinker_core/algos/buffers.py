@@ -86,9 +86,10 @@ class ReplayBuffer:
 
     def add(self, obs: Any, actions: Any, rewards: np.ndarray, next_obs: Any, terminated: np.ndarray) -> None:
         n = len(rewards)
-        idx = (torch.arange(n) + self.pos) % self.capacity
         if self.pos + n <= self.capacity:
-            idx = slice(self.pos, self.pos + n)  # type: ignore[assignment]
+            idx: Any = slice(self.pos, self.pos + n)
+        else:
+            idx = (torch.arange(n) + self.pos) % self.capacity
         _put(self.obs, idx, obs)
         _put(self.next_obs, idx, next_obs)
         self.actions[idx] = torch.as_tensor(actions, device=self.device).to(self.actions.dtype).reshape(

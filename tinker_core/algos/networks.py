@@ -66,6 +66,22 @@ class EnsembleQ(nn.Module):
         return x.squeeze(-1)
 
 
+def _noise(mu: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+    return torch.randn(mu.shape, generator=gen, device=mu.device) if gen is not None else torch.randn_like(mu)
+
+
+def squashed_sample(mu: torch.Tensor, log_std: torch.Tensor, gen: torch.Generator | None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``a = tanh(mu + std * eps)`` and its log-probability (Gaussian log-density minus
+    ``log(1 - a^2 + 1e-6)``, as Stable-Baselines3), plus ``eps`` and ``std`` for a hand-written backward."""
+    std = log_std.exp()
+    eps = _noise(mu, gen)
+    a = torch.tanh(mu + std * eps)
+    logp = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+    logp = logp - torch.log1p(-a.square() + 1e-6).sum(-1)
+    return a, logp, eps, std
+
+
 class SquashedGaussianActor(nn.Module):
     """SAC's actor: a Gaussian over pre-tanh actions; tanh squashes to [-1, 1]."""
 
@@ -82,14 +98,13 @@ class SquashedGaussianActor(nn.Module):
 
     def sample(self, feat: torch.Tensor, gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         """Reparameterized sample in [-1, 1] and its log-probability (with the tanh correction)."""
-        mu, log_std = self.dist_params(feat)
-        std = log_std.exp()
-        eps = torch.randn(mu.shape, generator=gen, device=mu.device) if gen is not None else torch.randn_like(mu)
-        u = mu + std * eps
-        a = torch.tanh(u)
-        logp = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
-        logp = logp - torch.log1p(-a.square() + 1e-6).sum(-1)
+        a, logp, _, _ = squashed_sample(*self.dist_params(feat), gen)
         return a, logp
+
+    def sample_action(self, feat: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+        """``sample(feat, gen)[0]`` without the log-probability (acting)."""
+        mu, log_std = self.dist_params(feat)
+        return torch.tanh(mu + log_std.exp() * _noise(mu, gen))
 
     def deterministic(self, feat: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.mu(self.trunk(feat)))

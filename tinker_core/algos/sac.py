@@ -13,13 +13,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from tinker_core.algos.base import make_adam
+from tinker_core.algos.base import adam_step, make_adam
 from tinker_core.algos.buffers import ReplaySamples
 from tinker_core.algos.networks import EnsembleQ, ScaledTanhHead, SquashedGaussianActor
 from tinker_core.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
+from tinker_core.algos.sac_update import SACUpdate
 from tinker_core.amp import ModulePrecision
 from tinker_core.errors import ConfigError
 from tinker_core.nn import build_perception
+from tinker_core.nn.encoders import Flatten
 
 
 @dataclass
@@ -73,6 +75,9 @@ class SAC(OffPolicyAlgorithm):
         self.log_ent_coef = nn.Parameter(torch.tensor([math.log(init if self.auto_ent else max(float(c.ent_coef), 1e-30))]),
                                          requires_grad=self.auto_ent)
         self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
+        plain = type(self.actor_perception) is Flatten and type(self.critic_perception) is Flatten
+        self._update = SACUpdate(self.actor, self.critic, self.critic_target) if (
+            plain and SACUpdate.supports(self.actor, self.critic)) else None
 
     def _build_optimizers(self) -> None:
         c = self.config
@@ -100,10 +105,12 @@ class SAC(OffPolicyAlgorithm):
 
     def _act(self, obs: Any, deterministic: bool) -> np.ndarray:
         feat = self.actor_perception(obs)
-        a = self.actor.deterministic(feat) if deterministic else self.actor.sample(feat, self.gen)[0]
+        a = self.actor.deterministic(feat) if deterministic else self.actor.sample_action(feat, self.gen)
         return self._env_action(self._scale_action(a))
 
     def _train_step(self, s: ReplaySamples, weights: torch.Tensor | None = None) -> torch.Tensor:
+        if self._update is not None and not self.critic_amp.enabled:
+            return self._train_step_mlp(s, weights)
         c = self.config
         feat = self.actor_perception(s.obs)
         a_pi, logp_pi = self.actor.sample(feat, self.gen)
@@ -147,6 +154,30 @@ class SAC(OffPolicyAlgorithm):
             self._metrics["grad_norm/critic"] = crit_grad
             self._metrics["grad_norm/actor"] = self._grad_norm(self.actor_params)
         return td.detach().abs().max(0).values
+
+    def _train_step_mlp(self, s: ReplaySamples, weights: torch.Tensor | None) -> torch.Tensor:
+        """``_train_step`` for flat observations, MLPs and an fp32 critic: the same step with the
+        backward written out (`SACUpdate`) and the fused Adam kernel called directly."""
+        c = self.config
+        with torch.no_grad():
+            feat, next_feat = self.actor_perception(s.obs), self.actor_perception(s.next_obs)  # Flatten: the critic's too
+            out = self._update.losses_and_grads(  # type: ignore[union-attr]
+                feat, s.actions.reshape(feat.shape[0], -1), next_feat, s.rewards, s.dones, weights, self.log_ent_coef,
+                self.auto_ent, self.target_entropy, c.gamma, self.gen, lambda: adam_step(self.critic_opt))
+        crit_grad = self._grad_norm(self.critic_params)
+        adam_step(self.actor_opt)
+        if self.auto_ent:
+            adam_step(self.ent_opt)  # type: ignore[arg-type]
+        self.num_updates += 1
+        if self.num_updates % c.target_update_interval == 0:
+            with torch.no_grad():
+                torch._foreach_lerp_(self._target_dst, self._target_src, c.tau)
+        self._metrics = {"critic_loss": out.critic_loss, "actor_loss": out.actor_loss, "ent_coef": out.ent_coef,
+                         "entropy": out.entropy, "q_mean": out.q_mean}
+        if crit_grad is not None:
+            self._metrics["grad_norm/critic"] = crit_grad
+            self._metrics["grad_norm/actor"] = self._grad_norm(self.actor_params)
+        return out.td_abs
 
     def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor | None:
         """Global gradient norm, measured every 50th update (diagnostics need no more)."""

@@ -1,0 +1,113 @@
+"""SAC's update against Stable-Baselines3's, and what its replay holds across a time limit.
+
+The parity test gives both libraries the same weights, batches and exploration noise and compares
+every weight after several updates: the written-out backward (relu, the default) and the autograd
+path (elu) must both be SB3's step, up to float rounding.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tinker_core.algos import SAC, SACConfig
+from tinker_core.transition import TransitionBatch
+
+
+def _sb3_sac(hidden: list[int], act: type[nn.Module]):
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.logger import configure
+
+    model = sb3.SAC("MlpPolicy", make_vec_env("Pendulum-v1", n_envs=1, seed=0), seed=0, device="cpu",
+                    learning_rate=1e-3, policy_kwargs=dict(net_arch=hidden, activation_fn=act))
+    model.set_logger(configure(None, []))
+    return model
+
+
+def _linears(seq: nn.Module) -> list[nn.Linear]:
+    return [m for m in seq if isinstance(m, nn.Linear)]
+
+
+def _copy_weights(algo: SAC, model) -> None:
+    actor, critic, target = model.policy.actor, model.policy.critic, model.policy.critic_target
+    with torch.no_grad():
+        for mine, theirs in zip(_linears(algo.actor.trunk) + [algo.actor.mu, algo.actor.log_std],
+                                _linears(actor.latent_pi) + [actor.mu, actor.log_std]):
+            mine.weight.copy_(theirs.weight)
+            mine.bias.copy_(theirs.bias)
+        for ens, ref in ((algo.critic, critic), (algo.critic_target, target)):
+            for i, q in enumerate(ref.q_networks):
+                for layer, lin in zip(ens.layers, _linears(q)):
+                    layer.weight[i].copy_(lin.weight.T)
+                    layer.bias[i, 0].copy_(lin.bias)
+
+
+def _max_diff(algo: SAC, model) -> float:
+    actor, critic, target = model.policy.actor, model.policy.critic, model.policy.critic_target
+    diffs = [(algo.log_ent_coef - model.log_ent_coef).abs().max()]
+    for mine, theirs in zip(_linears(algo.actor.trunk) + [algo.actor.mu, algo.actor.log_std],
+                            _linears(actor.latent_pi) + [actor.mu, actor.log_std]):
+        diffs += [(mine.weight - theirs.weight).abs().max(), (mine.bias - theirs.bias).abs().max()]
+    for ens, ref in ((algo.critic, critic), (algo.critic_target, target)):
+        for i, q in enumerate(ref.q_networks):
+            for layer, lin in zip(ens.layers, _linears(q)):
+                diffs += [(layer.weight[i] - lin.weight.T).abs().max(), (layer.bias[i, 0] - lin.bias).abs().max()]
+    return float(torch.stack(diffs).detach().max())
+
+
+@pytest.mark.parametrize("activation,act", [("relu", nn.ReLU), ("elu", nn.ELU)])
+def test_sac_update_matches_sb3(activation, act, monkeypatch):
+    import torch.distributions.normal as normal
+    from stable_baselines3.common.type_aliases import ReplayBufferSamples
+
+    hidden, n = [64, 64], 128
+    algo = SAC("Pendulum-v1", SACConfig(learning_rate=1e-3, net_arch=hidden, activation=activation, seed=0))
+    model = _sb3_sac(hidden, act)
+    _copy_weights(algo, model)
+    assert _max_diff(algo, model) == 0.0
+    rng = np.random.default_rng(0)
+    noise: list[torch.Tensor] = []
+    monkeypatch.setattr(normal, "_standard_normal", lambda shape, dtype, device: noise.pop(0).reshape(shape))
+    for step in range(6):
+        obs = rng.uniform([-1, -1, -8], [1, 1, 8], (n, 3)).astype(np.float32)
+        nxt = rng.uniform([-1, -1, -8], [1, 1, 8], (n, 3)).astype(np.float32)
+        act_env = rng.uniform(-2, 2, (n, 1)).astype(np.float32)
+        rew = rng.uniform(-16, 0, n).astype(np.float32)
+        term = rng.random(n) < 0.1  # some terminal transitions: no bootstrap there
+        # tinker draws the noise of the batch's actions, then of the next actions, from its generator
+        g = torch.Generator().manual_seed(0)
+        g.set_state(algo.gen.get_state())
+        noise[:] = [torch.randn((n, 1), generator=g), torch.randn((n, 1), generator=g)]
+        model.replay_buffer.sample = lambda *a, **k: ReplayBufferSamples(  # type: ignore[method-assign]
+            torch.as_tensor(obs), torch.as_tensor(act_env / 2.0), torch.as_tensor(nxt),
+            torch.as_tensor(term, dtype=torch.float32)[:, None], torch.as_tensor(rew)[:, None])
+        algo.train_on_batch(TransitionBatch(obs=obs, action=act_env, reward=rew, terminated=term,
+                                            truncated=np.zeros(n, bool), next_obs=nxt))
+        model.train(1, n)
+        assert not noise, "SB3 drew the same two noise tensors"
+        assert _max_diff(algo, model) < 1e-5, f"step {step}: weights differ from SB3's by {_max_diff(algo, model):.2e}"
+
+
+def test_replay_bootstraps_across_the_time_limit():
+    """Pendulum only truncates: every row is non-terminal and a truncated episode's last row holds
+    its real final observation (consistent with the dynamics), not the next episode's first."""
+    algo = SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], batch_size=16, seed=0))
+    algo.learn(450, progress=False)
+    r = algo.replay
+    n = len(r)
+    assert n == 450 and algo.num_updates == 450 - algo.config.learning_starts
+    obs, nxt = r.obs[:n].numpy(), r.next_obs[:n].numpy()
+    u = 2.0 * r.actions[:n, 0].numpy()  # env units
+    assert float(r.dones[:n].sum()) == 0.0
+    th, thdot = np.arctan2(obs[:, 1], obs[:, 0]), obs[:, 2]
+    new_thdot = np.clip(thdot + (15.0 * np.sin(th) + 3.0 * u) * 0.05, -8, 8)
+    new_th = th + new_thdot * 0.05
+    expected = np.stack([np.cos(new_th), np.sin(new_th), new_thdot], axis=1)
+    np.testing.assert_allclose(nxt, expected, atol=1e-4)
+    boundaries = [i for i in range(n - 1) if not np.allclose(nxt[i], obs[i + 1])]
+    assert boundaries == [199, 399]
+    cost = th ** 2 + 0.1 * thdot ** 2 + 0.001 * u ** 2
+    np.testing.assert_allclose(r.rewards[:n].numpy(), -cost, atol=1e-4)
