@@ -3,8 +3,10 @@ the sim camera that renders off the control path (its frames equal the robot's o
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -96,8 +98,15 @@ def test_the_mirror_camera_renders_what_the_robots_own_camera_sees():
         frames.append((img, stamp, tag))
         got.set()
 
-    mirror = MirrorCamera(lambda: ArmEnv(task="reach", camera=True, image_size=64, control_period=0.05), 3, on_frame)
+    mirror = MirrorCamera({"task": "reach", "image_size": 64, "control_period": 0.05}, 3, on_frame)
     try:
+        # PyBullet holds the GIL while it renders: the camera is a process of its own, below the loop's priority
+        assert mirror.pid != os.getpid()
+        autogroup = Path(f"/proc/{mirror.pid}/autogroup")
+        if autogroup.is_file():
+            assert int(autogroup.read_text().split("nice")[-1]) >= 10
+        else:
+            assert os.getpriority(os.PRIO_PROCESS, mirror.pid) >= 10
         q0, _, _ = arm.state()
         arm.set_command(q0 + np.array([0.3, -0.2, 0.2, 0.3, 0.0, -0.3, 0.5]))
         for _ in range(10):
@@ -127,3 +136,4 @@ def test_the_mirror_camera_renders_what_the_robots_own_camera_sees():
     finally:
         mirror.close()
         arm.close()
+    assert not Path(f"/proc/{mirror.pid}").exists()  # closing ends (and reaps) the camera process

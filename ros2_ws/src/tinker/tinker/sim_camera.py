@@ -1,23 +1,28 @@
 """`MirrorCamera`: the sim robot's camera, rendered off the control path like a real camera.
 
-PyBullet's TinyRenderer takes ~10-25 ms of CPU per 64x64 frame here: in the robot's cycle it would
-delay every state and bound the control rate. A real camera is a separate device with its own rate,
-so the sim renders the same way: a second PyBullet client holds a copy of the scene (the same
-`ArmEnv`, reset with the same seeds, so bodies, colours, light and camera pose match), and a worker
-thread copies the robot's snapshot (every body's base pose and joint positions, taken in the cycle:
-~30 us) into it and renders there. PyBullet releases the GIL while it renders, so the cycle keeps
-running; the thread runs at nice +10 (Linux: per thread), so on a small CPU the loop's processes
-come first. The frame carries the stamp of the state it shows; consumers compute its age from that.
+PyBullet's TinyRenderer takes ~5-25 ms of CPU per 64x64 frame here, and it holds the GIL throughout
+(measured: a thread rendering in a loop stalls the main thread's 0.5 ms sleeps to 4.5 ms). In the
+robot's process it would delay the states and commands of every cycle it overlaps, and bound the
+control rate. A real camera is a separate device with its own rate, so the sim renders the same way:
+a camera process (``python -m tinker.sim_camera``) holds a copy of the scene (the same `ArmEnv`, reset
+with the same seeds, so bodies, colours, light and camera pose match) and poses it from the robot's
+snapshot (every body's base pose and joint positions, taken in the loop's quiet window: ~11 us)
+before it renders. It runs in a session of its own at background priority (`tinker.priority`), so on
+a small CPU the loop's processes come first, and dies with the robot's process. The frame carries
+the stamp of the state it shows; consumers compute its age from that.
 
-The job slot holds one snapshot: a newer one replaces one the worker has not started (``dropped``).
+The job slot holds one snapshot: a newer one replaces one the camera has not started (``dropped``).
 """
 
 from __future__ import annotations
 
 import os
+import pickle
+import subprocess
+import sys
 import threading
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import pybullet as p
@@ -52,26 +57,62 @@ def apply_snapshot(client: int, snap: Snapshot) -> None:
 
 
 class MirrorCamera:
-    """Renders snapshots in a mirror `ArmEnv` on a worker thread; calls ``on_frame(image, stamp_ns, tag)`` there."""
+    """Renders snapshots in a camera process; calls ``on_frame(image, stamp_ns, tag)`` on a worker thread.
 
-    def __init__(self, make_env: Callable[[], object], seed: int, on_frame: Callable[[np.ndarray, int, int], None]):
-        self.env = make_env()
-        if getattr(self.env, "camera", None) is None:
-            raise ConfigError("MirrorCamera: the mirror env has no camera (build it with camera=True)")
-        self.env.reset(seed=seed)
-        self._seed = seed
+    ``env_kwargs``: the `sim.arm_env.ArmEnv` arguments of the robot's scene (``camera=True`` is implied).
+    """
+
+    def __init__(self, env_kwargs: dict[str, Any], seed: int, on_frame: Callable[[np.ndarray, int, int], None],
+                 start_timeout: float = 60.0):
+        from tinker.priority import background_child
+
         self.on_frame = on_frame
         self.frames = 0
         """frames rendered and handed to ``on_frame``"""
         self.dropped = 0
-        """snapshots replaced before the worker took them"""
+        """snapshots replaced before the camera took them"""
         self.last_render_ns = 0
         self.error = ""
+        # jobs go down its stdin; frames come back on a pipe of their own (PyBullet prints to stdout)
+        r, w = os.pipe()
+        try:
+            self._proc = subprocess.Popen([sys.executable, "-m", "tinker.sim_camera", str(w)], stdin=subprocess.PIPE,
+                                          stdout=subprocess.DEVNULL, pass_fds=(w,), preexec_fn=background_child)
+        finally:
+            os.close(w)
+        self._replies = os.fdopen(r, "rb")
+        self._send(("start", {**env_kwargs, "camera": True}, seed))
+        ready = self._recv(start_timeout)
+        if ready[0] != "ready":
+            self.close()
+            raise ConfigError(f"MirrorCamera: the camera process did not start: {ready[1]}")
         self._job: tuple[int, int, int, Snapshot] | None = None
         self._cv = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="mirror-camera", daemon=True)
         self._thread.start()
+
+    @property
+    def pid(self) -> int:
+        """The camera process's id."""
+        return self._proc.pid
+
+    def _send(self, obj: object) -> None:
+        pickle.dump(obj, self._proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+        self._proc.stdin.flush()
+
+    def _recv(self, timeout: float | None = None) -> tuple:
+        if timeout is not None:  # only at start-up: afterwards the worker thread may block as long as it takes
+            import selectors
+
+            with selectors.DefaultSelector() as sel:
+                sel.register(self._replies, selectors.EVENT_READ)
+                if not sel.select(timeout):
+                    return ("error", f"no answer within {timeout:.0f} s")
+        try:
+            return pickle.load(self._replies)
+        except (EOFError, pickle.UnpicklingError) as e:
+            return ("error", f"camera process exited ({self._proc.poll()}): {type(e).__name__}")
 
     def submit(self, snap: Snapshot, stamp_ns: int, seed: int, tag: int = 0) -> None:
         """Queue a render of ``snap`` (the state stamped ``stamp_ns`` of the episode reset with ``seed``)."""
@@ -82,35 +123,89 @@ class MirrorCamera:
             self._cv.notify()
 
     def _run(self) -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # this thread only, on Linux
-        except (AttributeError, OSError):
-            pass
         while True:
             with self._cv:
                 while self._job is None and not self._stop:
                     self._cv.wait()
                 if self._stop:
                     return
-                seed, stamp, tag, snap = self._job
-                self._job = None
+                job, self._job = self._job, None
             try:
-                t0 = time.perf_counter_ns()
-                if seed != self._seed:  # new episode: the same reset as the robot's (colours, light, camera)
-                    self.env.reset(seed=seed)
-                    self._seed = seed
-                apply_snapshot(self.env.world.client, snap)
-                img = self.env.camera.capture()
-                self.last_render_ns = time.perf_counter_ns() - t0
-                self.frames += 1
+                self._send(("render", *job))
+                reply = self._recv()  # blocks in a read: the GIL is free for the robot's cycle
+            except OSError as e:
+                reply = ("error", f"camera process unreachable: {e}")
+            if reply[0] != "frame":
+                self.error = reply[1]  # no more frames: consumers see them age and refuse stale ones
+                return
+            _, img, stamp, tag, render_ns = reply
+            self.last_render_ns = render_ns
+            self.frames += 1
+            try:
                 self.on_frame(img, stamp, tag)
-            except Exception as e:  # a failed frame must not kill the camera; the consumer sees frames age
+            except Exception as e:  # a failed publish must not stop the camera
                 self.error = f"{type(e).__name__}: {e}"
 
     def close(self) -> None:
-        with self._cv:
-            self._stop = True
-            self._cv.notify()
-        self._thread.join(timeout=2.0)
-        if not self._thread.is_alive():
-            self.env.close()
+        if hasattr(self, "_cv"):
+            with self._cv:
+                self._stop = True
+                self._cv.notify()
+            self._thread.join(timeout=2.0)
+        try:
+            self._proc.stdin.close()  # the camera process exits at end of input
+            self._proc.wait(5.0)
+        except (OSError, subprocess.TimeoutExpired):
+            self._proc.kill()
+            self._proc.wait()
+        self._replies.close()
+
+
+def serve(inp, out) -> int:
+    """The camera process: builds the mirror scene, then renders each snapshot it is sent (until EOF)."""
+
+    def reply(obj: object) -> None:
+        pickle.dump(obj, out, protocol=pickle.HIGHEST_PROTOCOL)
+        out.flush()
+
+    env = None
+    seed = None
+    try:
+        while True:
+            try:
+                msg = pickle.load(inp)
+            except EOFError:
+                return 0
+            if msg[0] == "start":
+                from sim.arm_env import ArmEnv
+
+                try:
+                    env = ArmEnv(**msg[1])
+                    seed = msg[2]
+                    env.reset(seed=seed)
+                    if getattr(env, "camera", None) is None:
+                        raise ConfigError("the mirror env has no camera")
+                except Exception as e:
+                    reply(("error", f"{type(e).__name__}: {e}"))
+                    return 2
+                reply(("ready",))
+            elif msg[0] == "render":
+                _, job_seed, stamp, tag, snap = msg
+                t0 = time.perf_counter_ns()
+                try:
+                    if job_seed != seed:  # new episode: the same reset as the robot's (colours, light, camera)
+                        env.reset(seed=job_seed)
+                        seed = job_seed
+                    apply_snapshot(env.world.client, snap)
+                    img = env.camera.capture()
+                except Exception as e:
+                    reply(("error", f"render failed: {type(e).__name__}: {e}"))
+                    return 2
+                reply(("frame", img, stamp, tag, time.perf_counter_ns() - t0))
+    finally:
+        if env is not None:
+            env.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(serve(sys.stdin.buffer, os.fdopen(int(sys.argv[1]), "wb")))

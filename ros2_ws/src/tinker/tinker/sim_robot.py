@@ -10,9 +10,9 @@ the first point's positions, mapped by joint name). When no fresh command arrive
 Domain randomization: ``dynamics`` names a DynamicsParams YAML (sim/config/dynamics/*.yaml).
 
 Camera (``camera_rate_hz``, from the launch YAML's ``/**`` section, shared with perception): > 0
-renders like a real camera at its own rate, off the control path: the cycle snapshots the scene when
-a frame is due and `tinker.sim_camera.MirrorCamera` renders it on a worker thread, started when this
-cycle's command has arrived (the loop's quiet window) or at the next cycle if none came. The Image
+renders like a real camera at its own rate, off the control path: when a frame is due, the scene is
+snapshotted once this cycle's command has arrived (the loop's quiet window; at the next cycle if none
+came) and `tinker.sim_camera.MirrorCamera` renders it in a camera process of its own. The Image
 carries the stamp of the state it shows, so its age at use is known (one period at 20 Hz/20 Hz).
 ``0`` renders every cycle in line, before the state goes out (the frame of that very state, as in
 training; the cycle then costs a render).
@@ -36,6 +36,8 @@ from tinker_core.errors import TinkerError, ValidationError
 
 
 class SimRobotNode(NodeRuntime, Node):
+    quiet_point = "loop_e2e"  # the robot's quiet window opens when the cycle's command is back
+
     def __init__(self, **kwargs):
         super().__init__("sim_robot", **kwargs)
         self._init_runtime("sim_robot")
@@ -79,11 +81,9 @@ class SimRobotNode(NodeRuntime, Node):
         self._next_frame_ns = 0
         self.frame_period_ns = int(1e9 / camera_rate) if camera_rate > 0 else 0
         if self.camera and camera_rate > 0:
-            from sim.arm_env import ArmEnv
-
-            make = lambda: ArmEnv(task=g("task"), dynamics=g("dynamics") or None, camera=True,  # noqa: E731
-                                  image_size=int(g("image_size")), control_period=self.period)
-            self.mirror = MirrorCamera(make, self.seed, self._publish_frame)
+            scene = {"task": g("task"), "dynamics": g("dynamics") or None, "image_size": int(g("image_size")),
+                     "control_period": self.period}
+            self.mirror = MirrorCamera(scene, self.seed, self._publish_frame)
         self.task_pub = self.create_publisher(Float64MultiArray, g("task_topic"), COMMAND_QOS)
         if g("command_type") == "joint_trajectory":
             self.create_subscription(JointTrajectory, g("command_topic"), self._on_trajectory, COMMAND_QOS)
@@ -181,6 +181,8 @@ class SimRobotNode(NodeRuntime, Node):
         if self.mirror is not None:
             self._camera_tick(t0, stamp)
         if done and self.episode_cycles > 0:
+            if self._frame_job is not None:  # the reset moves the scene: this state's frame is taken now
+                self._submit_frame()
             self.episode += 1
             self.episode_step = 0
             self.arm.reset(self.seed + self.episode)
@@ -190,18 +192,23 @@ class SimRobotNode(NodeRuntime, Node):
 
     # --- the camera --------------------------------------------------------------------------
     def _camera_tick(self, t0: int, stamp: int) -> None:
-        """Snapshot the scene when a frame is due; a frame still waiting for its quiet window goes now."""
-        late = self._frame_job is not None  # the last cycle's command never came: no quiet window to wait for
-        if t0 + self.period * 5e8 >= self._next_frame_ns:  # due (half a cycle early counts: same-rate camera)
+        """Mark a frame due; it is snapshotted and rendered in the quiet window (the scene only moves in
+        ``arm.step()``, so the snapshot then still shows this state). A frame still waiting because the
+        last cycle's command never came is replaced by this state's, which goes now."""
+        late = self._frame_job is not None
+        due = t0 + self.period * 5e8 >= self._next_frame_ns  # half a cycle early counts: same-rate camera
+        if due:
             self._next_frame_ns = max(self._next_frame_ns + self.frame_period_ns, t0 + self.frame_period_ns // 2)
-            self._frame_job = (snapshot(self.env.world.client), stamp, self.seed + self.episode, self.cycle)
+        if due or late:
+            self._frame_job = (stamp, self.seed + self.episode, self.cycle)
         if late:
             self._submit_frame()
 
     def _submit_frame(self) -> None:
-        snap, stamp, seed, cycle = self._frame_job
+        """Snapshot the scene (~0.1 ms of PyBullet calls) for the frame due and hand it to the camera thread."""
+        stamp, seed, cycle = self._frame_job
         self._frame_job = None
-        self.mirror.submit(snap, stamp, seed, cycle)
+        self.mirror.submit(snapshot(self.env.world.client), stamp, seed, cycle)
 
     def _publish_frame(self, img: np.ndarray, stamp: int, cycle: int) -> None:
         """One rgb8 Image stamped with the state it shows (the camera thread calls this too)."""
