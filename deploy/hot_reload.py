@@ -26,6 +26,17 @@ from deploy.bundle import ExpectedIO, load_bundle
 from deploy.runtime import OnnxPolicy, OnnxPolicyConfig
 
 
+def _background_thread() -> None:
+    """The validation thread yields to the control loop: off real-time scheduling if the thread that
+    started it had it (a node under SCHED_FIFO), and below the loop's threads."""
+    if hasattr(os, "sched_setscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # Linux: this thread only
+    except (AttributeError, OSError):
+        pass
+
+
 @dataclass
 class Rejection:
     """A bundle that was not swapped in, and why."""
@@ -80,7 +91,8 @@ class HotSwapPolicy(ModuleBase[OnnxPolicyConfig]):
         fut: Future[bool] = Future()
         with self._queue_lock:
             if self._worker is None:
-                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-hot-reload")
+                self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tinker-hot-reload",
+                                                  initializer=_background_thread)
             self._worker.submit(self._reload, Path(path), fut)
         return fut
 

@@ -114,6 +114,13 @@ def test_every_node_publishes_diagnostics_with_latency_and_model_identity(g, ros
     assert pol["model_version"] == "1" and len(pol["actor_sha256"]) == 64
     assert saf["estopped"] in ("False", "True") and "interventions.clipped" in saf and "estop_cause" in saf
     assert int(_diag(g, "experience_bridge")["recorded_cycles"]) > 0
+    # scheduling from the launch YAML: the loop's processes real-time where the host allows it
+    # (root or an rtprio limit; the node says "refused" otherwise), the bridge never
+    assert saf["scheduling"] in ("SCHED_FIFO 45",) or "refused" in saf["scheduling"], saf["scheduling"]
+    assert pol["scheduling"] in ("SCHED_FIFO 40",) or "refused" in pol["scheduling"], pol["scheduling"]
+    assert _diag(g, "experience_bridge")["scheduling"] == "SCHED_OTHER"
+    # the garbage collector runs in the quiet window, counted per generation
+    assert len(pol["gc_collections"].split("/")) == 3 and float(pol["gc_max_pause_ms"]) >= 0
 
 
 def test_malformed_messages_on_every_input_hold_and_warn_never_crash(g, ros2):

@@ -34,6 +34,7 @@ from typing import Any, Callable
 import numpy as np
 import yaml
 
+from tinker.priority import background_child
 from tinker_core.errors import ConfigError, TinkerError
 from tinker_core.evaluate import wilson_interval
 
@@ -73,14 +74,6 @@ class DemoConfig:
         for k in ("episodes_before", "finetune_episodes", "episodes_after", "episode_cycles"):
             if int(getattr(self, k)) < (0 if k == "finetune_episodes" else 1):
                 raise ConfigError(f"DemoConfig.{k}: expected a positive count, got {getattr(self, k)!r}")
-
-
-def _learner_child() -> None:
-    """The learner's process: a lower priority than the robot loop, and gone when the demo is."""
-    from tinker.bringup import die_with_parent
-
-    os.nice(10)
-    die_with_parent()
 
 
 def free_port() -> int:
@@ -201,7 +194,7 @@ class LearnerProcess:
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         self.proc = subprocess.Popen([sys.executable, "-m", "tinker_core", "learner", "--config", str(self.path)],
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
-                                     preexec_fn=_learner_child)
+                                     preexec_fn=background_child)
         log.close()
 
     def ctl(self, cmd: str, timeout: float = 120.0, **values: Any) -> dict:

@@ -31,6 +31,8 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
+from tinker.priority import lower_priority, set_realtime
+from tinker.quiet_gc import QUIET_GC
 from tinker_core.errors import TinkerError
 from tinker_core.tracer import Tracer
 
@@ -109,6 +111,8 @@ class NodeRuntime:
     def _init_runtime(self, module: str) -> None:
         self.declare_parameter("control_period", 0.05)
         self.declare_parameter("nice", 0)
+        self.declare_parameter("realtime_priority", 0)
+        self.scheduling = "SCHED_OTHER"
         self.declare_parameter("trace_dir", "")
         self.declare_parameter("diagnostics_period", 1.0)
         self.module = module
@@ -138,12 +142,21 @@ class NodeRuntime:
         """Called once on SIGINT/SIGTERM while the context is alive: commanding nodes publish their stop."""
 
     # --- shared ---------------------------------------------------------------------------------
+    quiet_point: str | None = None
+    """The span after which this node's process is quiet (None: the node's own cycle span). The one
+    process of a composed graph is quiet only once the command is back at the robot (``loop_e2e``)."""
+
     def span(self, cycle: int, start_ns: int, dur_ns: int, module: str | None = None, **extra) -> None:
-        """Records a unit of cycle work that has just ended (its output is out): the quiet window starts."""
-        self.tracer.record(cycle, module or self.module, start_ns, dur_ns, **extra)
+        """Records a unit of cycle work that has just ended (its output is out): the quiet window starts,
+        where a pending heartbeat and a due garbage collection (`tinker.quiet_gc`) run."""
+        module = module or self.module
+        self.tracer.record(cycle, module, start_ns, dur_ns, **extra)
+        if module != (self.quiet_point or self.module):
+            return
         self._last_cycle_end_ns = time.monotonic_ns()
         if self._diag_pending:
             self.publish_diagnostics()
+        QUIET_GC.collect_if_due()
 
     def _on_diag_timer(self) -> None:
         """The heartbeat (~0.5-1.5 ms of Python) goes out in the quiet window, never in a cycle's way:
@@ -164,6 +177,9 @@ class NodeRuntime:
             "cycle_latency_p99_us": f"{p99:.1f}",
             "overruns": self.stats.overruns,
             "deadline_misses": self.stats.deadline_misses,
+            "scheduling": self.scheduling,
+            "gc_collections": "/".join(map(str, QUIET_GC.collections)),
+            "gc_max_pause_ms": f"{QUIET_GC.max_pause_ns / 1e6:.2f}",
         }
         values.update(self.diagnostic_values())
         st = DiagnosticStatus(level=level, name=self.get_fully_qualified_name(), message=message,
@@ -173,6 +189,7 @@ class NodeRuntime:
 
     def publish_diagnostics(self) -> None:
         self._diag_pending = False
+        QUIET_GC.collect_if_due()  # also when no cycle runs: an idle node still frees memory
         arr = DiagnosticArray()
         arr.header.stamp = self.get_clock().now().to_msg()
         arr.status = [self.diagnostics()]
@@ -223,15 +240,6 @@ def spin_until_signal(nodes: list, on_ready: Callable[[], None] | None = None) -
         ex.shutdown()
 
 
-def lower_priority(increment: int) -> None:
-    """Adds ``increment`` to this process's nice value (a background node yields the CPU to the loop's)."""
-    if increment > 0:
-        try:
-            os.nice(increment)
-        except OSError as e:  # not fatal: the node still runs, only without the yield
-            print(f"warning: nice({increment}) refused: {e}", file=sys.stderr, flush=True)
-
-
 def run_nodes(make_nodes: Callable[[], list], args: list[str] | None, label: str = "") -> int:
     """Init rclpy, build the nodes, spin them until SIGINT/SIGTERM, shut down; the process exit code.
 
@@ -240,8 +248,21 @@ def run_nodes(make_nodes: Callable[[], list], args: list[str] | None, label: str
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     try:
         nodes = make_nodes()
+        if len(nodes) > 1 and any(n.module == "sim_robot" for n in nodes):
+            for n in nodes:  # one thread runs the whole cycle: quiet once the command is back
+                n.quiet_point = "loop_e2e"
+        QUIET_GC.install()
+        sched = set_realtime(max(int(n.get_parameter("realtime_priority").value) for n in nodes))
+        for n in nodes:
+            n.scheduling = sched
+        if "refused" in sched:
+            nodes[0].get_logger().warning(f"scheduling: {sched}")
+        else:
+            nodes[0].get_logger().info(f"scheduling: {sched}")
         if len(nodes) == 1:  # a node in its own process: its ``nice`` (composed processes keep the loop's)
-            lower_priority(int(nodes[0].get_parameter("nice").value))
+            done = lower_priority(int(nodes[0].get_parameter("nice").value))
+            if done:
+                nodes[0].get_logger().info(f"background priority: {done}")
         spin_until_signal(nodes)
     except NodeFatal as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
@@ -250,6 +271,7 @@ def run_nodes(make_nodes: Callable[[], list], args: list[str] | None, label: str
         print(f"error: {label}{e}", file=sys.stderr, flush=True)
         return 2
     finally:
+        QUIET_GC.uninstall()
         if rclpy.ok():
             rclpy.shutdown()
     return 0
