@@ -27,21 +27,13 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from tinker.priority import die_with_parent
 from tinker_core.errors import ConfigError, TinkerError
 
 
 NAME_SETTLE_S = 3.0
 """Seconds after joining the domain before the node list is trusted: discovery of nodes already running
 took 0.6 to over 1.5 s here, and two nodes under one name must both be seen to be refused."""
-
-
-def die_with_parent() -> None:
-    """In a child before exec: SIGTERM it when the process that started it dies (Linux), so that a killed
-    ``tinker demo`` or ``tinker bringup`` leaves no nodes behind on the ROS domain."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
 """Every node of the graph, in start order; the same list as the launch file's."""
@@ -116,6 +108,9 @@ class Graph:
         self.python = python
         self.procs: dict[str, subprocess.Popen] = {}
         self._ctx = self._node = self._executor = None
+        self.enclave = f"/tinker/graph_{uuid.uuid4().hex[:12]}"
+        """This graph's ROS enclave: discovery tells its nodes from nodes of the same names elsewhere (no
+        security is implied; without ROS_SECURITY_ENABLE an enclave is only a label)."""
 
     # --- parameters --------------------------------------------------------------------------------
     def overlay_file(self) -> Path:
@@ -132,7 +127,8 @@ class Graph:
         return p
 
     def ros_args(self, node: str | None) -> list[str]:
-        args = ["--ros-args", "--params-file", str(self.params_file), "--params-file", str(self.overlay_file())]
+        args = ["--ros-args", "--enclave", self.enclave, "--params-file", str(self.params_file),
+                "--params-file", str(self.overlay_file())]
         if self.namespace:
             args += ["-r", f"__ns:=/{self.namespace}"]
         if node is not None:
@@ -266,27 +262,35 @@ class Graph:
                                f": another graph (a demo or bringup that was killed?) uses these names. Stop it, "
                                f"or give this graph its own ROS_DOMAIN_ID or namespace")
 
+    def _nodes_seen(self) -> tuple[set[str], set[str]]:
+        """(ours, others): fully qualified names of the nodes discovery shows, by enclave."""
+        ours, others = set(), set()
+        for n, ns, enclave in self._node.get_node_names_and_namespaces_with_enclaves():
+            (ours if enclave == self.enclave else others).add(_fq(ns, n))
+        return ours, others
+
     def _refuse_name_clash(self, discovery_s: float = 1.0) -> None:
         """Before starting: give discovery ``discovery_s`` (about 0.9 s seen here) to show nodes already running
         under our names."""
         want = {_fq(self.namespace, n) for n in self.nodes}
         end = time.monotonic() + discovery_s
         while time.monotonic() < end:
-            self._clash(sorted(want & {_fq(ns, n) for n, ns in self._node.get_node_names_and_namespaces()}))
+            self._clash(sorted(want & self._nodes_seen()[1]))
             self._executor.spin_once(timeout_sec=0.05)
 
     def wait_for_nodes(self, timeout: float = 60.0) -> None:
+        """Until every node of this graph is up (its enclave tells it from namesakes) and discovery had
+        NAME_SETTLE_S to show namesakes of another graph, which are refused."""
         want = {_fq(self.namespace, n) for n in self.nodes}
         end = time.monotonic() + timeout
         while True:
             self._check_alive()
-            seen = [_fq(ns, n) for n, ns in self._node.get_node_names_and_namespaces()]
-            have = set(seen)
-            self._clash([n for n in want if seen.count(n) > 1])
-            if want <= have and time.monotonic() >= self._connected_at + NAME_SETTLE_S:
+            ours, others = self._nodes_seen()
+            self._clash(sorted(want & others))
+            if want <= ours and time.monotonic() >= self._connected_at + NAME_SETTLE_S:
                 return
             if time.monotonic() > end:
-                raise BringupError(f"nodes {sorted(want - have)} did not appear within {timeout:.0f} s")
+                raise BringupError(f"nodes {sorted(want - ours)} did not appear within {timeout:.0f} s")
             self._executor.spin_once(timeout_sec=0.1)
 
     def state(self, node: str, timeout: float = 10.0) -> str:
