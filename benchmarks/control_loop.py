@@ -16,7 +16,8 @@ has it, the floor included):
   bundle exported for that period: the policy node refuses a bundle trained at another period);
 - the floor: four processes relaying the same message types with no work (robot -> A -> B -> C ->
   robot, the same number of inter-process hops as robot -> perception -> policy -> safety -> robot),
-  on the same executor as tinker, and on the SingleThreadedExecutor for comparison;
+  on the same executor as tinker and scheduled as its loop processes are (SCHED_FIFO at the launch
+  YAML's ``realtime_priority``); both again under normal scheduling, for what real-time priority buys;
 - the same graph composed in one process and one executor (``tinker bringup --composed``), as a
   second configuration (no inter-process hops: its floor is not the 4-process chain);
 - where the cycle's time goes: when each stage starts after the robot's state (``since_state_us`` in
@@ -54,13 +55,15 @@ def pct(a, q) -> float:
 
 # -- the floor: a bare rclpy chain ------------------------------------------------------------------
 
-def floor_node(role: str, period: float, out: str) -> int:
-    """One process of the bare chain (run as ``control_loop.py --floor-node ROLE``)."""
+def floor_node(role: str, period: float, out: str, realtime: int = 0) -> int:
+    """One process of the bare chain (run as ``control_loop.py --floor-node ROLE``), scheduled as the
+    loop's processes are (``realtime``: their SCHED_FIFO priority from the launch YAML, 0 = normal)."""
     import rclpy
     from rclpy.signals import SignalHandlerOptions
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
+    from tinker.priority import set_realtime
     from tinker.runtime import make_executor
     from tinker.wire import COMMAND_QOS, SENSOR_QOS
 
@@ -111,6 +114,7 @@ def floor_node(role: str, period: float, out: str) -> int:
         node.create_subscription(spec[0], spec[1], relay, spec[2])
     ex, _ = make_executor()  # the tinker nodes' executor (TINKER_EXECUTOR)
     ex.add_node(node)
+    set_realtime(realtime)
     while not stop:
         ex.spin_once(timeout_sec=0.05)
     if role == "robot":
@@ -122,14 +126,13 @@ def floor_node(role: str, period: float, out: str) -> int:
     return 0
 
 
-def run_floor(period: float, cycles: int, env: dict, tmp: Path, executor: str = "") -> dict:
-    out = tmp / f"floor_{executor or 'default'}.json"
-    if executor:
-        env = dict(env, TINKER_EXECUTOR=executor)
+def run_floor(period: float, cycles: int, env: dict, tmp: Path, realtime: int = 0) -> dict:
+    out = tmp / f"floor_{realtime}.json"
     procs = []
     for role in ("c", "b", "a", "robot"):
         procs.append(subprocess.Popen([sys.executable, __file__, "--floor-node", role, "--period", str(period),
-                                       "--out", str(out)], env=env, start_new_session=True))
+                                       "--out", str(out), "--realtime", str(realtime)], env=env,
+                                      start_new_session=True))
     time.sleep(3.0 + cycles * period)
     for p in reversed(procs):
         os.killpg(p.pid, signal.SIGTERM)
@@ -144,15 +147,18 @@ def run_floor(period: float, cycles: int, env: dict, tmp: Path, executor: str = 
 # -- tinker ------------------------------------------------------------------------------------------
 
 def run_tinker(bundle: Path, period: float, cycles: int, env: dict, tmp: Path, record: bool = False,
-               camera: bool = True, composed: bool = False) -> dict:
+               camera: bool = True, composed: bool = False, realtime: bool = True) -> dict:
     from tinker.bringup import Graph
     from tinker_core.tracer import read_trace
 
-    tag = f"{period}_{camera}_{'composed' if composed else 'procs'}"
+    tag = f"{period}_{camera}_{'composed' if composed else 'procs'}_{'rt' if realtime else 'nort'}"
     trace = tmp / f"trace_{tag}"
-    g = Graph(overrides={"perception": {"bundle": str(bundle)}, "policy": {"bundle": str(bundle)},
-                         "/**": {"control_period": period, "trace_dir": str(trace)},
-                         "sim_robot": {"camera": camera}},
+    overrides = {"perception": {"bundle": str(bundle)}, "policy": {"bundle": str(bundle)},
+                 "/**": {"control_period": period, "trace_dir": str(trace)}, "sim_robot": {"camera": camera}}
+    if not realtime:  # the launch YAML's scheduling, less the real-time priority
+        for n in ("/**", "sim_robot", "perception", "policy", "safety"):
+            overrides.setdefault(n, {})["realtime_priority"] = 0
+    g = Graph(overrides=overrides,
               record=(tmp / f"run_{tag}.mcap") if record else None, run_dir=tmp / f"logs_{tag}", env=env,
               composed=composed)
     g.start()
@@ -231,16 +237,17 @@ def main(argv=None) -> int:
     ap.add_argument("--floor-node", help=argparse.SUPPRESS)
     ap.add_argument("--period", type=float, default=0.05, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
+    ap.add_argument("--realtime", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.floor_node:
-        return floor_node(args.floor_node, args.period, args.out)
+        return floor_node(args.floor_node, args.period, args.out, args.realtime)
 
     from tinker.reach_bundle import build_reach_bundle
 
     load_before = os.getloadavg()
     cycles = 200 if args.quick else 2000
-    sweep = [0.05, 0.02, 0.01, 0.005, 0.004] if not args.quick else [0.05, 0.005]
-    sweep_nocam = [0.01, 0.005, 0.004] if not args.quick else [0.005]
+    sweep = [0.05, 0.02, 0.01, 0.005, 0.004, 0.003] if not args.quick else [0.05, 0.005]
+    sweep_nocam = [0.01, 0.005, 0.004, 0.003] if not args.quick else [0.005]
     sweep_cycles = 100 if args.quick else 400
     tmp = Path(tempfile.mkdtemp(prefix="tinker-bench-loop-"))
     env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(120, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
@@ -249,17 +256,20 @@ def main(argv=None) -> int:
     bundles_nocam = {p: build_reach_bundle(tmp / f"bundle_nocam_{p}", control_period=p, camera=False)
                      for p in sweep_nocam}
 
+    from tinker.bringup import default_params_file, node_parameters
     from tinker.runtime import make_executor
 
     executor = make_executor()[1]
-    print(f"floor: bare rclpy chain, 4 hops, {cycles} cycles at 20 Hz, {executor} executor ...", flush=True)
-    floor = run_floor(0.05, cycles, env, tmp)
-    floor_single = floor
-    if executor != "single":
-        print("floor: the same on the single-threaded executor ...", flush=True)
-        floor_single = run_floor(0.05, cycles, env, tmp, executor="single")
+    rt = int(node_parameters(default_params_file(), "perception").get("realtime_priority", 0))
+    print(f"floor: bare rclpy chain, 4 hops, {cycles} cycles at 20 Hz, {executor} executor, SCHED_FIFO {rt} "
+          f"as the loop's processes ...", flush=True)
+    floor = run_floor(0.05, cycles, env, tmp, realtime=rt)
+    print("floor: the same under normal scheduling ...", flush=True)
+    floor_nort = run_floor(0.05, cycles // 2, env, tmp, realtime=0)
     print(f"tinker: full graph with camera perception, {cycles} cycles at 20 Hz, recording on ...", flush=True)
     tk = run_tinker(bundles[0.05], 0.05, cycles, env, tmp, record=True)
+    print(f"tinker: the same under normal scheduling (realtime_priority 0), {cycles // 2} cycles ...", flush=True)
+    tk_nort = run_tinker(bundles[0.05], 0.05, cycles // 2, env, tmp, record=True, realtime=False)
     print(f"tinker composed: the same graph in one process, {cycles} cycles at 20 Hz ...", flush=True)
     tkc = run_tinker(bundles[0.05], 0.05, cycles, env, tmp, composed=True)
     rates = {}
@@ -285,7 +295,7 @@ def main(argv=None) -> int:
     ok_comp = [1 / p for p, r in rates_comp.items() if r["misses"] == 0] + ([20.0] if tkc["misses"] == 0 else [])
     c = costs(2000 if args.quick else 20000, tmp)
 
-    e2e, fl, fls = tk["e2e_us"], floor["e2e_us"], floor_single["e2e_us"]
+    e2e, fl, fln = tk["e2e_us"], floor["e2e_us"], floor_nort["e2e_us"]
     jitter = np.abs(tk["period_us"] - 50_000.0)
     fjit = np.abs(floor["period_us"] - 50_000.0)
     cjit = np.abs(tkc["period_us"] - 50_000.0)
@@ -295,8 +305,12 @@ def main(argv=None) -> int:
         "tinker_e2e_us_p50": pct(e2e, 50), "tinker_e2e_us_p99": pct(e2e, 99), "tinker_e2e_us_max": float(e2e.max()),
         "floor_e2e_us_p50": pct(fl, 50), "floor_e2e_us_p99": pct(fl, 99), "floor_e2e_us_max": float(fl.max()),
         "e2e_p99_vs_floor_ratio": pct(e2e, 99) / pct(fl, 99),
-        "executor": executor,
-        "floor_single_threaded_e2e_us_p50": pct(fls, 50), "floor_single_threaded_e2e_us_p99": pct(fls, 99),
+        "executor": executor, "realtime_priority": rt,
+        "floor_normal_sched_e2e_us_p50": pct(fln, 50), "floor_normal_sched_e2e_us_p99": pct(fln, 99),
+        "tinker_normal_sched_e2e_us_p50": pct(tk_nort["e2e_us"], 50),
+        "tinker_normal_sched_e2e_us_p99": pct(tk_nort["e2e_us"], 99),
+        "tinker_normal_sched_e2e_us_max": float(tk_nort["e2e_us"].max()),
+        "tinker_normal_sched_deadline_misses_20hz": tk_nort["misses"],
         "frame_age_us_p50": pct(tk["frame_age_us"], 50), "frame_age_us_p99": pct(tk["frame_age_us"], 99),
         "composed_e2e_us_p50": pct(tkc["e2e_us"], 50), "composed_e2e_us_p99": pct(tkc["e2e_us"], 99),
         "composed_e2e_us_max": float(tkc["e2e_us"].max()) if len(tkc["e2e_us"]) else float("nan"),
@@ -331,9 +345,11 @@ def main(argv=None) -> int:
               "goals": goals, "goals_met": met,
               "load_average_1min": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
               "notes": "sweep runs each period with its own exported bundle, image perception on; the camera "
-                       "renders at camera_rate_hz (20 Hz) on sim_robot's camera thread, off the control path "
-                       "(~10-25 ms CPU per frame in PyBullet's TinyRenderer), and perception uses the newest "
-                       "frame (frame_age_us); composed_* is the same graph in one process and one executor"}
+                       "renders at camera_rate_hz (20 Hz) in sim_robot's camera process, off the control path "
+                       "(~5-25 ms CPU per frame in PyBullet's TinyRenderer), and perception uses the newest "
+                       "frame (frame_age_us); composed_* is the same graph in one process and one executor; "
+                       "the loop's processes and the floor's run SCHED_FIFO at realtime_priority (launch "
+                       "YAML), *_normal_sched_* the same without it"}
     out = write_result("control_loop", args.quick, result)
     print(json.dumps(result["figures"], indent=2))
     print(f"goals met: {met}\nwrote {out}")
