@@ -72,6 +72,20 @@ def _under_qemu() -> bool:
     return "qemu" in os.path.basename(exe)
 
 
+def _realtime_allowed() -> bool | None:
+    """Whether this process may use SCHED_FIFO (what the ROS nodes' ``realtime_priority`` asks); None off Linux.
+    Tried on the calling thread for an instant, then put back."""
+    if not hasattr(os, "sched_setscheduler"):
+        return None
+    before, param = os.sched_getscheduler(0), os.sched_getparam(0)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
+    except PermissionError:
+        return False
+    os.sched_setscheduler(0, before, param)
+    return True
+
+
 def collect(check_optional: bool = True) -> Report:
     r = Report()
     r.info = {
@@ -81,6 +95,7 @@ def collect(check_optional: bool = True) -> Report:
         "python": f"{platform.python_version()} ({platform.python_implementation()})",
         "cpu count": os.cpu_count(),
         "emulated (qemu)": _under_qemu(),
+        "real-time scheduling": _realtime_allowed(),
     }
     mods = {"numpy": "numpy", "onnxruntime": "onnxruntime", "pyyaml": "yaml"}
     if check_optional:
@@ -125,6 +140,10 @@ def flags(r: Report) -> list[str]:
     if "rclpy" in v and v["rclpy"] is None:
         out.append("rclpy is not importable: the ROS 2 nodes cannot run here (source your ROS 2 install, "
                    "e.g. /opt/ros/jazzy/setup.bash, or pip install 'tinker-rl[ros]' on x86_64)")
+    if r.info.get("real-time scheduling") is False:
+        out.append("SCHED_FIFO is refused to this user: the control loop's nodes will run without real-time "
+                   "priority (realtime_priority in the launch YAML); give the user an rtprio limit "
+                   "(/etc/security/limits.conf: '@realtime - rtprio 98', user in group realtime) or CAP_SYS_NICE")
     if r.info.get("byte order") != "little":
         out.append("big-endian machine: bundles are written little-endian; onnxruntime on big-endian is untested")
     if "torch" in v and v["torch"] is None:

@@ -53,6 +53,9 @@ def test_doctor_prints_platform_versions_and_providers(capsys):
     assert main(["doctor", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["info"]["byte order"] in ("little", "big") and "CPUExecutionProvider" in d["providers"]
+    assert d["info"]["real-time scheduling"] in (True, False, None)
+    import os
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the check put this process's scheduling back
 
 
 def test_doctor_flags_known_incompatibilities():
@@ -62,5 +65,8 @@ def test_doctor_flags_known_incompatibilities():
     assert "1.28 and newer crash at import under qemu" in text
     assert "numpy 1.26.4 with onnxruntime 1.28.0" in text
     assert "rclpy is not importable" in text
+    rt = flags(Report(info={"machine": "x86_64", "byte order": "little", "real-time scheduling": False},
+                      versions={"numpy": "2.4.6", "onnxruntime": "1.31.1"}))
+    assert len(rt) == 1 and "SCHED_FIFO is refused" in rt[0] and "rtprio" in rt[0]
     assert flags(Report(info={"machine": "x86_64", "byte order": "little"},
                         versions={"numpy": "2.4.6", "onnxruntime": "1.31.1"})) == []

@@ -89,6 +89,17 @@ class CycleStats:
         return float(p50), float(p99)
 
 
+class _QuietWindow:
+    """This process's quiet window: when its last cycle's output went out, and the heartbeats waiting for the next."""
+
+    def __init__(self) -> None:
+        self.last_ns = 0
+        self.pending: list = []
+
+
+_QUIET = _QuietWindow()
+
+
 class NodeFatal(Exception):
     """A node found a condition it must not run under (named in the message); the process exits 3."""
 
@@ -126,8 +137,6 @@ class NodeRuntime:
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._diag_timer = self.create_timer(float(self.get_parameter("diagnostics_period").value),
                                              self._on_diag_timer)
-        self._diag_pending = False
-        self._last_cycle_end_ns = 0
         self._period_ns = int(self.period * 1e9)
         self._started = time.monotonic()
 
@@ -153,19 +162,19 @@ class NodeRuntime:
         self.tracer.record(cycle, module, start_ns, dur_ns, **extra)
         if module != (self.quiet_point or self.module):
             return
-        self._last_cycle_end_ns = time.monotonic_ns()
-        if self._diag_pending:
-            self.publish_diagnostics()
+        _QUIET.last_ns = time.monotonic_ns()
+        while _QUIET.pending:  # every node of the process: composed, they share one thread
+            _QUIET.pending.pop().publish_diagnostics()
         QUIET_GC.collect_if_due()
 
     def _on_diag_timer(self) -> None:
         """The heartbeat (~0.5-1.5 ms of Python) goes out in the quiet window, never in a cycle's way:
-        now when the last cycle just ended (or the node is idle), else right after the next cycle's output."""
-        since = time.monotonic_ns() - self._last_cycle_end_ns
+        now when the process's last cycle just ended (or it is idle), else right after the next one's output."""
+        since = time.monotonic_ns() - _QUIET.last_ns
         if since < self._period_ns // 2 or since > 2 * self._period_ns:
             self.publish_diagnostics()
-        else:
-            self._diag_pending = True
+        elif self not in _QUIET.pending:
+            _QUIET.pending.append(self)
 
     def diagnostics(self) -> DiagnosticStatus:
         p50, p99 = self.stats.percentiles_us()
@@ -188,7 +197,6 @@ class NodeRuntime:
         return st
 
     def publish_diagnostics(self) -> None:
-        self._diag_pending = False
         QUIET_GC.collect_if_due()  # also when no cycle runs: an idle node still frees memory
         arr = DiagnosticArray()
         arr.header.stamp = self.get_clock().now().to_msg()
@@ -196,6 +204,8 @@ class NodeRuntime:
         self._diag_pub.publish(arr)
 
     def close_runtime(self) -> None:
+        if self in _QUIET.pending:
+            _QUIET.pending.remove(self)
         self.tracer.close()
 
 
