@@ -66,16 +66,19 @@ class EnsembleQ(nn.Module):
         return x.squeeze(-1)
 
 
-def _noise(mu: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+def noise_like(mu: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+    """Standard normal noise shaped like ``mu``, from ``gen`` when given."""
     return torch.randn(mu.shape, generator=gen, device=mu.device) if gen is not None else torch.randn_like(mu)
 
 
-def squashed_sample(mu: torch.Tensor, log_std: torch.Tensor, gen: torch.Generator | None
-                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def squashed_sample(mu: torch.Tensor, log_std: torch.Tensor, gen: torch.Generator | None,
+                    eps: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``a = tanh(mu + std * eps)`` and its log-probability (Gaussian log-density minus
-    ``log(1 - a^2 + 1e-6)``, as Stable-Baselines3), plus ``eps`` and ``std`` for a hand-written backward."""
+    ``log(1 - a^2 + 1e-6)``, as Stable-Baselines3), plus ``eps`` and ``std`` for a hand-written backward.
+    ``eps`` (standard normal, shaped like ``mu``) is drawn from ``gen`` unless given."""
     std = log_std.exp()
-    eps = _noise(mu, gen)
+    if eps is None:
+        eps = noise_like(mu, gen)
     a = torch.tanh(mu + std * eps)
     logp = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
     logp = logp - torch.log1p(-a.square() + 1e-6).sum(-1)
@@ -104,7 +107,7 @@ class SquashedGaussianActor(nn.Module):
     def sample_action(self, feat: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
         """``sample(feat, gen)[0]`` without the log-probability (acting)."""
         mu, log_std = self.dist_params(feat)
-        return torch.tanh(mu + log_std.exp() * _noise(mu, gen))
+        return torch.tanh(mu + log_std.exp() * noise_like(mu, gen))
 
     def deterministic(self, feat: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.mu(self.trunk(feat)))

@@ -1,6 +1,10 @@
 """SAC (Haarnoja et al. 2018): twin critics (one batched ensemble), target critics by Polyak
 averaging, automatic entropy tuning. Defaults are Stable-Baselines3's, which RL Zoo tunes per env
-(configs/sac_pendulum.yaml)."""
+(configs/sac_pendulum.yaml); the update is SB3's step (tests/algos/test_sac_update.py).
+
+Two ways to the same step: for flat observations, MLPs and an fp32 critic, `SACUpdate` with the
+backward written out; otherwise (image or dict observations, other activations, a reduced-precision
+critic) autograd."""
 
 from __future__ import annotations
 

@@ -4,13 +4,16 @@ The losses are those of `SAC`'s autograd path (Stable-Baselines3's, term for ter
 gradient is an explicit product, so no autograd graph is built and every product runs in the
 layout the BLAS is fast at. On one CPU thread that matters: the critics' last layer as a batched
 ``[E, B, H] x [E, H, 1]`` matmul costs 4x a ``[E, 1, H] x [E, H, B]`` one, and its backward's
-outer product 8x a broadcast multiply. The FLOPs are the autograd path's: 16 products of
-``B x H x H`` per step for two critics (forward: actor on obs and next obs, target, critic, critic
-on the actor's action; backward: critic weights and inputs, actor-loss inputs, actor weights and
-inputs).
+outer product 8x a broadcast multiply.
+
+FLOPs: per step, 15 products the size of ``B x H x H`` for two critics (forward: the actor on obs
+and next obs, the target critics, the critics, the critics on the actor's action; backward: the
+critics' weights and inputs, the actor's weights and inputs, and the actor loss through the
+critics' inputs, where each sample goes back through its argmin critic only: one network's
+products instead of two, as the gradient of a min is zero for the others).
 
 Used when both perception modules are `Flatten` (no parameters), the MLPs use relu or tanh and the
-critic runs in fp32; tests/algos/test_sac_update.py holds it equal to the autograd path and to SB3.
+critic runs in fp32; tests/algos/test_sac_update.py holds it to SB3's step (and the autograd path).
 """
 
 from __future__ import annotations
@@ -21,9 +24,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinker_core.algos.networks import LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, SquashedGaussianActor, squashed_sample
+from tinker_core.algos.networks import (
+    LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, SquashedGaussianActor, noise_like, squashed_sample,
+)
 
 _FORWARD = {nn.ReLU: torch.relu_, nn.Tanh: torch.tanh_}
+Layer = tuple[torch.Tensor, torch.Tensor]  # (weight, bias): parameters, held directly (no module lookups)
 
 
 def _backward_act(kind: type, g: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
@@ -56,8 +62,12 @@ class SACUpdate:
     """Forward and backward of the actor and the ensemble critic; writes each parameter's ``.grad``."""
 
     def __init__(self, actor: SquashedGaussianActor, critic: EnsembleQ, critic_target: EnsembleQ):
-        self.actor, self.critic, self.target = actor, critic, critic_target
-        self.trunk = [m for m in actor.trunk if type(m) is nn.Linear]
+        lin = [m for m in actor.trunk if type(m) is nn.Linear]
+        self.trunk: list[Layer] = [(m.weight, m.bias) for m in lin]
+        self.mu: Layer = (actor.mu.weight, actor.mu.bias)
+        self.log_std: Layer = (actor.log_std.weight, actor.log_std.bias)
+        self.critic: list[Layer] = [(m.weight, m.bias) for m in critic.layers]
+        self.target: list[Layer] = [(m.weight, m.bias) for m in critic_target.layers]
         self.actor_act = next(type(m) for m in actor.trunk if type(m) is not nn.Linear)
         self.critic_act = type(critic.act)
 
@@ -76,82 +86,71 @@ class SACUpdate:
         """(inputs of each trunk layer and the trunk's output, mean, log std before the clamp)."""
         act = _FORWARD[self.actor_act]
         hs = [x]
-        for lin in self.trunk:
-            x = act(F.linear(x, lin.weight, lin.bias))
+        for w, b in self.trunk:
+            x = act(F.linear(x, w, b))
             hs.append(x)
-        return hs, F.linear(x, self.actor.mu.weight, self.actor.mu.bias), \
-            F.linear(x, self.actor.log_std.weight, self.actor.log_std.bias)
+        return hs, F.linear(x, *self.mu), F.linear(x, *self.log_std)
 
     def actor_backward(self, hs: list[torch.Tensor], g_mu: torch.Tensor, g_log_std: torch.Tensor) -> None:
-        """Gradients of every actor parameter from those of the mean and the (unclamped) log std."""
-        h = hs[-1]
-        mu, ls = self.actor.mu, self.actor.log_std
-        mu.weight.grad, mu.bias.grad = g_mu.t() @ h, g_mu.sum(0)
-        ls.weight.grad, ls.bias.grad = g_log_std.t() @ h, g_log_std.sum(0)
-        g = torch.addmm(g_mu @ mu.weight, g_log_std, ls.weight)
+        """Gradients of every actor parameter from those of the mean and the (unclamped) log std;
+        ``hs`` may have more rows than the gradients (the first rows are used)."""
+        n = g_mu.shape[0]
+        h = hs[-1][:n]
+        (wm, bm), (ws, bs) = self.mu, self.log_std
+        wm.grad, bm.grad = g_mu.t() @ h, g_mu.sum(0)
+        ws.grad, bs.grad = g_log_std.t() @ h, g_log_std.sum(0)
+        g = torch.addmm(g_mu @ wm, g_log_std, ws)
         for i in range(len(self.trunk) - 1, -1, -1):
-            lin = self.trunk[i]
-            g = _backward_act(self.actor_act, g, hs[i + 1])
-            lin.weight.grad, lin.bias.grad = _grad_weight(g, hs[i]), g.sum(0)
+            w, b = self.trunk[i]
+            g = _backward_act(self.actor_act, g, hs[i + 1][:n])
+            w.grad, b.grad = _grad_weight(g, hs[i][:n]), g.sum(0)
             if i > 0:
-                g = g @ lin.weight
+                g = g @ w
 
     # -- critics -------------------------------------------------------------------------------------
-    def critic_forward(self, net: EnsembleQ, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def critic_forward(self, net: list[Layer], x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
         """(inputs of each layer, ``[E, B]`` values) for ``x = [features, action]`` of shape [B, in]."""
         act = _FORWARD[self.critic_act]
-        layers = net.layers
-        first = layers[0]
-        E = first.weight.shape[0]
+        w, b = net[0]
+        E = w.shape[0]
         hs = [x]
-        h = act(torch.baddbmm(first.bias, x.expand(E, *x.shape), first.weight))
+        h = act(torch.baddbmm(b, x.expand(E, *x.shape), w))
         hs.append(h)
-        for layer in layers[1:-1]:
-            h = act(torch.baddbmm(layer.bias, h, layer.weight))
+        for w, b in net[1:-1]:
+            h = act(torch.baddbmm(b, h, w))
             hs.append(h)
-        last = layers[-1]
-        q = torch.bmm(last.weight.transpose(1, 2), h.transpose(1, 2)).squeeze(1) + last.bias.view(E, 1)
-        return hs, q
+        w, b = net[-1]
+        return hs, torch.baddbmm(b, w.transpose(1, 2), h.transpose(1, 2)).squeeze(1)
 
-    def critic_backward(self, net: EnsembleQ, hs: list[torch.Tensor], g_q: torch.Tensor,
-                        weights: bool) -> torch.Tensor | None:
-        """Back from ``g_q`` [E, B]: with ``weights`` writes the weight gradients and returns None,
-        else returns the gradient of the input [B, in] summed over the ensemble (weights untouched)."""
-        layers = net.layers
-        E, B = g_q.shape
-        last = layers[-1]
-        if weights:
-            last.weight.grad = torch.bmm(g_q.unsqueeze(1), hs[-1]).reshape(last.weight.shape)
-            last.bias.grad = g_q.sum(1).reshape(last.bias.shape)
-        g = g_q.unsqueeze(-1) * last.weight.transpose(1, 2)
-        for i in range(len(layers) - 2, -1, -1):
-            layer = layers[i]
+    def critic_weight_grads(self, net: list[Layer], hs: list[torch.Tensor], g_q: torch.Tensor) -> None:
+        """Writes the weight gradients from ``g_q`` [E, B], the gradient of the values."""
+        E = g_q.shape[0]
+        w, b = net[-1]
+        w.grad = torch.bmm(g_q.unsqueeze(1), hs[-1]).reshape(w.shape)
+        b.grad = g_q.sum(1).reshape(b.shape)
+        g = g_q.unsqueeze(-1) * w.transpose(1, 2)
+        for i in range(len(net) - 2, -1, -1):
+            w, b = net[i]
             g = _backward_act(self.critic_act, g, hs[i + 1])
-            if weights:
-                x = hs[i] if i > 0 else hs[0].expand(E, *hs[0].shape)
-                layer.weight.grad = torch.bmm(x.transpose(1, 2), g)
-                layer.bias.grad = g.sum(1, keepdim=True)
-                if i == 0:
-                    return None
-            g = torch.bmm(g, layer.weight.transpose(1, 2))
-        return g.sum(0)
+            x = hs[i] if i > 0 else hs[0].expand(E, *hs[0].shape)
+            w.grad, b.grad = torch.bmm(x.transpose(1, 2), g), g.sum(1, keepdim=True)
+            if i > 0:
+                g = torch.bmm(g, w.transpose(1, 2))
 
-    def min_q_input_grad(self, net: EnsembleQ, hs: list[torch.Tensor], idx: torch.Tensor,
+    def min_q_input_grad(self, net: list[Layer], hs: list[torch.Tensor], idx: torch.Tensor,
                          g_min: torch.Tensor) -> torch.Tensor:
         """Gradient of the input [B, in] from ``g_min`` [B], the gradient of ``min_i Q_i`` whose
-        argmin is ``idx``: each row goes back through its argmin critic only, so the rows of the
-        ensemble cost one network's products instead of E."""
-        layers = net.layers
-        last = layers[-1]
+        argmin is ``idx``: each row goes back through its argmin critic only."""
+        w_last = net[-1][0]
         g_x = hs[0].new_empty(hs[0].shape)
-        for e in range(last.weight.shape[0]):
+        for e in range(w_last.shape[0]):
             rows = (idx == e).nonzero().squeeze(1)
             if rows.numel() == 0:
                 continue
-            g = g_min.index_select(0, rows).unsqueeze(1) * last.weight[e, :, 0]
-            for i in range(len(layers) - 2, -1, -1):
+            g = g_min.index_select(0, rows).unsqueeze(1) * w_last[e, :, 0]
+            for i in range(len(net) - 2, -1, -1):
                 g = _backward_act(self.critic_act, g, hs[i + 1][e].index_select(0, rows))
-                g = g @ layers[i].weight[e].t()
+                g = g @ net[i][0][e].t()
             g_x.index_copy_(0, rows, g)
         return g_x
 
@@ -164,12 +163,13 @@ class SACUpdate:
         in SB3), then the actor's and (with ``learn_ent_coef``) the entropy coefficient's gradients.
         ``obs`` and ``next_obs`` are features (the actor's and the critics' alike)."""
         B = obs.shape[0]
-        hs_a, mu, ls_raw = self.actor_forward(obs)
+        # the actor on obs and next obs in one pass; noise drawn for obs, then next obs
+        hs_a, mu, ls_raw = self.actor_forward(torch.cat([obs, next_obs]))
         log_std = ls_raw.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        a_pi, logp_pi, eps, std = squashed_sample(mu, log_std, gen)
+        eps = torch.cat([noise_like(mu[:B], gen), noise_like(mu[B:], gen)])
+        a_all, logp_all, eps, std = squashed_sample(mu, log_std, gen, eps)
+        a_pi, logp_pi, next_a, next_logp = a_all[:B], logp_all[:B], a_all[B:], logp_all[B:]
         ent_coef = log_ent_coef.detach().exp()
-        _, nmu, nls = self.actor_forward(next_obs)
-        next_a, next_logp, _, _ = squashed_sample(nmu, nls.clamp(LOG_STD_MIN, LOG_STD_MAX), gen)
         _, tq = self.critic_forward(self.target, torch.cat([next_obs, next_a], dim=-1))
         target = rewards + (1.0 - dones) * gamma * (tq.min(0).values - ent_coef * next_logp)
         # critic: 0.5 * sum over critics of the mean squared TD error
@@ -178,20 +178,19 @@ class SACUpdate:
         g_q = td * (1.0 / B) if weights is None else td * (weights * (1.0 / B))
         per = td.square() if weights is None else td.square() * weights
         critic_loss = 0.5 * per.mean(1).sum()
-        self.critic_backward(self.critic, hs_c, g_q, weights=True)
+        self.critic_weight_grads(self.critic, hs_c, g_q)
         step_critic()
         # actor: mean(ent_coef * logp - min_i Q_i(s, a_pi)) through the stepped critic's input
         hs_p, q_pi = self.critic_forward(self.critic, torch.cat([obs, a_pi], dim=-1))
         q_min, idx = q_pi.min(0)
         actor_loss = (ent_coef * logp_pi - q_min).mean()
         g_x = self.min_q_input_grad(self.critic, hs_p, idx, q_min.new_full((B,), -1.0 / B))
-        g_a = g_x[:, obs.shape[1]:]
         k = ent_coef / B  # d actor_loss / d logp
         a2 = a_pi.square()
-        g_a = g_a + k * (2.0 * a_pi) / (1.0 - a2 + 1e-6)  # logp's tanh correction
+        g_a = g_x[:, obs.shape[1]:] + k * (2.0 * a_pi) / (1.0 - a2 + 1e-6)  # + logp's tanh correction
         g_u = g_a * (1.0 - a2)
-        in_range = (ls_raw >= LOG_STD_MIN) & (ls_raw <= LOG_STD_MAX)
-        g_log_std = (g_u * eps * std - k) * in_range
+        ls_b = ls_raw[:B]
+        g_log_std = (g_u * eps[:B] * std[:B] - k) * ((ls_b >= LOG_STD_MIN) & (ls_b <= LOG_STD_MAX))
         self.actor_backward(hs_a, g_u, g_log_std)
         if learn_ent_coef:
             log_ent_coef.grad = -(logp_pi + target_entropy).mean().reshape(log_ent_coef.shape)
