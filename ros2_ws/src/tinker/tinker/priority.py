@@ -93,12 +93,19 @@ def normal_thread(nice: int = 10) -> None:
         pass
 
 
-def background_child(increment: int = 10) -> None:
-    """``preexec_fn`` for a background process (a learner next to the loop): a session of its own,
-    whose autogroup is lowered by ``increment`` (see `lower_priority`), and SIGTERM when its parent dies."""
+def become_background(increment: int = 10) -> None:
+    """This process turns background work: off real-time scheduling (a child of a real-time loop thread
+    inherits it), ``increment`` lower (its autogroup too, when it leads its session: see `lower_priority`),
+    and SIGTERM when its parent dies."""
     if hasattr(os, "sched_setscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # forked by a real-time loop thread
-    if os.getsid(0) != os.getpid():  # Popen(start_new_session=True) has done it already
-        os.setsid()
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
     lower_priority(increment)
     die_with_parent()
+
+
+def background_child(increment: int = 10) -> None:
+    """``preexec_fn`` for a background process (a learner next to the loop): a session of its own, then
+    `become_background`."""
+    if os.getsid(0) != os.getpid():  # Popen(start_new_session=True) has done it already
+        os.setsid()
+    become_background(increment)

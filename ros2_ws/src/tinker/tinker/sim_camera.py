@@ -64,8 +64,6 @@ class MirrorCamera:
 
     def __init__(self, env_kwargs: dict[str, Any], seed: int, on_frame: Callable[[np.ndarray, int, int], None],
                  start_timeout: float = 60.0):
-        from tinker.priority import background_child
-
         self.on_frame = on_frame
         self.frames = 0
         """frames rendered and handed to ``on_frame``"""
@@ -77,7 +75,7 @@ class MirrorCamera:
         r, w = os.pipe()
         try:
             self._proc = subprocess.Popen([sys.executable, "-m", "tinker.sim_camera", str(w)], stdin=subprocess.PIPE,
-                                          stdout=subprocess.DEVNULL, pass_fds=(w,), preexec_fn=background_child)
+                                          stdout=subprocess.DEVNULL, pass_fds=(w,), start_new_session=True)
         finally:
             os.close(w)
         self._replies = os.fdopen(r, "rb")
@@ -163,6 +161,9 @@ class MirrorCamera:
 
 def serve(inp, out) -> int:
     """The camera process: builds the mirror scene, then renders each snapshot it is sent (until EOF)."""
+    from tinker.priority import become_background
+
+    become_background(10)  # here rather than in a preexec_fn: the robot's process has DDS threads
 
     def reply(obj: object) -> None:
         pickle.dump(obj, out, protocol=pickle.HIGHEST_PROTOCOL)
