@@ -111,3 +111,20 @@ def test_replay_bootstraps_across_the_time_limit():
     assert boundaries == [199, 399]
     cost = th ** 2 + 0.1 * thdot ** 2 + 0.001 * u ** 2
     np.testing.assert_allclose(r.rewards[:n].numpy(), -cost, atol=1e-4)
+
+
+def test_acting_in_numpy_matches_the_torch_actor():
+    """``predict`` (numpy on views of the weights, for one env step at a time) gives the actor's
+    actions: tanh of the mean when deterministic, else the sample from the same generator draw."""
+    algo = SAC("Pendulum-v1", SACConfig(net_arch=[32, 32], batch_size=16, seed=0))
+    algo.learn(150, progress=False)  # weights changed by updates after the views were taken
+    obs = np.random.default_rng(1).uniform([-1, -1, -8], [1, 1, 8], (5, 3)).astype(np.float32)
+    x = torch.as_tensor(obs)
+    with torch.no_grad():
+        det = 2.0 * algo.actor.deterministic(x).numpy()
+        g = torch.Generator().manual_seed(0)
+        g.set_state(algo.gen.get_state())
+        sto = 2.0 * algo.actor.sample_action(x, g).numpy()
+    np.testing.assert_allclose(algo.predict(obs, deterministic=True), det, atol=1e-5)
+    np.testing.assert_allclose(algo.predict(obs, deterministic=False), sto, atol=1e-5)
+    assert algo.predict(obs[0], deterministic=True).shape == (1,)

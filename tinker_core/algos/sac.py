@@ -19,7 +19,8 @@ from torch import nn
 
 from tinker_core.algos.base import adam_step, make_adam
 from tinker_core.algos.buffers import ReplaySamples
-from tinker_core.algos.networks import EnsembleQ, ScaledTanhHead, SquashedGaussianActor
+from tinker_core.algos.networks import LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, ScaledTanhHead, SquashedGaussianActor
+from tinker_core.algos.np_mlp import NumpyMLP
 from tinker_core.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from tinker_core.algos.sac_update import SACUpdate
 from tinker_core.amp import ModulePrecision
@@ -93,6 +94,7 @@ class SAC(OffPolicyAlgorithm):
         self._target_src = self.critic_params
         self._target_dst = list(self.critic_perception_target.parameters()) + list(self.critic_target.parameters())
         self.critic_amp = ModulePrecision("critic", c.critic_precision, self.device)
+        self._np_actor = self._numpy_actor()
 
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"actor": self.actor_opt, "critic": self.critic_opt, "ent_coef": self.ent_opt}  # type: ignore[dict-item]
@@ -107,7 +109,29 @@ class SAC(OffPolicyAlgorithm):
         self.auto_ent = False
         self.config.ent_coef = repr(float(value))
 
+    def _numpy_actor(self) -> tuple[NumpyMLP, tuple[np.ndarray, ...]] | None:
+        """numpy views of the actor (trunk, then mean and log-std heads, weights transposed) for
+        acting one env step at a time, where `SACUpdate` applies (flat observations, plain MLP) on
+        the CPU; else None. The views share storage with the parameters, which are updated in place."""
+        if self.device.type != "cpu" or self._update is None:
+            return None
+        trunk = NumpyMLP.of(self.actor.trunk)
+        mu, ls = self.actor.mu, self.actor.log_std
+        if trunk is None:
+            return None
+        return trunk, tuple(t.detach().numpy() for t in (mu.weight.t(), mu.bias, ls.weight.t(), ls.bias))
+
     def _act(self, obs: Any, deterministic: bool) -> np.ndarray:
+        if self._np_actor is not None and isinstance(obs, torch.Tensor):
+            # the torch path's arithmetic in numpy (same draws from the same generator)
+            trunk, (wm, bm, ws, bs) = self._np_actor
+            h = trunk(obs.numpy().reshape(obs.shape[0], -1).astype(np.float32, copy=False))
+            u = h @ wm + bm
+            if not deterministic:
+                log_std = np.clip(h @ ws + bs, LOG_STD_MIN, LOG_STD_MAX)
+                u += np.exp(log_std) * torch.randn(u.shape, generator=self.gen).numpy()
+            low, high = self.action_spec.low, self.action_spec.high
+            return (low + (np.tanh(u) + 1.0) * 0.5 * (high - low)).astype(self.action_spec.dtype)
         feat = self.actor_perception(obs)
         a = self.actor.deterministic(feat) if deterministic else self.actor.sample_action(feat, self.gen)
         return self._env_action(self._scale_action(a))
