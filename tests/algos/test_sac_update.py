@@ -128,3 +128,23 @@ def test_acting_in_numpy_matches_the_torch_actor():
     np.testing.assert_allclose(algo.predict(obs, deterministic=True), det, atol=1e-5)
     np.testing.assert_allclose(algo.predict(obs, deterministic=False), sto, atol=1e-5)
     assert algo.predict(obs[0], deterministic=True).shape == (1,)
+
+
+def test_adam_step_is_optimizer_step():
+    """The fused kernel called directly updates weights and state exactly as ``Adam.step``."""
+    from tinker_core.algos.base import adam_step, make_adam
+
+    torch.manual_seed(0)
+    nets = [nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2)) for _ in range(2)]
+    nets[1].load_state_dict(nets[0].state_dict())
+    opts = [make_adam(n.parameters(), 1e-2) for n in nets]
+    for step in range(4):
+        x = torch.randn(16, 3)
+        for net, opt, fn in zip(nets, opts, (lambda o: o.step(), adam_step)):
+            opt.zero_grad()
+            net(x).square().sum().backward()
+            fn(opt)
+    for p, q in zip(nets[0].parameters(), nets[1].parameters()):
+        assert torch.equal(p, q)
+        for k in ("exp_avg", "exp_avg_sq", "step"):
+            assert torch.equal(opts[0].state[p][k], opts[1].state[q][k])
