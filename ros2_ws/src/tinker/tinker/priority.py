@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 
 AUTOGROUP = Path("/proc/self/autogroup")
@@ -81,16 +80,6 @@ def set_realtime(priority: int) -> str:
         return (f"SCHED_OTHER (SCHED_FIFO {priority} refused: needs CAP_SYS_NICE or an rtprio limit of at least "
                 f"{priority}; the loop runs without real-time priority)")
     return f"SCHED_FIFO {priority}"
-
-
-def normal_thread(nice: int = 10) -> None:
-    """Takes the calling thread off real-time scheduling (a worker of a real-time process) and lowers it."""
-    if hasattr(os, "sched_setscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
-        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)  # Linux: this thread only
-    except (AttributeError, OSError):
-        pass
 
 
 def become_background(increment: int = 10) -> None:
