@@ -12,6 +12,7 @@ examples:
   tinker bringup --bundle runs/arm_reach/bundle
   tinker bringup --namespace robot1 --bundle B --record run1.mcap
   tinker bringup --composed --set policy.on_overrun=stop --set /**.trace_dir=/tmp/trace
+  tinker bringup --set /**.realtime_priority=0   # normal scheduling: no SCHED_FIFO (see tinker doctor)
 
 The parameter file is the package's config/bringup.yaml (the one ros2 launch loads) unless --params
 is given. Ctrl-C or SIGTERM stops every node: commanding nodes publish a hold first.
