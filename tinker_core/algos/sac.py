@@ -188,7 +188,8 @@ class SAC(OffPolicyAlgorithm):
         backward written out (`SACUpdate`) and the fused Adam kernel called directly."""
         c = self.config
         with torch.no_grad():
-            feat, next_feat = self.actor_perception(s.obs), self.actor_perception(s.next_obs)  # Flatten: the critic's too
+            # Flatten: these are the critic's features too
+            feat, next_feat = self.actor_perception(s.obs), self.actor_perception(s.next_obs)
             out = self._update.losses_and_grads(  # type: ignore[union-attr]
                 feat, s.actions.reshape(feat.shape[0], -1), next_feat, s.rewards, s.dones, weights, self.log_ent_coef,
                 self.auto_ent, self.target_entropy, c.gamma, self.gen, lambda: adam_step(self.critic_opt))
