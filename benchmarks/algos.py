@@ -191,6 +191,9 @@ def main() -> int:
             figures[f"{name}_{lib}_steps_per_s"] = float(np.median(sps))
             figures[f"{name}_{lib}_final_return_mean"] = float(np.mean(fin))
             figures[f"{name}_{lib}_final_return_min"] = float(np.min(fin))
+            # one stalled evaluation episode costs ~-800 on Pendulum: the median says more than the mean
+            figures[f"{name}_{lib}_final_return_median"] = float(np.median(fin))
+            figures[f"{name}_{lib}_final_returns"] = [round(float(x), 1) for x in fin]
             hit = [x for x in reach if x is not None]
             figures[f"{name}_{lib}_steps_to_threshold_median"] = float(np.median(hit)) if hit else None
             figures[f"{name}_{lib}_seeds_reaching_threshold"] = len(hit)
@@ -198,6 +201,8 @@ def main() -> int:
         figures[f"{name}_speed_ratio_vs_sb3"] = figures[f"{name}_tinker_steps_per_s"] / figures[f"{name}_sb3_steps_per_s"]
         figures[f"{name}_return_diff_vs_sb3"] = (figures[f"{name}_tinker_final_return_mean"]
                                                  - figures[f"{name}_sb3_final_return_mean"])
+        figures[f"{name}_median_return_diff_vs_sb3"] = (figures[f"{name}_tinker_final_return_median"]
+                                                        - figures[f"{name}_sb3_final_return_median"])
         if name.startswith(("ppo", "sac")):
             goals[f"{name}_speed_ratio_vs_sb3"] = ">= 2.0"
         goals[f"{name}_return_diff_vs_sb3"] = ">= 0 (equal or better final return at equal timesteps)"
