@@ -15,8 +15,8 @@ AUTOGROUP = Path("/proc/self/autogroup")
 
 
 def die_with_parent() -> None:
-    """In a child before exec: SIGTERM it when the process that started it dies (Linux), so that a killed
-    ``tinker demo`` or ``tinker bringup`` leaves no nodes behind on the ROS domain."""
+    """In a child (before exec, or itself after): SIGTERM it when the process that started it dies (Linux),
+    so that a killed ``tinker demo`` or ``tinker bringup`` leaves no nodes behind on the ROS domain."""
     if sys.platform.startswith("linux"):
         import ctypes
 
