@@ -171,16 +171,9 @@ class SAC(OffPolicyAlgorithm):
         else:
             actor_loss.backward()
         self.actor_opt.step()
-        self.num_updates += 1
-        if self.num_updates % c.target_update_interval == 0:
-            with torch.no_grad():
-                torch._foreach_lerp_(self._target_dst, self._target_src, c.tau)
-        self._metrics = {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
-                         "ent_coef": ent_coef.squeeze(), "entropy": -logp_pi.detach().mean(),
-                         "q_mean": q.detach().mean()}
-        if crit_grad is not None:
-            self._metrics["grad_norm/critic"] = crit_grad
-            self._metrics["grad_norm/actor"] = self._grad_norm(self.actor_params)
+        self._end_update({"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
+                          "ent_coef": ent_coef.squeeze(), "entropy": -logp_pi.detach().mean(),
+                          "q_mean": q.detach().mean()}, crit_grad)
         return td.detach().abs().max(0).values
 
     def _train_step_mlp(self, s: ReplaySamples, weights: torch.Tensor | None) -> torch.Tensor:
@@ -197,16 +190,21 @@ class SAC(OffPolicyAlgorithm):
         adam_step(self.actor_opt)
         if self.auto_ent:
             adam_step(self.ent_opt)  # type: ignore[arg-type]
+        self._end_update({"critic_loss": out.critic_loss, "actor_loss": out.actor_loss, "ent_coef": out.ent_coef,
+                          "entropy": out.entropy, "q_mean": out.q_mean}, crit_grad)
+        return out.td_abs
+
+    def _end_update(self, metrics: dict[str, torch.Tensor], crit_grad: torch.Tensor | None) -> None:
+        """What both paths do after their optimizer steps: count, Polyak-average the targets, keep metrics
+        (gradient norms on the updates `_grad_norm` measured)."""
         self.num_updates += 1
-        if self.num_updates % c.target_update_interval == 0:
+        if self.num_updates % self.config.target_update_interval == 0:
             with torch.no_grad():
-                torch._foreach_lerp_(self._target_dst, self._target_src, c.tau)
-        self._metrics = {"critic_loss": out.critic_loss, "actor_loss": out.actor_loss, "ent_coef": out.ent_coef,
-                         "entropy": out.entropy, "q_mean": out.q_mean}
+                torch._foreach_lerp_(self._target_dst, self._target_src, self.config.tau)
+        self._metrics = metrics
         if crit_grad is not None:
             self._metrics["grad_norm/critic"] = crit_grad
             self._metrics["grad_norm/actor"] = self._grad_norm(self.actor_params)
-        return out.td_abs
 
     def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor | None:
         """Global gradient norm, measured every 50th update (diagnostics need no more)."""
