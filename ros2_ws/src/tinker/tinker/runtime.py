@@ -173,6 +173,7 @@ class NodeRuntime:
         since = time.monotonic_ns() - _QUIET.last_ns
         if since < self._period_ns // 2 or since > 2 * self._period_ns:
             self.publish_diagnostics()
+            QUIET_GC.collect_if_due()  # also when no cycle runs: an idle node still frees memory
         elif self not in _QUIET.pending:
             _QUIET.pending.append(self)
 
@@ -197,7 +198,6 @@ class NodeRuntime:
         return st
 
     def publish_diagnostics(self) -> None:
-        QUIET_GC.collect_if_due()  # also when no cycle runs: an idle node still frees memory
         arr = DiagnosticArray()
         arr.header.stamp = self.get_clock().now().to_msg()
         arr.status = [self.diagnostics()]
