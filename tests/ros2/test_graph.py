@@ -221,8 +221,11 @@ def test_a_second_graph_with_the_same_names_on_the_same_domain_is_refused(g, ros
 
     twin = Graph(namespace=NS, nodes=["sim_robot"], run_dir=g.tmp / "twin", env=g.env,
                  overrides={"sim_robot": {"camera": False}, "/**": {"control_period": ros2.PERIOD}})
-    with pytest.raises(BringupError, match=r"already run on ROS domain .*another graph"):
-        twin.start(timeout=30)
+    try:
+        with pytest.raises(BringupError, match=r"already run on ROS domain .*another graph"):
+            twin.start(timeout=30)
+    finally:
+        twin.stop()  # a twin that came up must not drive the first graph's robot in the tests after this one
     assert all(p.poll() is not None for p in twin.procs.values())  # the refused graph left nothing behind
     assert g.procs["sim_robot"].poll() is None  # and the first graph still runs
 

@@ -37,7 +37,9 @@ def io(ros2, bundles, tmp_path_factory):
     probe.features = probe.collect(Float32MultiArray, "/perception/features", RECORD_QOS)
     graph.probe = probe
     graph.start()
-    time.sleep(1.0)  # discovery of the probe's publishers
+    # discovery of the probe's publishers by the nodes (a missed first announcement waits for the next, 3 s on)
+    for pub in (probe.js_pub, probe.img_pub, probe.task_pub):
+        ros2.wait_until(lambda: pub.get_subscription_count() >= 1, 15, f"a subscriber on {pub.topic_name}")
     yield graph
     graph.stop()
     probe.close()
