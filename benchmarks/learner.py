@@ -13,7 +13,6 @@ import argparse
 import functools
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -30,19 +29,13 @@ sys.path.insert(0, str(ROOT))
 from tinker_core.cli.learner import make_env  # noqa: E402
 from tinker_core.learner import DistributedTrainer  # noqa: E402
 from tinker_core.transition import TransitionBatch  # noqa: E402
-from tinker_core.transport import ControlClient, TransitionReceiver, TransitionSender  # noqa: E402
-
-
-def port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
+from tinker_core.transport import ControlClient, TransitionReceiver, TransitionSender, free_endpoints  # noqa: E402
 
 
 class LearnerProc:
     def __init__(self, tmp: Path, **cfg):
-        self.cfg = {"transitions_endpoint": port(), "weights_endpoint": port(), "params_endpoint": port(),
-                    "control_endpoint": port(), **cfg}
+        t, w, p, c = free_endpoints(4)
+        self.cfg = {"transitions_endpoint": t, "weights_endpoint": w, "params_endpoint": p, "control_endpoint": c, **cfg}
         path = tmp / f"learner-{time.monotonic_ns()}.yaml"
         path.write_text(yaml.safe_dump({"learner": self.cfg}))
         self.log = open(path.with_suffix(".log"), "wb")
@@ -85,7 +78,7 @@ def transitions(n: int) -> list:
 
 def bare_ingest(ts: list, reps: int) -> float:
     """The floor: PUSH/PULL with the same framing, no replay."""
-    rx = TransitionReceiver(port())
+    rx = TransitionReceiver(free_endpoints(1)[0])
     tx = TransitionSender(rx.endpoint, hwm=100_000)
     time.sleep(0.2)
     t0 = time.perf_counter()

@@ -40,6 +40,7 @@ binding) and ``ipc:///path``. Errors are `TransportError` with the endpoint in t
 from __future__ import annotations
 
 import os
+import socket
 import struct
 import threading
 import time
@@ -66,6 +67,20 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 FRAME_MIN_BYTES = 64 * 1024
 
 Message = Transition | TransitionBatch
+
+def free_endpoints(n: int, host: str = "127.0.0.1") -> list[str]:
+    """``n`` distinct ``tcp://host:port`` endpoints on ports free right now. The sockets are held open
+    until all ``n`` are picked: picked one at a time, the kernel may hand the same port out twice
+    (seen here: a learner whose transitions and weights endpoints clashed never started)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind((host, 0))
+        return [f"tcp://{host}:{s.getsockname()[1]}" for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
 
 # -- keys and CURVE -------------------------------------------------------------------------------
 
@@ -1017,5 +1032,5 @@ class ControlClient:
 
 __all__ = [
     "ControlClient", "ControlServer", "CurveClient", "CurveServer", "TransitionReceiver", "TransitionSender",
-    "WeightsPublisher", "WeightsSubscriber", "curve_keypair", "read_public_key", "decode", "encode",
+    "WeightsPublisher", "WeightsSubscriber", "curve_keypair", "read_public_key", "decode", "encode", "free_endpoints",
 ]

@@ -19,14 +19,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def endpoints() -> dict[str, str]:
-    return {f"{k}_endpoint": f"tcp://127.0.0.1:{free_port()}" for k in ("transitions", "weights", "params", "control")}
+    from tinker_core.transport import free_endpoints
+
+    return {f"{k}_endpoint": e for k, e in zip(("transitions", "weights", "params", "control"), free_endpoints(4))}
 
 
 # Small, fast settings for Pendulum-v1 on two shared cores.

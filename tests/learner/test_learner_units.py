@@ -33,18 +33,32 @@ def test_config_errors_name_the_field():
         LearnerConfig(real_fraction=1.5)
     with pytest.raises(ConfigError, match=r"LearnerConfig.device"):
         LearnerConfig(device="tpu")
+    with pytest.raises(ConfigError, match=r"LearnerConfig.transitions_endpoint and LearnerConfig.weights_endpoint "
+                                          r"are both 'tcp://127.0.0.1:6000'"):
+        LearnerConfig(transitions_endpoint="tcp://127.0.0.1:6000", weights_endpoint="tcp://127.0.0.1:6000")
+
+
+def test_free_endpoints_are_distinct_and_bindable():
+    import zmq
+
+    from tinker_core.transport import free_endpoints
+
+    ends = free_endpoints(8)
+    assert len(set(ends)) == 8 and all(e.startswith("tcp://127.0.0.1:") for e in ends)
+    ctx = zmq.Context.instance()
+    socks = [ctx.socket(zmq.PULL) for _ in ends]
+    try:
+        for s, e in zip(socks, ends):
+            s.bind(e)  # all at once: none was handed out twice
+    finally:
+        for s in socks:
+            s.close(linger=0)
 
 
 @pytest.fixture
 def small_learner(tmp_path):
-    import socket
-
-    def port() -> str:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-
     from tinker_core.cli.learner import make_algo, make_env
+    from tinker_core.transport import free_endpoints
 
     calls: list[int] = []
 
@@ -55,8 +69,9 @@ def small_learner(tmp_path):
         (out / "policy.bin").write_bytes(b"weights")
         return out
 
-    cfg = LearnerConfig(transitions_endpoint=port(), weights_endpoint=port(), params_endpoint=port(),
-                        control_endpoint=port(), env_id="Pendulum-v1", gate_episodes=1,
+    t, w, p, c = free_endpoints(4)
+    cfg = LearnerConfig(transitions_endpoint=t, weights_endpoint=w, params_endpoint=p,
+                        control_endpoint=c, env_id="Pendulum-v1", gate_episodes=1,
                         algo_kwargs={"net_arch": [16], "torch_threads": 1})
     algo_factory = functools.partial(make_algo, "sac", "Pendulum-v1", None, cfg.algo_kwargs, "cpu", 0)
     learner = Learner(cfg, algo_factory, publisher, functools.partial(make_env, "Pendulum-v1")).open()
@@ -80,19 +95,14 @@ def test_bundles_are_published_only_after_the_gate_passes(small_learner):
 
 def test_ppo_learns_from_whole_rollouts_of_one_stream(tmp_path, pendulum):
     """An on-policy algorithm gets time-ordered rollouts per source stream instead of replay samples."""
-    import socket
     import time
 
     from tinker_core.cli.learner import make_algo
-    from tinker_core.transport import TransitionSender
+    from tinker_core.transport import TransitionSender, free_endpoints
 
-    def port() -> str:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-
-    cfg = LearnerConfig(transitions_endpoint=port(), weights_endpoint=port(), params_endpoint=port(),
-                        control_endpoint=port(), algo="ppo", param_sync_every=1)
+    t, w, p, c = free_endpoints(4)
+    cfg = LearnerConfig(transitions_endpoint=t, weights_endpoint=w, params_endpoint=p,
+                        control_endpoint=c, algo="ppo", param_sync_every=1)
     factory = functools.partial(make_algo, "ppo", "Pendulum-v1", None,
                                 {"n_steps": 64, "batch_size": 32, "n_epochs": 1, "net_arch": [16], "torch_threads": 1},
                                 "cpu", 0)

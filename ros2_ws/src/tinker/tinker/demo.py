@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -37,6 +36,7 @@ import yaml
 from tinker.priority import background_child
 from tinker_core.errors import ConfigError, TinkerError
 from tinker_core.evaluate import wilson_interval
+from tinker_core.transport import free_endpoints
 
 
 @dataclass
@@ -74,12 +74,6 @@ class DemoConfig:
         for k in ("episodes_before", "finetune_episodes", "episodes_after", "episode_cycles"):
             if int(getattr(self, k)) < (0 if k == "finetune_episodes" else 1):
                 raise ConfigError(f"DemoConfig.{k}: expected a positive count, got {getattr(self, k)!r}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Monitor:
@@ -365,10 +359,9 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> dict:
     # a demo starts from the pretrained policy, never from what an earlier demo in this directory left
     for stale in ("learner", "bundles", "received", "trace", "nodes"):
         shutil.rmtree(out / stale, ignore_errors=True)
-    ports = [free_port() for _ in range(4)]
+    ends = free_endpoints(4)
     lconf = {
-        "transitions_endpoint": f"tcp://127.0.0.1:{ports[0]}", "weights_endpoint": f"tcp://127.0.0.1:{ports[1]}",
-        "params_endpoint": f"tcp://127.0.0.1:{ports[2]}", "control_endpoint": f"tcp://127.0.0.1:{ports[3]}",
+        "transitions_endpoint": ends[0], "weights_endpoint": ends[1], "params_endpoint": ends[2], "control_endpoint": ends[3],
         "algo": "sac", "env_id": "tinker/ArmReach-v0", "env_kwargs": {"randomize": True},
         "init_checkpoint": str(Path(cfg.checkpoint).resolve()), "device": "auto",
         "batch_size": 256, "update_interval": 1, "updates_per_interval": 4, "warmup": 256, "real_fraction": 0.5,
