@@ -68,6 +68,7 @@ FRAME_MIN_BYTES = 64 * 1024
 
 Message = Transition | TransitionBatch
 
+
 def free_endpoints(n: int, host: str = "127.0.0.1") -> list[str]:
     """``n`` distinct ``tcp://host:port`` endpoints on ports free right now. The sockets are held open
     until all ``n`` are picked: picked one at a time, the kernel may hand the same port out twice
