@@ -40,6 +40,8 @@ def io(ros2, bundles, tmp_path_factory):
     # discovery of the probe's publishers by the nodes (a missed first announcement waits for the next, 3 s on)
     for pub in (probe.js_pub, probe.img_pub, probe.task_pub):
         ros2.wait_until(lambda: pub.get_subscription_count() >= 1, 15, f"a subscriber on {pub.topic_name}")
+    for topic in ("/policy/joint_target", "/policy/raw_action", "/perception/features"):  # and of the answers
+        ros2.wait_until(lambda: probe.node.count_publishers(topic) >= 1, 15, f"a publisher on {topic}")
     yield graph
     graph.stop()
     probe.close()
