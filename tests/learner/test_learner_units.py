@@ -38,23 +38,6 @@ def test_config_errors_name_the_field():
         LearnerConfig(transitions_endpoint="tcp://127.0.0.1:6000", weights_endpoint="tcp://127.0.0.1:6000")
 
 
-def test_free_endpoints_are_distinct_and_bindable():
-    import zmq
-
-    from tinker_core.transport import free_endpoints
-
-    ends = free_endpoints(8)
-    assert len(set(ends)) == 8 and all(e.startswith("tcp://127.0.0.1:") for e in ends)
-    ctx = zmq.Context.instance()
-    socks = [ctx.socket(zmq.PULL) for _ in ends]
-    try:
-        for s, e in zip(socks, ends):
-            s.bind(e)  # all at once: none was handed out twice
-    finally:
-        for s in socks:
-            s.close(linger=0)
-
-
 @pytest.fixture
 def small_learner(tmp_path):
     from tinker_core.cli.learner import make_algo, make_env

@@ -308,3 +308,17 @@ def test_two_processes_with_curve_and_wrong_keys_get_nothing_through(tmp_path):
         np.testing.assert_array_equal(got[7].obs["joints"], np.full(7, 7, np.float32))
         assert got[49].terminated and not got[48].terminated
         assert r.rejected == 0
+
+
+def test_free_endpoints_are_distinct_and_bindable():
+    from tinker_core.transport import free_endpoints
+
+    ends = free_endpoints(8)
+    assert len(set(ends)) == 8 and all(e.startswith("tcp://127.0.0.1:") for e in ends)
+    socks = [zmq.Context.instance().socket(zmq.PULL) for _ in ends]
+    try:
+        for s, e in zip(socks, ends):
+            s.bind(e)  # all at once: none was handed out twice
+    finally:
+        for s in socks:
+            s.close(linger=0)
