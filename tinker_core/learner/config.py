@@ -94,12 +94,13 @@ class LearnerConfig:
             raise ConfigError(f"LearnerConfig.real_fraction: expected 0..1, got {self.real_fraction!r}")
         if not 0.0 <= float(self.gate_min_success) <= 1.0:
             raise ConfigError(f"LearnerConfig.gate_min_success: expected 0..1, got {self.gate_min_success!r}")
-        names = ("transitions_endpoint", "weights_endpoint", "params_endpoint", "control_endpoint")
-        for i, a in enumerate(names):
-            for b in names[i + 1:]:
-                if getattr(self, a) == getattr(self, b) and not str(getattr(self, a)).startswith("inproc://"):
-                    raise ConfigError(f"LearnerConfig.{a} and LearnerConfig.{b} are both {getattr(self, a)!r}: "
-                                      f"each socket binds an endpoint of its own")
+        owner: dict[str, str] = {}
+        for name in ("transitions_endpoint", "weights_endpoint", "params_endpoint", "control_endpoint"):
+            endpoint = getattr(self, name)
+            if endpoint in owner:
+                raise ConfigError(f"LearnerConfig.{owner[endpoint]} and LearnerConfig.{name} are both {endpoint!r}: "
+                                  f"each socket binds an endpoint of its own")
+            owner[endpoint] = name
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
             raise ConfigError(f"LearnerConfig.device: expected 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 
