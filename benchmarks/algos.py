@@ -5,7 +5,7 @@ alternation; we record wall-clock env steps/s, the episode-return curve (trainin
 timesteps at which the mean of the last 10 training episodes first reaches the threshold (-200 on
 Pendulum-v1, 475 on CartPole-v1), and the final mean return of 10 deterministic evaluation episodes.
 
-Fairness notes: both use torch with the same thread count (1, set here for both, recorded);
+Fairness notes: both use torch with the same thread count (1 unless ``--threads``, recorded);
 both get RL Zoo's entries exactly (rl-baselines3-zoo hyperparams/{ppo,sac,dqn}.yml, checked at
 commit 22e3ff2 of April 2026): PPO Pendulum-v1 with gSDE (use_sde, sde_sample_freq 4) and no
 normalization, SAC Pendulum-v1 with lr 1e-3 and SB3 defaults, DQN CartPole-v1 as listed;
@@ -166,8 +166,11 @@ def main() -> int:
     ap.add_argument("--fraction", type=float, default=1.0,
                     help="scale the RL Zoo budgets (e.g. 0.2 on a machine too busy for the full run; recorded)")
     ap.add_argument("--only", nargs="*", choices=sorted(SETUPS), help="run only these setups")
+    ap.add_argument("--threads", type=int, default=1,
+                    help=f"torch threads, the same for both libraries (default 1: per-core speed; torch's own "
+                         f"default here is {torch.get_num_threads()})")
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     seeds = [0] if args.quick else list(range(args.seeds))
     figures: dict[str, float | int | None] = {}
     goals: dict[str, str] = {}
@@ -211,7 +214,7 @@ def main() -> int:
     out = {
         **header("algos", args.quick,
                  machine(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                         extra={"torch_threads": 1}, load_key="load_avg_1min_at_end"),
+                         extra={"torch_threads": args.threads}, load_key="load_avg_1min_at_end"),
                  "python " + " ".join(["benchmarks/algos.py", *sys.argv[1:]])),
         "figures": figures,
         "goals": goals,
