@@ -8,13 +8,19 @@ process and runs them on threads, ``backend="ray"`` makes each one an actor in a
 ``ray.init(address=ray_address)``.
 
 ``sync="sync"``: collection runs in rounds; before each round every worker waits for parameters
-newer than those it used last (lockstep with the learner). ``sync="async"``: workers never wait; they
-pick up the newest parameters every ``param_sync_every`` env steps. ``update_interval`` and
-``param_sync_every`` are also set on the learner through its control socket when one is given.
+newer than those it used last (lockstep with the learner), and with ``updates_per_step`` for
+parameters from at least that many learner updates per env step collected so far. Without that
+floor the pace is set by whoever is faster: workers that step their envs faster than the learner
+trains fill the replay with early-policy data (in the Pendulum test 0.5 updates per step instead of
+SAC's usual 1-2), and the learner's later updates only re-fit that data, which it often cannot turn
+into a good policy. ``sync="async"``: workers never wait; they pick up the newest parameters every
+``param_sync_every`` env steps. ``update_interval`` and ``param_sync_every`` are also set on the
+learner through its control socket when one is given.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,6 +53,11 @@ class DistributedConfig:
     param_sync_every: int = 100
     """Env steps between a worker's looks for new parameters (also sent to the learner as its
     parameter publishing interval in updates, when a control endpoint is given)."""
+    updates_per_step: float = 0.0
+    """Sync mode: the least learner updates per env step collected (the replay ratio, as SAC's
+    ``gradient_steps`` per step in-process) before the workers start the next round; 0 waits only for
+    the next parameters. The learner must be allowed that many (``update_interval`` 0, or at most
+    ``1 / updates_per_step``) or the workers wait until ``wait_timeout_s``."""
     ray_address: str | None = None
     """Ray cluster address used when Ray is not initialized yet (None: start a local Ray)."""
     seed: int = 0
@@ -62,6 +73,11 @@ class DistributedConfig:
                               f"got {self.placement_strategy!r}")
         if int(self.num_workers) < 1:
             raise ConfigError(f"DistributedConfig.num_workers: expected >= 1, got {self.num_workers!r}")
+        if float(self.updates_per_step) < 0:
+            raise ConfigError(f"DistributedConfig.updates_per_step: expected >= 0, got {self.updates_per_step!r}")
+        if float(self.updates_per_step) > 0 and self.sync != "sync":
+            raise ConfigError(f"DistributedConfig.updates_per_step: needs sync='sync' (async workers never wait), "
+                              f"got sync={self.sync!r} with updates_per_step={self.updates_per_step!r}")
         bad = {k: v for k, v in self.resources_per_worker.items() if float(v) < 0}
         if bad:
             raise ConfigError(f"DistributedConfig.resources_per_worker: negative amounts {bad}")
@@ -161,7 +177,9 @@ class DistributedTrainer:
             first = True
             while done < per_worker:
                 n = min(steps_per_round, per_worker - done)
-                rounds.append(self._call_all("collect", n, wait_newer=not first, wait_timeout_s=wait_timeout_s))
+                floor = math.ceil(self.config.updates_per_step * done * self.config.num_workers)
+                rounds.append(self._call_all("collect", n, wait_newer=not first, wait_timeout_s=wait_timeout_s,
+                                             min_version=floor))
                 times.append(round(time.monotonic() - t0, 2))
                 done += n
                 first = False
@@ -172,6 +190,7 @@ class DistributedTrainer:
         return {"rounds": len(rounds), "steps": sum(s["steps"] for s in last), "sent": sum(s["sent"] for s in last),
                 "dropped": sum(s["dropped"] for s in last), "workers": last, "round_end_s": times,
                 "param_versions": [s["param_version"] for s in last],
+                "round_start_versions": [[s["start_param_version"] for s in r] for r in rounds],
                 "episode_returns": [r for rs in rounds for s in rs for r in s["episode_returns"]]}
 
     def shutdown(self) -> None:

@@ -64,13 +64,18 @@ class RolloutWorker:
         self.param_version = version
         return True
 
-    def wait_params(self, newer_than: int | None, timeout_s: float) -> bool:
-        """Block until parameters newer than ``newer_than`` arrived (sync mode); False on timeout."""
-        if newer_than is None and self.algo is not None:
+    def wait_params(self, newer_than: int | None, timeout_s: float, at_least: int = 0) -> bool:
+        """Block until parameters newer than ``newer_than`` and of version (learner updates) ``at_least``
+        or more arrived (sync mode); False on timeout."""
+        def ready() -> bool:
+            v = self.param_version
+            return v is not None and (newer_than is None or v > newer_than) and v >= at_least
+
+        if newer_than is None and self.algo is not None and ready():
             return True
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if self._poll_params(50) and (newer_than is None or (self.param_version or 0) > newer_than):
+            if self._poll_params(50) and ready():
                 return True
         return False
 
@@ -84,9 +89,12 @@ class RolloutWorker:
             self.sender.send_many(self._cache)
             self._cache = []
 
-    def collect(self, steps: int, wait_newer: bool = False, wait_timeout_s: float = 30.0) -> dict:
-        """Run ``steps`` env steps (after waiting for newer parameters if ``wait_newer``); returns counters."""
-        waited_ok = self.wait_params(self.param_version, wait_timeout_s) if wait_newer else None
+    def collect(self, steps: int, wait_newer: bool = False, wait_timeout_s: float = 30.0,
+                min_version: int = 0) -> dict:
+        """Run ``steps`` env steps (after waiting for newer parameters, of version ``min_version`` or
+        more, if ``wait_newer``); returns counters."""
+        waited_ok = self.wait_params(self.param_version, wait_timeout_s, min_version) if wait_newer else None
+        started_with = self.param_version
         self._returns = []
         for _ in range(int(steps)):
             if self.steps % self.param_sync_every == 0:
@@ -113,7 +121,7 @@ class RolloutWorker:
                 nxt, _ = self.env.reset()
             self._obs = nxt
         self.flush()
-        return self.stats(waited_ok)
+        return {**self.stats(waited_ok), "start_param_version": started_with}
 
     def stats(self, waited_ok: bool | None = None) -> dict:
         return {"worker": self.worker_id, "steps": self.steps, "sent": self.sender.sent,
