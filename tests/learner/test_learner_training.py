@@ -5,12 +5,18 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+import pytest
+
 from tinker_core.cli.learner import make_algo, make_env
 from tinker_core.evaluate import evaluate
 from tinker_core.learner import DistributedTrainer
 from tinker_core.learner.server import bundle_sha256
 
 EVAL_SEEDS = 5
+STEPS = 2000
+# SAC's replay ratio in-process (gradient_steps=2), which learns Pendulum reliably; without this floor the
+# workers collect everything within ~800 updates and the learner re-fits that early data (failed 2 runs in 11)
+UPDATES_PER_STEP = 2.0
 
 
 def mean_return(algo, seed: int = 123) -> float:
@@ -33,22 +39,29 @@ def test_ray_workers_feed_learner_and_gated_policy_got_better(learner_factory, r
     trainer = DistributedTrainer(env_factory, cfg["transitions_endpoint"], cfg["params_endpoint"],
                                  cfg["control_endpoint"], backend="ray", num_workers=2,
                                  resources_per_worker={"CPU": 1, "GPU": 0}, placement_strategy="PACK", sync="sync",
-                                 worker_cache_size=125, param_sync_every=250, update_interval=0)
+                                 worker_cache_size=125, param_sync_every=250, update_interval=0,
+                                 updates_per_step=UPDATES_PER_STEP)
     trainer.start()  # the actors boot while the learner process starts; returns once the learner answers
     try:
         assert len(trainer.workers) == 2
         # the initial policy (the learner builds it with seed 0), measured on the same episodes as the final one
         initial = mean_return(make_algo("sac", "Pendulum-v1", None, cfg["algo_kwargs"], "cpu", 0))
         weights = WeightsSubscriber(cfg["weights_endpoint"])
-        out = trainer.run(total_steps=2000, steps_per_round=250, wait_timeout_s=60)
+        out = trainer.run(total_steps=STEPS, steps_per_round=250, wait_timeout_s=60)
     finally:
         trainer.shutdown()
     # both actors collected and sent everything, and in sync mode they acted with the learner's parameters
-    assert out["rounds"] == 4 and out["steps"] == 2000 and out["dropped"] == 0
+    assert out["rounds"] == 4 and out["steps"] == STEPS and out["dropped"] == 0
     assert all(v is not None and v > 0 for v in out["param_versions"])
     assert all(w["waited_for_params"] for w in out["workers"])
-    st = lp.wait(lambda s: s["ingested"]["sim"] == 2000 and s["updates"] >= 2800, timeout=150)
-    print(f"rounds ended at {out['round_end_s']} s; learner at {st['updates']} updates")
+    # each round started with parameters from at least UPDATES_PER_STEP updates per step collected before it
+    for k, vs in enumerate(out["round_start_versions"][1:], start=1):
+        assert all(v >= UPDATES_PER_STEP * 500 * k for v in vs), out["round_start_versions"]
+    st = lp.wait(lambda s: s["ingested"]["sim"] == STEPS and s["updates"] >= UPDATES_PER_STEP * STEPS, timeout=150)
+    print(f"rounds ended at {out['round_end_s']} s with parameters {out['round_start_versions']}; "
+          f"learner at {st['updates']} updates")
+    # the gate and the checkpoint below evaluate the same weights
+    assert lp.ctl("pause")["ok"]
 
     # gate: the candidate must beat the initial policy by a clear margin in simulation before it is published
     assert lp.ctl("set", gate_min_return=initial + 300.0)["ok"]
@@ -74,6 +87,7 @@ def test_ray_workers_feed_learner_and_gated_policy_got_better(learner_factory, r
     assert rep["ok"], rep
     final = mean_return(load_algorithm(ckpt / "algo"))
     print(f"mean return over {EVAL_SEEDS} episodes: initial {initial:.0f}, trained {final:.0f}")
+    assert final == pytest.approx(gate["mean_return"], rel=1e-6)
     assert final > initial + 300.0
     assert lp.stop() == 0
     weights.close()
