@@ -3,7 +3,9 @@
 The same class runs in-process (``backend="local"``) or as a Ray actor. It never waits on the
 learner to send: transitions are cached (``cache_size``) and handed to a non-blocking ZeroMQ sender
 that drops on a full queue and counts the drops. Parameters arrive on the learner's params socket
-as the bytes of a saved algorithm file; until the first arrives the worker acts at random.
+as the bytes of a saved algorithm file; until the first arrives the worker acts at random. The
+saved file also holds the learner's random state; each worker keeps its own exploration noise
+(seeded ``seed + 7919 * worker_id``), or all of them would draw the same noise after every load.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ class RolloutWorker:
         self.params = WeightsSubscriber(params_endpoint)
         self.algo: Any = None
         self.param_version: int | None = None
-        self.rng = np.random.default_rng(seed + 7919 * self.worker_id)
-        self.env.action_space.seed(int(seed + 7919 * self.worker_id))
-        self._obs, _ = self.env.reset(seed=int(seed + 7919 * self.worker_id))
+        self.seed = int(seed + 7919 * self.worker_id)
+        self.rng = np.random.default_rng(self.seed)
+        self.env.action_space.seed(self.seed)
+        self._obs, _ = self.env.reset(seed=self.seed)
         self._cache: list[Transition] = []
         self._ep_return, self._returns = 0.0, []
         self.steps = 0
@@ -56,11 +59,14 @@ class RolloutWorker:
 
         if self.algo is None:
             self.algo = algo_from_bytes(blobs["algo"])
+            self.algo.gen.manual_seed(self.seed)  # this worker's noise, not the learner's
         else:  # same networks: load the new weights in place instead of building a new algorithm
             from tinker_core.algos.base import load_checkpoint_into
 
+            noise = self.algo.gen.get_state()
             with unpack_algo_dir(blobs["algo"]) as root:
                 load_checkpoint_into(self.algo, root)
+            self.algo.gen.set_state(noise)  # the load set the learner's random state
         self.param_version = version
         return True
 
