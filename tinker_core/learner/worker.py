@@ -77,7 +77,7 @@ class RolloutWorker:
             v = self.param_version
             return v is not None and (newer_than is None or v > newer_than) and v >= at_least
 
-        if newer_than is None and self.algo is not None and ready():
+        if ready():
             return True
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
