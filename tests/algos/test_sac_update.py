@@ -1,8 +1,8 @@
 """SAC's update against Stable-Baselines3's, and what its replay holds across a time limit.
 
 The parity test gives both libraries the same weights, batches and exploration noise and compares
-every weight after several updates: the written-out backward (relu, the default, and tanh) and the
-autograd path (elu) must all be SB3's step, up to float rounding.
+every weight after several updates: the compiled step and the written-out backward in Python (relu,
+the default, and tanh) and the autograd path (elu) must all be SB3's step, up to float rounding.
 """
 
 from __future__ import annotations
@@ -58,13 +58,22 @@ def _max_diff(algo: SAC, model) -> float:
     return float(torch.stack(diffs).detach().max())
 
 
-@pytest.mark.parametrize("activation,act,n", [("relu", nn.ReLU, 128), ("tanh", nn.Tanh, 100), ("elu", nn.ELU, 128)])
-def test_sac_update_matches_sb3(activation, act, n, monkeypatch):
+@pytest.mark.parametrize("activation,act,n,compiled", [
+    ("relu", nn.ReLU, 128, True), ("relu", nn.ReLU, 128, False), ("tanh", nn.Tanh, 100, True),
+    ("tanh", nn.Tanh, 100, False), ("elu", nn.ELU, 128, True)])
+def test_sac_update_matches_sb3(activation, act, n, compiled, monkeypatch):
     import torch.distributions.normal as normal
     from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
+    from tinker_core.algos.sac_native import NativeSACUpdate, unavailable_reason
+
     hidden = [64, 64]
-    algo = SAC("Pendulum-v1", SACConfig(learning_rate=1e-3, net_arch=hidden, activation=activation, seed=0))
+    algo = SAC("Pendulum-v1", SACConfig(learning_rate=1e-3, net_arch=hidden, activation=activation, seed=0,
+                                        compiled_step=compiled))
+    if activation == "elu":
+        assert algo._update is None  # autograd
+    else:
+        assert isinstance(algo._update, NativeSACUpdate) == compiled, unavailable_reason()
     model = _sb3_sac(hidden, act)
     _copy_weights(algo, model)
     assert _max_diff(algo, model) == 0.0

@@ -2,9 +2,9 @@
 averaging, automatic entropy tuning. Defaults are Stable-Baselines3's, which RL Zoo tunes per env
 (configs/sac_pendulum.yaml); the update is SB3's step (tests/algos/test_sac_update.py).
 
-Two ways to the same step: for flat observations, MLPs and an fp32 critic, `SACUpdate` with the
-backward written out; otherwise (image or dict observations, other activations, a reduced-precision
-critic) autograd."""
+Three ways to the same step: for flat observations, MLPs and an fp32 critic, `NativeSACUpdate` (the
+step compiled, on the CPU, where it could be built) or `SACUpdate` (its backward written out in
+Python); otherwise (image or dict observations, other activations, a reduced-precision critic) autograd."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tinker_core.algos.buffers import ReplaySamples
 from tinker_core.algos.networks import LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, ScaledTanhHead, SquashedGaussianActor
 from tinker_core.algos.np_mlp import NumpyMLP
 from tinker_core.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
+from tinker_core.algos.sac_native import NativeSACUpdate
 from tinker_core.algos.sac_update import SACUpdate
 from tinker_core.amp import ModulePrecision
 from tinker_core.errors import ConfigError
@@ -41,6 +42,9 @@ class SACConfig(OffPolicyConfig):
     """Critics in the ensemble; the target takes their minimum."""
     critic_precision: str = "fp32"
     """Critic compute precision: fp32, bf16, fp16 (CUDA) or auto (fp16 on CUDA, bf16 on CPU); the actor stays fp32."""
+    compiled_step: bool = True
+    """On the CPU, run the MLP step compiled (sac_native.py; built once per machine) where it applies;
+    False, or no compiler, runs the same step in Python."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -81,8 +85,11 @@ class SAC(OffPolicyAlgorithm):
                                          requires_grad=self.auto_ent)
         self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
         plain = type(self.actor_perception) is Flatten and type(self.critic_perception) is Flatten
-        self._update = SACUpdate(self.actor, self.critic, self.critic_target) if (
-            plain and SACUpdate.supports(self.actor, self.critic)) else None
+        self._update: SACUpdate | NativeSACUpdate | None = None
+        if plain and SACUpdate.supports(self.actor, self.critic):
+            native = (NativeSACUpdate.create(self.actor, self.critic, self.critic_target, self.device)
+                      if c.compiled_step else None)
+            self._update = native or SACUpdate(self.actor, self.critic, self.critic_target)
 
     def _build_optimizers(self) -> None:
         c = self.config
@@ -178,18 +185,19 @@ class SAC(OffPolicyAlgorithm):
 
     def _train_step_mlp(self, s: ReplaySamples, weights: torch.Tensor | None) -> torch.Tensor:
         """``_train_step`` for flat observations, MLPs and an fp32 critic: the same step with the
-        backward written out (`SACUpdate`) and the fused Adam kernel called directly."""
+        backward written out (`NativeSACUpdate` or `SACUpdate`) and the fused Adam kernel called directly."""
         c = self.config
+        step = self._update.adam_step if isinstance(self._update, NativeSACUpdate) else adam_step
         with torch.no_grad():
             # Flatten: these are the critic's features too
             feat, next_feat = self.actor_perception(s.obs), self.actor_perception(s.next_obs)
             out = self._update.losses_and_grads(  # type: ignore[union-attr]
                 feat, s.actions.reshape(feat.shape[0], -1), next_feat, s.rewards, s.dones, weights, self.log_ent_coef,
-                self.auto_ent, self.target_entropy, c.gamma, self.gen, lambda: adam_step(self.critic_opt))
+                self.auto_ent, self.target_entropy, c.gamma, self.gen, lambda: step(self.critic_opt))
         crit_grad = self._grad_norm(self.critic_params)
-        adam_step(self.actor_opt)
+        step(self.actor_opt)
         if self.auto_ent:
-            adam_step(self.ent_opt)  # type: ignore[arg-type]
+            step(self.ent_opt)  # type: ignore[arg-type]
         self._end_update({"critic_loss": out.critic_loss, "actor_loss": out.actor_loss, "ent_coef": out.ent_coef,
                           "entropy": out.entropy, "q_mean": out.q_mean}, crit_grad)
         return out.td_abs
@@ -200,7 +208,10 @@ class SAC(OffPolicyAlgorithm):
         self.num_updates += 1
         if self.num_updates % self.config.target_update_interval == 0:
             with torch.no_grad():
-                torch._foreach_lerp_(self._target_dst, self._target_src, self.config.tau)
+                if isinstance(self._update, NativeSACUpdate) and not self.critic_amp.enabled:
+                    self._update.polyak(self._target_dst, self._target_src, self.config.tau)
+                else:
+                    torch._foreach_lerp_(self._target_dst, self._target_src, self.config.tau)
         self._metrics = metrics
         if crit_grad is not None:
             self._metrics["grad_norm/critic"] = crit_grad

@@ -1,0 +1,93 @@
+"""The compiled SAC step (sac_native.cpp) against the Python one (`SACUpdate`, itself held to
+Stable-Baselines3's step in test_sac_update.py), and what SAC does when the compiled step cannot be built.
+
+The compiled step is really built here (once per machine, cached); only a machine without a C++
+compiler skips, and says so. Checkpoint resume of the compiled step is in test_checkpoint_resume.py
+(SAC's MLP default runs it).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from tinker_core.algos import SAC, SACConfig
+from tinker_core.algos import sac_native
+from tinker_core.algos.sac_native import NativeSACUpdate
+from tinker_core.algos.sac_update import SACUpdate
+from tinker_core.transition import TransitionBatch
+
+needs_compiler = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
+                                    reason="no C++ compiler on this machine: the compiled SAC step cannot be built")
+
+
+def _batch(rng: np.random.Generator, n: int) -> TransitionBatch:
+    lo, hi = [-1, -1, -8], [1, 1, 8]
+    return TransitionBatch(obs=rng.uniform(lo, hi, (n, 3)).astype(np.float32),
+                           action=rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+                           reward=rng.uniform(-16, 0, n).astype(np.float32), terminated=rng.random(n) < 0.1,
+                           truncated=np.zeros(n, bool), next_obs=rng.uniform(lo, hi, (n, 3)).astype(np.float32))
+
+
+def _grads(algo: SAC) -> list[torch.Tensor]:
+    return [p.grad for p in [*algo.actor.parameters(), *algo.critic.parameters(), algo.log_ent_coef]]
+
+
+@needs_compiler
+@pytest.mark.parametrize("kw,per", [
+    (dict(net_arch=[64, 64]), False),
+    (dict(net_arch=[64, 64]), True),  # importance weights (prioritized replay)
+    (dict(net_arch=[48, 32], activation="tanh"), False),
+    (dict(net_arch=[32, 24, 16], n_critics=3, ent_coef="0.2"), False),
+])
+def test_compiled_step_is_the_python_step(kw, per):
+    """Same losses, gradients, TD errors and weights, step after step, up to float rounding."""
+    algos = [SAC("Pendulum-v1", SACConfig(learning_rate=1e-3, seed=0, compiled_step=c, **kw)) for c in (True, False)]
+    assert isinstance(algos[0]._update, NativeSACUpdate), sac_native.unavailable_reason()
+    assert type(algos[1]._update) is SACUpdate
+    rng = np.random.default_rng(1)
+    for step in range(5):
+        batch = _batch(rng, 96)
+        w = rng.uniform(0.2, 1.0, 96).astype(np.float32) if per else None
+        out = [a.train_on_batch(batch, w) for a in algos]
+        for k in ("critic_loss", "actor_loss", "entropy", "q_mean", "ent_coef"):
+            assert out[0][k] == pytest.approx(out[1][k], rel=1e-5, abs=1e-5), (step, k)
+        np.testing.assert_allclose(out[0]["td_errors"], out[1]["td_errors"], rtol=1e-5, atol=1e-5)
+        for g0, g1 in zip(_grads(algos[0]), _grads(algos[1])):
+            if g1 is None:
+                assert g0 is None or not algos[0].auto_ent
+                continue
+            torch.testing.assert_close(g0, g1, rtol=1e-4, atol=1e-6)
+    for p0, p1 in zip(*([*a.actor.parameters(), *a.critic.parameters(), *a.critic_target.parameters()]
+                        for a in algos)):
+        torch.testing.assert_close(p0, p1, rtol=1e-5, atol=1e-5)
+
+
+def test_without_the_build_sac_runs_the_python_step(monkeypatch, caplog, tmp_path):
+    """A build that fails (here: a source that does not compile) is reported once, in words, and
+    SAC trains with the Python step instead."""
+    bad = tmp_path / "sac_native.cpp"
+    bad.write_text("this is not C++\n")
+    monkeypatch.setattr(sac_native, "SOURCE", bad)
+    monkeypatch.setattr(sac_native, "_state", {})
+    monkeypatch.setenv("TINKER_NATIVE_CACHE", str(tmp_path / "cache"))
+    with caplog.at_level(logging.WARNING, logger="tinker.train"):
+        algo = SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], batch_size=16, learning_starts=20, seed=0))
+    assert type(algo._update) is SACUpdate
+    assert sac_native.unavailable_reason()
+    assert any("compiled SAC step unavailable" in r.getMessage() for r in caplog.records)
+    algo.learn(40, progress=False)
+    assert algo.num_updates == 20
+
+
+def test_compiled_step_off_for_other_devices_and_when_disabled(monkeypatch):
+    algo = SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], seed=0, compiled_step=False))
+    assert type(algo._update) is SACUpdate
+    assert NativeSACUpdate.create(algo.actor, algo.critic, algo.critic_target, torch.device("meta")) is None
+    monkeypatch.setattr(sac_native, "_state", {})
+    monkeypatch.setenv("TINKER_NATIVE", "0")
+    assert not sac_native.load() and sac_native.unavailable_reason() == "TINKER_NATIVE=0"

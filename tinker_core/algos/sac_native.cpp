@@ -1,0 +1,514 @@
+// SAC's gradient step for MLP actor and ensemble critic on the CPU, compiled: the products of
+// `SACUpdate` (sac_update.py) through ATen's BLAS, and everything between them (bias, activation,
+// its backward, bias gradients, the critics' one-column last layer, the squashed Gaussian, the TD
+// target) fused into single passes over each activation instead of one kernel dispatch per op.
+// Same losses, same gradients, same order of products as `SACUpdate`; tests/algos/test_sac_native.py
+// holds the two to each other.
+//
+// Layouts (as the Python modules hold them): actor nn.Linear weight [out, in], bias [out]; critic
+// EnsembleLinear weight [E, in, out], bias [E, 1, out]. Parameter lists are flat: W0, b0, W1, b1, ...
+// (the actor's trunk, then the mean head, then the log-std head).
+
+#include <ATen/ATen.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace tinker_sac {
+
+using at::Tensor;
+
+constexpr int64_t RELU = 0;
+constexpr float LOG_STD_MIN = -20.f, LOG_STD_MAX = 2.f;
+const float HALF_LOG_2PI = static_cast<float>(0.5 * std::log(2.0 * M_PI));
+
+inline float* P(const Tensor& t) { return t.data_ptr<float>(); }
+
+// z <- act(z + b) for z [n, m], b [m] (any leading dims of size 1)
+void bias_act_(Tensor& z, const Tensor& b, int64_t act) {
+  if (act != RELU) {
+    z.add_(b.reshape({1, -1})).tanh_();
+    return;
+  }
+  const int64_t n = z.size(0), m = z.size(1);
+  float* zp = P(z);
+  const float* bp = P(b);
+  for (int64_t i = 0; i < n; ++i) {
+    float* r = zp + i * m;
+#pragma omp simd
+    for (int64_t j = 0; j < m; ++j) {
+      const float v = r[j] + bp[j];
+      r[j] = v > 0.f ? v : 0.f;
+    }
+  }
+}
+
+// Row r of d (r in rows, or all n rows when rows is null) <- d * act'(h[src(r)]), h = act(z) [., m];
+// the column sums of the result go to gb when given.
+void act_back_(float* d, const float* h, int64_t n, int64_t m, int64_t act, float* gb,
+               const int64_t* rows = nullptr) {
+  if (gb) std::fill(gb, gb + m, 0.f);
+  for (int64_t i = 0; i < n; ++i) {
+    float* dr = d + i * m;
+    const float* hr = h + (rows ? rows[i] : i) * m;
+    if (act == RELU) {
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) dr[j] = hr[j] > 0.f ? dr[j] : 0.f;
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) dr[j] *= 1.f - hr[j] * hr[j];
+    }
+    if (gb) {
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) gb[j] += dr[j];
+    }
+  }
+}
+
+// Column sums of x [n, m] into out [m].
+void col_sum(const float* x, int64_t n, int64_t m, float* out) {
+  std::fill(out, out + m, 0.f);
+  for (int64_t i = 0; i < n; ++i) {
+#pragma omp simd
+    for (int64_t j = 0; j < m; ++j) out[j] += x[i * m + j];
+  }
+}
+
+// Layers with few inputs (the first: observation and action) or one output (heads), where a BLAS
+// call costs several times a pass over the result.
+constexpr int64_t NARROW = 16;
+
+// z [n, m] <- act(x @ Wt + b) for x [n, c] with c small, Wt [c, m]: one pass over z.
+Tensor narrow_linear(const Tensor& x, const Tensor& Wt, const Tensor& b, int64_t act) {
+  const int64_t n = x.size(0), c = x.size(1), m = Wt.size(1);
+  Tensor z = at::empty({n, m}, x.options());
+  const float *xp = P(x), *wp = P(Wt), *bp = P(b);
+  float* zp = P(z);
+  for (int64_t i = 0; i < n; ++i) {
+    float* r = zp + i * m;
+#pragma omp simd
+    for (int64_t j = 0; j < m; ++j) r[j] = bp[j];
+    for (int64_t k = 0; k < c; ++k) {
+      const float xv = xp[i * c + k];
+      const float* wr = wp + k * m;
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) r[j] += xv * wr[j];
+    }
+    if (act == RELU) {
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) r[j] = r[j] > 0.f ? r[j] : 0.f;
+    }
+  }
+  if (act != RELU) z.tanh_();
+  return z;
+}
+
+// gWt [c, m] <- x^T d for x [n, c] with c small, d [n, m].
+void narrow_weight_grad(const Tensor& x, const Tensor& d, float* gWt) {
+  const int64_t n = x.size(0), c = x.size(1), m = d.size(1);
+  const float *xp = P(x), *dp = P(d);
+  std::fill(gWt, gWt + c * m, 0.f);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* dr = dp + i * m;
+    for (int64_t k = 0; k < c; ++k) {
+      const float xv = xp[i * c + k];
+      float* g = gWt + k * m;
+#pragma omp simd
+      for (int64_t j = 0; j < m; ++j) g[j] += xv * dr[j];
+    }
+  }
+}
+
+// ---- critics ---------------------------------------------------------------------------------
+
+struct CriticPass {
+  std::vector<std::vector<Tensor>> hs;  // [member][hidden layer] activations [n, H_k]
+  Tensor q;                             // [E, n]
+};
+
+// Every member's hidden activations and value for input x [n, in].
+CriticPass critic_forward(const std::vector<Tensor>& net, const Tensor& x, int64_t act) {
+  const int64_t L = static_cast<int64_t>(net.size()) / 2, E = net[0].size(0), n = x.size(0);
+  CriticPass out;
+  out.q = at::empty({E, n}, x.options());
+  out.hs.resize(E);
+  for (int64_t e = 0; e < E; ++e) {
+    Tensor h = x;
+    for (int64_t k = 0; k < L - 1; ++k) {
+      Tensor z;
+      if (h.size(1) < NARROW) {
+        z = narrow_linear(h, net[2 * k][e], net[2 * k + 1][e], act);
+      } else {
+        z = at::mm(h, net[2 * k][e]);
+        bias_act_(z, net[2 * k + 1][e], act);
+      }
+      out.hs[e].push_back(z);
+      h = z;
+    }
+    const int64_t H = h.size(1);
+    const float* w = P(net[2 * (L - 1)][e]);  // [H, 1]
+    const float b = *P(net[2 * (L - 1) + 1][e]);
+    const float* hp = P(h);
+    float* q = P(out.q) + e * n;
+    for (int64_t i = 0; i < n; ++i) {
+      float s = 0.f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t j = 0; j < H; ++j) s += hp[i * H + j] * w[j];
+      q[i] = s + b;
+    }
+  }
+  return out;
+}
+
+// Weight and bias gradients of member e from g [n], the gradient of its values.
+void critic_weight_grads(const std::vector<Tensor>& net, const std::vector<Tensor>& grads, int64_t e,
+                         const std::vector<Tensor>& hs, const Tensor& x, const float* g, int64_t act) {
+  const int64_t L = static_cast<int64_t>(net.size()) / 2, n = x.size(0);
+  const Tensor& hl = hs.back();
+  const int64_t H = hl.size(1);
+  const float* w = P(net[2 * (L - 1)][e]);
+  float* gw = P(grads[2 * (L - 1)][e]);
+  float* gb_hidden = P(grads[2 * (L - 2) + 1][e]);
+  std::fill(gw, gw + H, 0.f);
+  std::fill(gb_hidden, gb_hidden + H, 0.f);
+  Tensor d = at::empty({n, H}, x.options());
+  float* dp = P(d);
+  const float* hp = P(hl);
+  float gsum = 0.f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float gi = g[i];
+    const float* hr = hp + i * H;
+    float* dr = dp + i * H;
+    gsum += gi;
+    if (act == RELU) {
+#pragma omp simd
+      for (int64_t j = 0; j < H; ++j) {
+        gw[j] += gi * hr[j];
+        const float v = hr[j] > 0.f ? gi * w[j] : 0.f;
+        dr[j] = v;
+        gb_hidden[j] += v;
+      }
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < H; ++j) {
+        gw[j] += gi * hr[j];
+        const float v = gi * w[j] * (1.f - hr[j] * hr[j]);
+        dr[j] = v;
+        gb_hidden[j] += v;
+      }
+    }
+  }
+  *P(grads[2 * (L - 1) + 1][e]) = gsum;
+  for (int64_t k = L - 2; k >= 0; --k) {
+    const Tensor& in = k == 0 ? x : hs[k - 1];
+    Tensor gW = grads[2 * k][e];
+    if (in.size(1) < NARROW) {
+      narrow_weight_grad(in, d, P(gW));
+    } else {
+      at::mm_out(gW, in.t(), d);
+    }
+    if (k > 0) {
+      Tensor d2 = at::mm(d, net[2 * k][e].t());
+      act_back_(P(d2), P(hs[k - 1]), n, d2.size(1), act, P(grads[2 * (k - 1) + 1][e]));
+      d = d2;
+    }
+  }
+}
+
+// ---- actor -----------------------------------------------------------------------------------
+
+// Hidden activations of the trunk for x [n, in]; mean and unclamped log std [n, A].
+std::vector<Tensor> actor_forward(const std::vector<Tensor>& actor, const Tensor& x, int64_t act,
+                                  Tensor& mu, Tensor& ls_raw) {
+  const int64_t T = static_cast<int64_t>(actor.size()) / 2 - 2;
+  std::vector<Tensor> hs;
+  Tensor h = x;
+  for (int64_t k = 0; k < T; ++k) {
+    Tensor z;
+    if (h.size(1) < NARROW) {
+      z = narrow_linear(h, actor[2 * k].t().contiguous(), actor[2 * k + 1], act);
+    } else {
+      z = at::mm(h, actor[2 * k].t());
+      bias_act_(z, actor[2 * k + 1], act);
+    }
+    hs.push_back(z);
+    h = z;
+  }
+  // the two heads: a dot product per row and action dimension
+  const int64_t n = h.size(0), H = h.size(1), A = actor[2 * T].size(0);
+  mu = at::empty({n, A}, h.options());
+  ls_raw = at::empty({n, A}, h.options());
+  const float *hp = P(h), *wm = P(actor[2 * T]), *bm = P(actor[2 * T + 1]), *ws = P(actor[2 * T + 2]),
+              *bs = P(actor[2 * T + 3]);
+  float *mp = P(mu), *lp = P(ls_raw);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* hr = hp + i * H;
+    for (int64_t k = 0; k < A; ++k) {
+      float sm = 0.f, sl = 0.f;
+      const float *wmr = wm + k * H, *wsr = ws + k * H;
+#pragma omp simd reduction(+ : sm, sl)
+      for (int64_t j = 0; j < H; ++j) {
+        sm += hr[j] * wmr[j];
+        sl += hr[j] * wsr[j];
+      }
+      mp[i * A + k] = sm + bm[k];
+      lp[i * A + k] = sl + bs[k];
+    }
+  }
+  return hs;
+}
+
+// Gradients of every actor parameter from those of the mean and unclamped log std [B, A]; the
+// first B rows of x and hs are the ones differentiated.
+void actor_backward(const std::vector<Tensor>& actor, const std::vector<Tensor>& grads, const Tensor& x,
+                    const std::vector<Tensor>& hs, const Tensor& g_mu, const Tensor& g_ls, int64_t act) {
+  const int64_t T = static_cast<int64_t>(actor.size()) / 2 - 2, B = g_mu.size(0);
+  auto rows = [B](const Tensor& t) { return t.narrow(0, 0, B); };
+  // the heads in one pass over the last hidden layer: their weight gradients and the layer's gradient
+  const Tensor h = rows(hs[T - 1]);
+  const int64_t H = h.size(1), A = g_mu.size(1);
+  float *gwm = P(grads[2 * T]), *gws = P(grads[2 * T + 2]);
+  std::fill(gwm, gwm + A * H, 0.f);
+  std::fill(gws, gws + A * H, 0.f);
+  col_sum(P(g_mu), B, A, P(grads[2 * T + 1]));
+  col_sum(P(g_ls), B, A, P(grads[2 * T + 3]));
+  Tensor d = at::zeros({B, H}, h.options());
+  {
+    const float *hp = P(h), *wm = P(actor[2 * T]), *ws = P(actor[2 * T + 2]), *gm = P(g_mu), *gl = P(g_ls);
+    float* dp = P(d);
+    for (int64_t i = 0; i < B; ++i) {
+      const float* hr = hp + i * H;
+      float* dr = dp + i * H;
+      for (int64_t k = 0; k < A; ++k) {
+        const float um = gm[i * A + k], ul = gl[i * A + k];
+        float *gmr = gwm + k * H, *glr = gws + k * H;
+        const float *wmr = wm + k * H, *wsr = ws + k * H;
+#pragma omp simd
+        for (int64_t j = 0; j < H; ++j) {
+          gmr[j] += um * hr[j];
+          glr[j] += ul * hr[j];
+          dr[j] += um * wmr[j] + ul * wsr[j];
+        }
+      }
+    }
+  }
+  for (int64_t k = T - 1; k >= 0; --k) {
+    act_back_(P(d), P(hs[k]), B, d.size(1), act, P(grads[2 * k + 1]));
+    const Tensor in = k == 0 ? rows(x) : rows(hs[k - 1]);
+    Tensor gW = grads[2 * k];
+    if (in.size(1) < NARROW) {
+      Tensor gWt = at::empty({in.size(1), d.size(1)}, d.options());
+      narrow_weight_grad(in, d, P(gWt));
+      gW.copy_(gWt.t());
+    } else {
+      at::mm_out(gW, d.t(), in);
+    }
+    if (k > 0) d = at::mm(d, actor[2 * k]);
+  }
+}
+
+// ---- the step ----------------------------------------------------------------------------------
+
+// The critic's part of the step, up to (not including) its optimizer step: the actor on obs and
+// next obs ([obs; next_obs] = x2 [2B, in]), the squashed sample with noise eps [2B, A], the TD target
+// from the target critics, the critics' loss and their gradients (written into critic_grads).
+// Returns [critic_loss, q_mean, td_abs [B], a [2B, A], logp [2B], std [2B, A], ls_raw [2B, A],
+// trunk activations...] (the tail is what `actor_step` needs).
+std::vector<Tensor> critic_step(const Tensor& x2, const Tensor& actions, const Tensor& rewards,
+                                const Tensor& dones, const c10::optional<Tensor>& weights, const Tensor& eps,
+                                std::vector<Tensor> actor, std::vector<Tensor> critic,
+                                std::vector<Tensor> target, std::vector<Tensor> critic_grads, double ent_coef,
+                                double gamma, int64_t actor_act, int64_t critic_act) {
+  const int64_t B = actions.size(0), A = actions.size(1), D = x2.size(1);
+  const int64_t E = critic[0].size(0);
+  Tensor mu, ls_raw;
+  std::vector<Tensor> hs_a = actor_forward(actor, x2, actor_act, mu, ls_raw);
+  Tensor a = at::empty_like(mu), std_t = at::empty_like(mu), logp = at::empty({2 * B}, mu.options());
+  {
+    const float *mp = P(mu), *lp = P(ls_raw), *ep = P(eps);
+    float *ap = P(a), *sp = P(std_t), *op = P(logp);
+    for (int64_t i = 0; i < 2 * B; ++i) {
+      float gauss = 0.f, squash = 0.f;
+      for (int64_t k = 0; k < A; ++k) {
+        const int64_t j = i * A + k;
+        const float ls = std::min(std::max(lp[j], LOG_STD_MIN), LOG_STD_MAX);
+        const float s = std::exp(ls);
+        const float ak = std::tanh(mp[j] + s * ep[j]);
+        sp[j] = s;
+        ap[j] = ak;
+        gauss += -0.5f * ep[j] * ep[j] - ls - HALF_LOG_2PI;
+        squash += std::log1p(-(ak * ak) + 1e-6f);
+      }
+      op[i] = gauss - squash;
+    }
+  }
+  const float ent = static_cast<float>(ent_coef), gam = static_cast<float>(gamma);
+  // target critics on [next_obs, next_a]
+  Tensor xt = at::cat({x2.narrow(0, B, B), a.narrow(0, B, B)}, 1);
+  CriticPass tp = critic_forward(target, xt, critic_act);
+  Tensor tgt = at::empty({B}, mu.options());
+  {
+    const float *tq = P(tp.q), *r = P(rewards), *dn = P(dones), *nl = P(logp) + B;
+    float* out = P(tgt);
+    for (int64_t i = 0; i < B; ++i) {
+      float m = tq[i];
+      for (int64_t e = 1; e < E; ++e) m = std::min(m, tq[e * B + i]);
+      out[i] = r[i] + (1.f - dn[i]) * gam * (m - ent * nl[i]);
+    }
+  }
+  // critics on [obs, actions]: loss 0.5 * sum_e mean_i w_i td^2, its gradient per value
+  Tensor xc = at::cat({x2.narrow(0, 0, B), actions}, 1);
+  CriticPass cp = critic_forward(critic, xc, critic_act);
+  Tensor g_q = at::empty({E, B}, mu.options()), td_abs = at::zeros({B}, mu.options());
+  double loss = 0.0, qsum = 0.0;
+  {
+    const float *q = P(cp.q), *t = P(tgt), *w = weights ? P(*weights) : nullptr;
+    float *g = P(g_q), *ta = P(td_abs);
+    const float inv_b = 1.f / static_cast<float>(B);
+    for (int64_t e = 0; e < E; ++e) {
+      double per = 0.0;
+      for (int64_t i = 0; i < B; ++i) {
+        const float td = q[e * B + i] - t[i];
+        const float wi = w ? w[i] : 1.f;
+        g[e * B + i] = td * (wi * inv_b);
+        per += static_cast<double>(td * td * wi);
+        qsum += q[e * B + i];
+        ta[i] = std::max(ta[i], std::fabs(td));
+      }
+      loss += per / B;
+    }
+  }
+  for (int64_t e = 0; e < E; ++e)
+    critic_weight_grads(critic, critic_grads, e, cp.hs[e], xc, P(g_q) + e * B, critic_act);
+  std::vector<Tensor> out = {at::scalar_tensor(0.5 * loss, mu.options()),
+                             at::scalar_tensor(qsum / static_cast<double>(E * B), mu.options()),
+                             td_abs, a, logp, std_t, ls_raw, eps};
+  out.insert(out.end(), hs_a.begin(), hs_a.end());
+  (void)D;
+  return out;
+}
+
+// The actor's part, after the critic's optimizer step: min over the (stepped) critics at the
+// sampled action, each sample back through its argmin critic only, then the actor's gradients
+// (written into actor_grads). `saved` is `critic_step`'s output. Returns [actor_loss, mean logp].
+std::vector<Tensor> actor_step(const Tensor& x2, std::vector<Tensor> saved, std::vector<Tensor> actor,
+                               std::vector<Tensor> actor_grads, std::vector<Tensor> critic, double ent_coef,
+                               int64_t actor_act, int64_t critic_act) {
+  const Tensor &a_all = saved[3], &logp_all = saved[4], &std_all = saved[5], &ls_all = saved[6], &eps_all = saved[7];
+  std::vector<Tensor> hs_a(saved.begin() + 8, saved.end());
+  const int64_t B = x2.size(0) / 2, A = a_all.size(1), D = x2.size(1);
+  const int64_t E = critic[0].size(0), L = static_cast<int64_t>(critic.size()) / 2;
+  const float ent = static_cast<float>(ent_coef);
+  Tensor obs = x2.narrow(0, 0, B);
+  Tensor a_pi = a_all.narrow(0, 0, B);
+  Tensor xp = at::cat({obs, a_pi}, 1);
+  CriticPass pp = critic_forward(critic, xp, critic_act);
+  // argmin member per sample and the actor loss
+  std::vector<std::vector<int64_t>> rows(E);
+  double loss = 0.0, lsum = 0.0;
+  {
+    const float *q = P(pp.q), *lp = P(logp_all);
+    for (int64_t i = 0; i < B; ++i) {
+      int64_t arg = 0;
+      float m = q[i];
+      for (int64_t e = 1; e < E; ++e)
+        if (q[e * B + i] < m) m = q[e * B + i], arg = e;
+      rows[arg].push_back(i);
+      loss += static_cast<double>(ent * lp[i] - m);
+      lsum += lp[i];
+    }
+  }
+  // d actor_loss / d action through the argmin critic: -1/B per sample
+  Tensor g_a = at::empty({B, A}, a_pi.options());
+  const float g_min = -1.f / static_cast<float>(B);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t ne = static_cast<int64_t>(rows[e].size());
+    if (ne == 0) continue;
+    const int64_t* ri = rows[e].data();
+    const Tensor& hl = pp.hs[e].back();
+    const int64_t H = hl.size(1);
+    const float* w = P(critic[2 * (L - 1)][e]);
+    Tensor d = at::empty({ne, H}, a_pi.options());
+    float* dp = P(d);
+    for (int64_t r = 0; r < ne; ++r)
+#pragma omp simd
+      for (int64_t j = 0; j < H; ++j) dp[r * H + j] = g_min * w[j];
+    act_back_(dp, P(hl), ne, H, critic_act, nullptr, ri);
+    for (int64_t k = L - 2; k >= 1; --k) {
+      Tensor d2 = at::mm(d, critic[2 * k][e].t());
+      act_back_(P(d2), P(pp.hs[e][k - 1]), ne, d2.size(1), critic_act, nullptr, ri);
+      d = d2;
+    }
+    Tensor ga = at::mm(d, critic[0][e].narrow(0, D, A).t());  // the action's columns of the input
+    const float* gp = P(ga);
+    float* out = P(g_a);
+    for (int64_t r = 0; r < ne; ++r)
+      for (int64_t k = 0; k < A; ++k) out[ri[r] * A + k] = gp[r * A + k];
+  }
+  // through the squashing and the log-probability: d/d mean and d/d unclamped log std
+  Tensor g_mu = at::empty({B, A}, a_pi.options()), g_ls = at::empty({B, A}, a_pi.options());
+  {
+    const float k = ent / static_cast<float>(B);
+    const float *ap = P(a_all), *ep = P(eps_all), *sp = P(std_all), *lp = P(ls_all), *gx = P(g_a);
+    float *gu = P(g_mu), *gl = P(g_ls);
+    for (int64_t j = 0; j < B * A; ++j) {
+      const float a = ap[j], a2 = a * a;
+      const float ga = gx[j] + k * (2.f * a) / (1.f - a2 + 1e-6f);
+      const float u = ga * (1.f - a2);
+      gu[j] = u;
+      gl[j] = (lp[j] >= LOG_STD_MIN && lp[j] <= LOG_STD_MAX) ? u * ep[j] * sp[j] - k : 0.f;
+    }
+  }
+  actor_backward(actor, actor_grads, x2, hs_a, g_mu, g_ls, actor_act);
+  return {at::scalar_tensor(loss / B, a_pi.options()), at::scalar_tensor(lsum / B, a_pi.options())};
+}
+
+// Adam's step for every parameter with a gradient (torch's fused kernel), counting each
+// parameter's step in place: `torch.optim.Adam(fused=True).step()` without its per-call bookkeeping.
+void adam_step(std::vector<Tensor> params, std::vector<Tensor> grads, std::vector<Tensor> exp_avgs,
+               std::vector<Tensor> exp_avg_sqs, std::vector<Tensor> steps, double lr, double beta1, double beta2,
+               double weight_decay, double eps) {
+  for (Tensor& s : steps) *P(s) += 1.f;
+  std::vector<Tensor> none;
+  at::_fused_adam_(params, grads, exp_avgs, exp_avg_sqs, none, steps, lr, beta1, beta2, weight_decay, eps,
+                   /*amsgrad=*/false, /*maximize=*/false);
+}
+
+// dst <- lerp(dst, src, tau) for each pair (torch.lerp's formula): the target critics' Polyak update.
+void polyak_(std::vector<Tensor> dst, std::vector<Tensor> src, double tau) {
+  const float w = static_cast<float>(tau);
+  for (size_t i = 0; i < dst.size(); ++i) {
+    float* d = P(dst[i]);
+    const float* s = P(src[i]);
+    const int64_t n = dst[i].numel();
+    if (w < 0.5f) {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) d[j] = d[j] + w * (s[j] - d[j]);
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < n; ++j) d[j] = s[j] - (s[j] - d[j]) * (1.f - w);
+    }
+  }
+}
+
+}  // namespace tinker_sac
+
+TORCH_LIBRARY(tinker_sac, m) {
+  m.def("critic_step(Tensor x2, Tensor actions, Tensor rewards, Tensor dones, Tensor? weights, Tensor eps, "
+        "Tensor[] actor, Tensor[] critic, Tensor[] target, Tensor[] critic_grads, float ent_coef, float gamma, "
+        "int actor_act, int critic_act) -> Tensor[]");
+  m.def("actor_step(Tensor x2, Tensor[] saved, Tensor[] actor, Tensor[] actor_grads, Tensor[] critic, "
+        "float ent_coef, int actor_act, int critic_act) -> Tensor[]");
+  m.def("adam_step(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
+        "Tensor(d!)[] steps, float lr, float beta1, float beta2, float weight_decay, float eps) -> ()");
+  m.def("polyak_(Tensor(a!)[] dst, Tensor[] src, float tau) -> ()");
+}
+
+TORCH_LIBRARY_IMPL(tinker_sac, CPU, m) {
+  m.impl("critic_step", &tinker_sac::critic_step);
+  m.impl("actor_step", &tinker_sac::actor_step);
+  m.impl("adam_step", &tinker_sac::adam_step);
+  m.impl("polyak_", &tinker_sac::polyak_);
+}

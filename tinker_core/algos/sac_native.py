@@ -1,0 +1,172 @@
+"""`NativeSACUpdate`: `SACUpdate`'s step compiled (sac_native.cpp), for the CPU.
+
+`SACUpdate` spends about a third of a step outside its matrix products: some 200 small kernels
+(bias, activation and their backward, sums, the squashed Gaussian, the target), each a dispatch and
+a pass over memory. The C++ step does the same products through the same BLAS and fuses the rest
+into one loop per activation. It is built once per machine with the compiler torch's extensions use
+(``make setup`` does it; otherwise the first SAC that needs it, about a minute) and cached under
+``$TINKER_NATIVE_CACHE`` (default ``~/.cache/tinker/native``). Without a compiler, or with
+``TINKER_NATIVE=0``, SAC runs `SACUpdate` instead and says so once.
+
+    python -c "from tinker_core.algos.sac_native import main; main()"   # build now, say where
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from tinker_core.algos.base import adam_step, fused_adam_args
+from tinker_core.algos.networks import EnsembleQ, SquashedGaussianActor, noise_like
+from tinker_core.algos.sac_update import SACLosses, SACUpdate
+
+log = logging.getLogger("tinker.train")
+
+SOURCE = Path(__file__).with_name("sac_native.cpp")
+_lock = threading.Lock()
+_state: dict[str, Any] = {}
+
+
+def _cpu_id() -> str:
+    """What the compiled code depends on (it is built for this CPU: -march=native)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))][:2]
+    except OSError:
+        keep = []
+    return "|".join([platform.machine(), *keep])
+
+
+def build_dir() -> Path:
+    """Where this source, torch, Python and CPU's build lives."""
+    key = hashlib.sha256("\n".join([SOURCE.read_text(), torch.__version__, sys.version, _cpu_id()]).encode())
+    root = Path(os.environ.get("TINKER_NATIVE_CACHE", Path.home() / ".cache" / "tinker" / "native"))
+    return root / key.hexdigest()[:16]
+
+
+def load() -> bool:
+    """Build (first time on this machine) and load the extension; False, with the reason logged
+    once, when it cannot be had."""
+    with _lock:
+        if "ok" in _state:
+            return _state["ok"]
+        if os.environ.get("TINKER_NATIVE", "1") == "0":
+            _state["ok"], _state["why"] = False, "TINKER_NATIVE=0"
+            return False
+        try:
+            from torch.utils import cpp_extension
+
+            d = build_dir()
+            d.mkdir(parents=True, exist_ok=True)
+            if not any(d.glob("*.so")):
+                log.info("building the compiled SAC step for this machine (once, about a minute) in %s", d)
+            venv_bin = str(Path(sys.executable).parent)  # the ninja a venv installs
+            os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
+            cpp_extension.load(name="tinker_sac_native", sources=[str(SOURCE)], build_directory=str(d),
+                               extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], is_python_module=False,
+                               verbose=False)
+            _state["ok"] = True
+        except Exception as e:  # no compiler, no ninja, a failed build: SACUpdate does the same step
+            _state["ok"], _state["why"] = False, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
+            log.warning("compiled SAC step unavailable (%s); using the Python step (same results, slower)",
+                        _state["why"])
+        return _state["ok"]
+
+
+def unavailable_reason() -> str | None:
+    """Why `load` returned False (None when it has not been called or succeeded)."""
+    return _state.get("why")
+
+
+def _act_code(kind: type) -> int:
+    return 0 if kind is nn.ReLU else 1
+
+
+class NativeSACUpdate:
+    """`SACUpdate.losses_and_grads` through the compiled step; the same arguments and results.
+    Build it with `NativeSACUpdate.create`, which returns None where `SACUpdate` must do."""
+
+    def __init__(self, actor: SquashedGaussianActor, critic: EnsembleQ, critic_target: EnsembleQ):
+        lin = [m for m in actor.trunk if type(m) is nn.Linear]
+        self.actor = [t for m in [*lin, actor.mu, actor.log_std] for t in (m.weight, m.bias)]
+        self.critic = [t for m in critic.layers for t in (m.weight, m.bias)]
+        self.target = [t for m in critic_target.layers for t in (m.weight, m.bias)]
+        self.actor_act = _act_code(next(type(m) for m in actor.trunk if type(m) is not nn.Linear))
+        self.critic_act = _act_code(type(critic.act))
+        self.ops = torch.ops.tinker_sac
+
+    @classmethod
+    def create(cls, actor: SquashedGaussianActor, critic: EnsembleQ, critic_target: EnsembleQ,
+               device: torch.device) -> "NativeSACUpdate | None":
+        """The compiled step where it applies (what `SACUpdate` supports, fp32, on the CPU) and builds."""
+        params = [*actor.parameters(), *critic.parameters(), *critic_target.parameters()]
+        if (device.type != "cpu" or not SACUpdate.supports(actor, critic)
+                or any(p.dtype != torch.float32 or not p.is_contiguous() for p in params)):
+            return None
+        return cls(actor, critic, critic_target) if load() else None
+
+    @staticmethod
+    def _grads(params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Each parameter's ``.grad``, allocated once: the step writes into them."""
+        for p in params:
+            if p.grad is None or p.grad.shape != p.shape or not p.grad.is_contiguous():
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        return [p.grad for p in params]
+
+    def adam_step(self, opt: torch.optim.Optimizer) -> None:
+        """`adam_step` with the step counting done in the same compiled call."""
+        args = fused_adam_args(opt)
+        if args is None or args[0][0].device.type != "cpu" or args[4][0].dtype != torch.float32:
+            adam_step(opt)
+            return
+        params, grads, exp_avgs, exp_avg_sqs, steps, h = args
+        self.ops.adam_step(params, grads, exp_avgs, exp_avg_sqs, steps, **h)
+
+    def polyak(self, dst: list[torch.Tensor], src: list[torch.Tensor], tau: float) -> None:
+        """``torch._foreach_lerp_(dst, src, tau)`` in one compiled loop (all CPU fp32, contiguous)."""
+        self.ops.polyak_(dst, src, tau)
+
+    def losses_and_grads(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor,
+                         rewards: torch.Tensor, dones: torch.Tensor, weights: torch.Tensor | None,
+                         log_ent_coef: torch.Tensor, learn_ent_coef: bool, target_entropy: float, gamma: float,
+                         gen: torch.Generator | None, step_critic: Callable[[], None]) -> SACLosses:
+        """See `SACUpdate.losses_and_grads`."""
+        B = obs.shape[0]
+        x2 = torch.cat([obs, next_obs]).float().contiguous()
+        A = actions.shape[1]
+        mu_shape = (B, A)
+        eps = torch.cat([noise_like(x2.new_empty(mu_shape), gen), noise_like(x2.new_empty(mu_shape), gen)])
+        ent = log_ent_coef.detach().exp()
+        ent_f = float(ent)
+        w = None if weights is None else weights.float().contiguous()
+        saved = self.ops.critic_step(x2, actions.float().contiguous(), rewards.float().contiguous(),
+                                     dones.float().contiguous(), w, eps, self.actor, self.critic, self.target,
+                                     self._grads(self.critic), ent_f, float(gamma), self.actor_act, self.critic_act)
+        step_critic()
+        actor_loss, logp_mean = self.ops.actor_step(x2, saved, self.actor, self._grads(self.actor), self.critic,
+                                                    ent_f, self.actor_act, self.critic_act)
+        if learn_ent_coef:
+            log_ent_coef.grad = -(logp_mean + target_entropy).reshape(log_ent_coef.shape)
+        critic_loss, q_mean, td_abs = saved[0], saved[1], saved[2]
+        return SACLosses(critic_loss, actor_loss, ent.squeeze(), -logp_mean, q_mean, td_abs)
+
+
+def main() -> int:
+    """Build (or find) the extension and say where it is; 1 when it cannot be built."""
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    ok = load()
+    print(f"compiled SAC step: {'ready in ' + str(build_dir()) if ok else 'unavailable: ' + str(unavailable_reason())}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
