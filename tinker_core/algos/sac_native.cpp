@@ -321,7 +321,7 @@ std::vector<Tensor> critic_step(const Tensor& x2, const Tensor& actions, const T
                                 std::vector<Tensor> actor, std::vector<Tensor> critic,
                                 std::vector<Tensor> target, std::vector<Tensor> critic_grads, double ent_coef,
                                 double gamma, int64_t actor_act, int64_t critic_act) {
-  const int64_t B = actions.size(0), A = actions.size(1), D = x2.size(1);
+  const int64_t B = actions.size(0), A = actions.size(1);
   const int64_t E = critic[0].size(0);
   Tensor mu, ls_raw;
   std::vector<Tensor> hs_a = actor_forward(actor, x2, actor_act, mu, ls_raw);
@@ -386,7 +386,6 @@ std::vector<Tensor> critic_step(const Tensor& x2, const Tensor& actions, const T
                              at::scalar_tensor(qsum / static_cast<double>(E * B), mu.options()),
                              td_abs, a, logp, std_t, ls_raw, eps};
   out.insert(out.end(), hs_a.begin(), hs_a.end());
-  (void)D;
   return out;
 }
 

@@ -69,8 +69,9 @@ def load() -> bool:
             d.mkdir(parents=True, exist_ok=True)
             if not any(d.glob("*.so")):
                 log.info("building the compiled SAC step for this machine (once, about a minute) in %s", d)
-            venv_bin = str(Path(sys.executable).parent)  # the ninja a venv installs
-            os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
+            venv_bin = str(Path(sys.executable).parent)  # where a venv installs ninja
+            if venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
+                os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
             cpp_extension.load(name="tinker_sac_native", sources=[str(SOURCE)], build_directory=str(d),
                                extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], is_python_module=False,
                                verbose=False)
