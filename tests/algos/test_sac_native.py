@@ -47,8 +47,8 @@ def _grads(algo: SAC) -> list[torch.Tensor]:
 def test_compiled_step_is_the_python_step(kw, per):
     """Same losses, gradients, TD errors and weights, step after step, up to float rounding."""
     algos = [SAC("Pendulum-v1", SACConfig(learning_rate=1e-3, seed=0, compiled_step=c, **kw)) for c in (True, False)]
-    assert isinstance(algos[0]._update, NativeSACUpdate), sac_native.unavailable_reason()
-    assert type(algos[1]._update) is SACUpdate
+    assert isinstance(algos[0]._update, NativeSACUpdate) and type(algos[1]._update) is SACUpdate
+    assert algos[0]._update.compiled, sac_native.unavailable_reason()
     rng = np.random.default_rng(1)
     for step in range(5):
         batch = _batch(rng, 96)
@@ -75,13 +75,23 @@ def test_without_the_build_sac_runs_the_python_step(monkeypatch, caplog, tmp_pat
     monkeypatch.setattr(sac_native, "SOURCE", bad)
     monkeypatch.setattr(sac_native, "_state", {})
     monkeypatch.setenv("TINKER_NATIVE_CACHE", str(tmp_path / "cache"))
+    algo = SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], batch_size=16, learning_starts=20, seed=0))
+    assert isinstance(algo._update, NativeSACUpdate) and sac_native.unavailable_reason() is None  # not built yet
     with caplog.at_level(logging.WARNING, logger="tinker.train"):
-        algo = SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], batch_size=16, learning_starts=20, seed=0))
-    assert type(algo._update) is SACUpdate
-    assert sac_native.unavailable_reason()
-    assert any("compiled SAC step unavailable" in r.getMessage() for r in caplog.records)
-    algo.learn(40, progress=False)
-    assert algo.num_updates == 20
+        algo.learn(40, progress=False)
+    assert not algo._update.compiled and sac_native.unavailable_reason()
+    assert sum("compiled SAC step unavailable" in r.getMessage() for r in caplog.records) == 1
+    assert algo.num_updates == 20 and all(torch.isfinite(p).all() for p in algo.actor.parameters())
+
+
+def test_acting_and_exporting_build_nothing(monkeypatch, tmp_path):
+    """The extension is loaded at the first training step: constructing SAC (to act, evaluate or
+    export) neither builds nor loads it."""
+    monkeypatch.setattr(sac_native, "_state", {})
+    monkeypatch.setenv("TINKER_NATIVE_CACHE", str(tmp_path / "cache"))
+    algo = SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], seed=0))
+    algo.predict(np.zeros(3, np.float32))
+    assert sac_native._state == {} and not (tmp_path / "cache").exists()
 
 
 def test_compiled_step_off_for_other_devices_and_when_disabled(monkeypatch):
@@ -90,4 +100,5 @@ def test_compiled_step_off_for_other_devices_and_when_disabled(monkeypatch):
     assert NativeSACUpdate.create(algo.actor, algo.critic, algo.critic_target, torch.device("meta")) is None
     monkeypatch.setattr(sac_native, "_state", {})
     monkeypatch.setenv("TINKER_NATIVE", "0")
+    assert type(SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], seed=0))._update) is SACUpdate
     assert not sac_native.load() and sac_native.unavailable_reason() == "TINKER_NATIVE=0"

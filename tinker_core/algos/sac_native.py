@@ -4,7 +4,7 @@
 (bias, activation and their backward, sums, the squashed Gaussian, the target), each a dispatch and
 a pass over memory. The C++ step does the same products through the same BLAS and fuses the rest
 into one loop per activation. It is built once per machine with the compiler torch's extensions use
-(``make setup`` does it; otherwise the first SAC that needs it, about a minute) and cached under
+(``make setup`` does it; otherwise the first SAC step that needs it, about a minute) and cached under
 ``$TINKER_NATIVE_CACHE`` (default ``~/.cache/tinker/native``). Without a compiler, or with
 ``TINKER_NATIVE=0``, SAC runs `SACUpdate` instead and says so once.
 
@@ -94,7 +94,9 @@ def _act_code(kind: type) -> int:
 
 class NativeSACUpdate:
     """`SACUpdate.losses_and_grads` through the compiled step; the same arguments and results.
-    Build it with `NativeSACUpdate.create`, which returns None where `SACUpdate` must do."""
+    Build it with `NativeSACUpdate.create`, which returns None where `SACUpdate` must do. The
+    extension is built or loaded at the first step, not here: an algorithm that only acts, evaluates
+    or exports compiles nothing. Where it cannot be had, every call goes to `SACUpdate`."""
 
     def __init__(self, actor: SquashedGaussianActor, critic: EnsembleQ, critic_target: EnsembleQ):
         lin = [m for m in actor.trunk if type(m) is nn.Linear]
@@ -103,17 +105,25 @@ class NativeSACUpdate:
         self.target = [t for m in critic_target.layers for t in (m.weight, m.bias)]
         self.actor_act = _act_code(next(type(m) for m in actor.trunk if type(m) is not nn.Linear))
         self.critic_act = _act_code(type(critic.act))
-        self.ops = torch.ops.tinker_sac
+        self.python = SACUpdate(actor, critic, critic_target)
+        self._ops: Any = None  # the extension's ops once loaded; False when it cannot be had
+
+    @property
+    def compiled(self) -> bool:
+        """Whether steps run compiled (the first call builds or loads the extension)."""
+        if self._ops is None:
+            self._ops = torch.ops.tinker_sac if load() else False
+        return self._ops is not False
 
     @classmethod
     def create(cls, actor: SquashedGaussianActor, critic: EnsembleQ, critic_target: EnsembleQ,
                device: torch.device) -> "NativeSACUpdate | None":
         """The compiled step where it applies (what `SACUpdate` supports, fp32, on the CPU) and builds."""
         params = [*actor.parameters(), *critic.parameters(), *critic_target.parameters()]
-        if (device.type != "cpu" or not SACUpdate.supports(actor, critic)
+        if (device.type != "cpu" or os.environ.get("TINKER_NATIVE") == "0" or not SACUpdate.supports(actor, critic)
                 or any(p.dtype != torch.float32 or not p.is_contiguous() for p in params)):
             return None
-        return cls(actor, critic, critic_target) if load() else None
+        return cls(actor, critic, critic_target)
 
     @staticmethod
     def _grads(params: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -125,22 +135,28 @@ class NativeSACUpdate:
 
     def adam_step(self, opt: torch.optim.Optimizer) -> None:
         """`adam_step` with the step counting done in the same compiled call."""
-        args = fused_adam_args(opt)
+        args = fused_adam_args(opt) if self.compiled else None
         if args is None or args[0][0].device.type != "cpu" or args[4][0].dtype != torch.float32:
             adam_step(opt)
             return
         params, grads, exp_avgs, exp_avg_sqs, steps, h = args
-        self.ops.adam_step(params, grads, exp_avgs, exp_avg_sqs, steps, **h)
+        self._ops.adam_step(params, grads, exp_avgs, exp_avg_sqs, steps, **h)
 
     def polyak(self, dst: list[torch.Tensor], src: list[torch.Tensor], tau: float) -> None:
         """``torch._foreach_lerp_(dst, src, tau)`` in one compiled loop (all CPU fp32, contiguous)."""
-        self.ops.polyak_(dst, src, tau)
+        if self.compiled:
+            self._ops.polyak_(dst, src, tau)
+        else:
+            torch._foreach_lerp_(dst, src, tau)
 
     def losses_and_grads(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor,
                          rewards: torch.Tensor, dones: torch.Tensor, weights: torch.Tensor | None,
                          log_ent_coef: torch.Tensor, learn_ent_coef: bool, target_entropy: float, gamma: float,
                          gen: torch.Generator | None, step_critic: Callable[[], None]) -> SACLosses:
         """See `SACUpdate.losses_and_grads`."""
+        if not self.compiled:
+            return self.python.losses_and_grads(obs, actions, next_obs, rewards, dones, weights, log_ent_coef,
+                                                learn_ent_coef, target_entropy, gamma, gen, step_critic)
         B = obs.shape[0]
         x2 = torch.cat([obs, next_obs]).float().contiguous()
         A = actions.shape[1]
@@ -149,11 +165,11 @@ class NativeSACUpdate:
         ent = log_ent_coef.detach().exp()
         ent_f = float(ent)
         w = None if weights is None else weights.float().contiguous()
-        saved = self.ops.critic_step(x2, actions.float().contiguous(), rewards.float().contiguous(),
+        saved = self._ops.critic_step(x2, actions.float().contiguous(), rewards.float().contiguous(),
                                      dones.float().contiguous(), w, eps, self.actor, self.critic, self.target,
                                      self._grads(self.critic), ent_f, float(gamma), self.actor_act, self.critic_act)
         step_critic()
-        actor_loss, logp_mean = self.ops.actor_step(x2, saved, self.actor, self._grads(self.actor), self.critic,
+        actor_loss, logp_mean = self._ops.actor_step(x2, saved, self.actor, self._grads(self.actor), self.critic,
                                                     ent_f, self.actor_act, self.critic_act)
         if learn_ent_coef:
             log_ent_coef.grad = -(logp_mean + target_entropy).reshape(log_ent_coef.shape)
