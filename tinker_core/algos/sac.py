@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tinker_core.algos.base import adam_step, make_adam
+from tinker_core.algos.base import make_adam
 from tinker_core.algos.buffers import ReplaySamples
 from tinker_core.algos.networks import LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, ScaledTanhHead, SquashedGaussianActor
 from tinker_core.algos.np_mlp import NumpyMLP
@@ -187,7 +187,7 @@ class SAC(OffPolicyAlgorithm):
         """``_train_step`` for flat observations, MLPs and an fp32 critic: the same step with the
         backward written out (`NativeSACUpdate` or `SACUpdate`) and the fused Adam kernel called directly."""
         c = self.config
-        step = self._update.adam_step if isinstance(self._update, NativeSACUpdate) else adam_step
+        step = self._update.adam_step  # type: ignore[union-attr]
         with torch.no_grad():
             # Flatten: these are the critic's features too
             feat, next_feat = self.actor_perception(s.obs), self.actor_perception(s.next_obs)
@@ -208,7 +208,7 @@ class SAC(OffPolicyAlgorithm):
         self.num_updates += 1
         if self.num_updates % self.config.target_update_interval == 0:
             with torch.no_grad():
-                if isinstance(self._update, NativeSACUpdate) and not self.critic_amp.enabled:
+                if self._update is not None and not self.critic_amp.enabled:
                     self._update.polyak(self._target_dst, self._target_src, self.config.tau)
                 else:
                     torch._foreach_lerp_(self._target_dst, self._target_src, self.config.tau)

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tinker_core.algos.base import adam_step
 from tinker_core.algos.networks import (
     LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, SquashedGaussianActor, noise_like, squashed_sample,
 )
@@ -70,6 +71,14 @@ class SACUpdate:
         self.target: list[Layer] = [(m.weight, m.bias) for m in critic_target.layers]
         self.actor_act = next(type(m) for m in actor.trunk if type(m) is not nn.Linear)
         self.critic_act = type(critic.act)
+
+    adam_step = staticmethod(adam_step)
+    """The optimizer step this update's caller runs (`NativeSACUpdate` has its own)."""
+
+    @staticmethod
+    def polyak(dst: list[torch.Tensor], src: list[torch.Tensor], tau: float) -> None:
+        """The target critics' Polyak update (`NativeSACUpdate` has its own)."""
+        torch._foreach_lerp_(dst, src, tau)
 
     @staticmethod
     def supports(actor: SquashedGaussianActor, critic: EnsembleQ) -> bool:
