@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -63,8 +64,8 @@ def g(ros2, bundles, tmp_path_factory):
     graph.start()
     graph.call_trigger("safety/reset")  # a start-up stall on the shared machine may have latched the watchdog
     yield graph
+    probe.close()  # first: no other participant of this process spins while the graph's node is finalised
     graph.stop()
-    probe.close()
     learner.close()
     weights.close()
 
@@ -321,3 +322,21 @@ def test_stop_leaves_no_process_and_the_recording_reads_back_and_imports(g, ros2
     assert len(buf) > 20
     batch = buf.sample(8)
     assert batch.action.shape == (8, 7) and np.isfinite(batch.reward).all()
+
+
+def test_stop_returns_when_finalising_its_own_ros_node_blocks(ros2, tmp_path):
+    """Finalising a node's publishers was once seen to block in rcl/Fast DDS for minutes; stop() must
+    return anyway. The block is made here (a wrapper that holds destroy_node until released: the
+    real stall cannot be provoked on demand); everything else is the real supervisor node."""
+    from tinker.bringup import Graph
+
+    g = Graph(nodes=["perception"], run_dir=tmp_path, env=ros2.graph_env(ros2.fresh_domain()))
+    g._connect()  # what start() does first; no node process is needed to show this
+    node, release = g._node, threading.Event()
+    real = node.destroy_node
+    node.destroy_node = lambda: (release.wait(60), real())
+    t0 = time.monotonic()
+    with pytest.warns(RuntimeWarning, match="not finalised within 1 s"):
+        assert g.stop(grace=1.0) == {}
+    assert time.monotonic() - t0 < 10
+    release.set()

@@ -43,8 +43,8 @@ def io(ros2, bundles, tmp_path_factory):
     for topic in ("/policy/joint_target", "/policy/raw_action", "/perception/features"):  # and of the answers
         ros2.wait_until(lambda: probe.node.count_publishers(topic) >= 1, 15, f"a publisher on {topic}")
     yield graph
+    probe.close()  # first: no other participant of this process spins while the graph's node is finalised
     graph.stop()
-    probe.close()
 
 
 def _cycle(g, ros2, stamp: int, cycle: int, episode: int, q: np.ndarray, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -137,5 +137,5 @@ def test_perception_refuses_to_start_on_a_robot_that_lacks_a_joint(ros2, bundles
         log = g.log("perception")
         assert "missing joints ['lbr_iiwa_joint_5']" in log and "extra joints ['gripper_joint']" in log
     finally:
-        g.stop()
         probe.close()
+        g.stop()

@@ -20,8 +20,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -194,7 +196,8 @@ class Graph:
         os.killpg(self.procs[node].pid, sig)
 
     def stop(self, grace: float = 10.0) -> dict[str, int | None]:
-        """SIGTERM every process group, wait up to ``grace`` s, SIGKILL the rest; returns exit codes."""
+        """SIGTERM every process group, wait up to ``grace`` s, SIGKILL the rest, then finalise this side's
+        ROS node (waiting at most ``grace`` s for that too); returns exit codes."""
         for p in self.procs.values():
             if p.poll() is None:
                 try:
@@ -213,7 +216,7 @@ class Graph:
             except (ProcessLookupError, PermissionError):
                 pass
             p.wait()
-        self._disconnect()
+        self._disconnect(grace)
         return {n: p.returncode for n, p in self.procs.items()}
 
     def __enter__(self) -> "Graph":
@@ -238,12 +241,26 @@ class Graph:
         self._executor.add_node(self._node)
         self._connected_at = time.monotonic()
 
-    def _disconnect(self) -> None:
-        if self._node is not None:
-            self._executor.shutdown()
-            self._node.destroy_node()
-            self._ctx.try_shutdown()
-            self._node = self._ctx = self._executor = None
+    def _disconnect(self, timeout: float = 10.0) -> None:
+        """Finalise the supervisor's node and context, waiting at most ``timeout`` s: finalising a node's
+        publishers has been seen to block in rcl/Fast DDS for minutes while another participant of the
+        same process was spinning, and stopping a graph must not hang on it."""
+        if self._node is None:
+            return
+        node, ctx, executor = self._node, self._ctx, self._executor
+        self._node = self._ctx = self._executor = None
+
+        def finalise() -> None:
+            executor.shutdown()
+            node.destroy_node()
+            ctx.try_shutdown()
+
+        t = threading.Thread(target=finalise, name="tinker-bringup-disconnect", daemon=True)
+        t.start()
+        t.join(timeout)
+        if t.is_alive():
+            warnings.warn(f"bringup: the supervisor's ROS node was not finalised within {timeout:.0f} s "
+                          f"(rcl/DDS blocked); it is left to process exit", RuntimeWarning, stacklevel=2)
 
     def _call(self, srv_type, name: str, request, timeout: float):
         client = self._node.create_client(srv_type, name)
