@@ -12,6 +12,7 @@ import torch
 from tinker_core.algos import SAC
 from tinker_core.amp import LossScalerConfig, ModulePrecision
 from tinker_core.diagnostics import Diagnostics, DivergenceError
+from tinker_core.transition import TransitionBatch
 
 
 def test_reward_scale_warnings(caplog):
@@ -127,3 +128,24 @@ def test_sac_critic_in_bf16_actor_in_fp32(tiny_sac):
     assert algo.num_updates > 0 and algo.critic_amp.mode == "bf16"
     assert all(p.dtype == torch.float32 for p in algo.parameters())
     assert all(torch.isfinite(p).all() for p in algo.parameters())
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])  # the written-out step, autograd
+def test_sac_measures_both_gradient_norms_every_50th_update(tiny_sac, precision):
+    tiny_sac.critic_precision = precision
+    algo = SAC("Pendulum-v1", tiny_sac)
+    rng = np.random.default_rng(0)
+    lo, hi = [-1, -1, -8], [1, 1, 8]
+    for i in range(51):
+        n = 32
+        batch = TransitionBatch(obs=rng.uniform(lo, hi, (n, 3)).astype(np.float32),
+                                action=rng.uniform(-2, 2, (n, 1)).astype(np.float32),
+                                reward=rng.uniform(-16, 0, n).astype(np.float32), terminated=np.zeros(n, bool),
+                                truncated=np.zeros(n, bool), next_obs=rng.uniform(lo, hi, (n, 3)).astype(np.float32))
+        out = algo.train_on_batch(batch)
+        measured = {k: out[k] for k in ("grad_norm/critic", "grad_norm/actor") if k in out}
+        if i % 50 == 0:
+            assert set(measured) == {"grad_norm/critic", "grad_norm/actor"}, i
+            assert all(np.isfinite(v) and v > 0 for v in measured.values())
+        else:
+            assert not measured, i

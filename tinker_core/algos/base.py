@@ -338,9 +338,13 @@ class Algorithm(TorchModule):
         batched = self._is_batched(obs)
         if not batched:
             obs = {k: np.asarray(v)[None] for k, v in obs.items()} if isinstance(obs, Mapping) else np.asarray(obs)[None]
-        with torch.no_grad():
-            a = self._act(self._obs_to_tensor(obs), deterministic)
+        a = self._act_raw(obs, deterministic)
         return a if batched else a[0, ...]
+
+    def _act_raw(self, obs: Any, deterministic: bool) -> np.ndarray:
+        """Env actions for a batch of raw env observations (normalized here when configured)."""
+        with torch.no_grad():
+            return self._act(self._obs_to_tensor(obs), deterministic)
 
     def _scale_action(self, a: torch.Tensor) -> torch.Tensor:
         """[-1, 1] -> env units."""

@@ -57,6 +57,27 @@ def _take(src: Obs, idx: Any) -> Obs:
     return src[idx]
 
 
+def _np_views(x: Obs) -> Any:
+    """numpy arrays sharing storage with CPU tensors (a dict for dict observations)."""
+    if isinstance(x, dict):
+        return {k: _np_views(v) for k, v in x.items()}
+    return x.numpy()
+
+
+def _np_put(dst: Any, idx: Any, src: Any) -> None:
+    if isinstance(dst, dict):
+        for k in dst:
+            _np_put(dst[k], idx, src[k])
+    else:
+        dst[idx] = src
+
+
+def _np_take(src: Any, idx: np.ndarray) -> Obs:
+    if isinstance(src, dict):
+        return {k: _np_take(v, idx) for k, v in src.items()}
+    return torch.from_numpy(src.take(idx, axis=0))
+
+
 def _to_np(x: Obs, n: int, prefix: str) -> dict[str, np.ndarray]:
     if isinstance(x, dict):
         out = {}
@@ -80,6 +101,11 @@ class ReplayBuffer:
         self.dones = torch.zeros(self.capacity, device=device)
         self.pos = 0
         self.full = False
+        # on the CPU, rows are written through numpy views of the same storage: one env step's add
+        # costs a few numpy assignments instead of a torch conversion and dispatch per field
+        self._views = None if self.device.type != "cpu" else (
+            _np_views(self.obs), _np_views(self.next_obs), self.actions.numpy(), self.rewards.numpy(),
+            self.dones.numpy())
 
     def __len__(self) -> int:
         return self.capacity if self.full else self.pos
@@ -89,23 +115,43 @@ class ReplayBuffer:
         if self.pos + n <= self.capacity:
             idx: Any = slice(self.pos, self.pos + n)
         else:
-            idx = (torch.arange(n) + self.pos) % self.capacity
+            idx = (np.arange(n) + self.pos) % self.capacity
+        if self._views is not None:
+            v_obs, v_next, v_act, v_rew, v_done = self._views
+            _np_put(v_obs, idx, obs)
+            _np_put(v_next, idx, next_obs)
+            v_act[idx] = np.asarray(actions).reshape(n, *v_act.shape[1:])
+            v_rew[idx] = rewards
+            v_done[idx] = terminated
+        else:
+            self._put_torch(idx, obs, actions, rewards, next_obs, terminated)
+        self.pos += n
+        if self.pos >= self.capacity:
+            self.full = True
+            self.pos %= self.capacity
+
+    def _put_torch(self, idx: Any, obs: Any, actions: Any, rewards: np.ndarray, next_obs: Any,
+                   terminated: np.ndarray) -> None:
+        n = len(rewards)
+        if not isinstance(idx, slice):
+            idx = torch.as_tensor(idx)
         _put(self.obs, idx, obs)
         _put(self.next_obs, idx, next_obs)
         self.actions[idx] = torch.as_tensor(actions, device=self.device).to(self.actions.dtype).reshape(
             n, *self.actions.shape[1:])
         self.rewards[idx] = torch.as_tensor(np.asarray(rewards, dtype=np.float32), device=self.device)
         self.dones[idx] = torch.as_tensor(np.asarray(terminated, dtype=np.float32), device=self.device)
-        self.pos += n
-        if self.pos >= self.capacity:
-            self.full = True
-            self.pos %= self.capacity
 
     def indices(self, batch_size: int, gen: torch.Generator) -> torch.Tensor:
         return torch.randint(0, len(self), (batch_size,), generator=gen)
 
-    def get(self, idx: torch.Tensor) -> ReplaySamples:
-        idx = idx.to(self.device)
+    def get(self, idx: torch.Tensor | np.ndarray) -> ReplaySamples:
+        if self._views is not None:
+            i = idx.numpy() if isinstance(idx, torch.Tensor) else np.asarray(idx)
+            v_obs, v_next, v_act, v_rew, v_done = self._views
+            return ReplaySamples(_np_take(v_obs, i), _np_take(v_act, i), _np_take(v_next, i), _np_take(v_rew, i),
+                                 _np_take(v_done, i))
+        idx = torch.as_tensor(idx).to(self.device)
         return ReplaySamples(_take(self.obs, idx), self.actions[idx], _take(self.next_obs, idx),
                              self.rewards[idx], self.dones[idx])
 

@@ -40,12 +40,14 @@ class NumpyMLP:
 
     def __call__(self, x: np.ndarray, upto: int | None = None) -> np.ndarray:
         """Output of the first ``upto`` layers (all by default)."""
+        own = False  # activations work in place once x is an array of ours, never on the caller's
         for kind, w, b in self.layers[:upto]:
             if kind == "linear":
                 x = x @ w
                 x += b
+                own = True
             elif kind == "tanh":
-                x = np.tanh(x)
+                x = np.tanh(x, out=x if own else None)
             else:
-                x = np.maximum(x, 0.0)
+                x = np.maximum(x, 0.0, out=x if own else None)
         return x

@@ -106,8 +106,7 @@ class OffPolicyAlgorithm(Algorithm):
         if self.num_timesteps < c.learning_starts:
             actions = self._random_actions(vec.n)  # type: ignore[union-attr]
         else:
-            with torch.no_grad():
-                actions = self._act(self._obs_to_tensor(obs), deterministic=False)
+            actions = self._act_raw(obs, deterministic=False)
         if self.obs_norm is not None:
             self.obs_norm.rms.update(np.asarray(obs))
         next_obs, rew, term, trunc, final = vec.step(actions)  # type: ignore[union-attr]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
@@ -128,17 +128,32 @@ class SAC(OffPolicyAlgorithm):
             return None
         return trunk, tuple(t.detach().numpy() for t in (mu.weight.t(), mu.bias, ls.weight.t(), ls.bias))
 
+    def _act_raw(self, obs: Any, deterministic: bool) -> np.ndarray:
+        if self._np_actor is None or isinstance(obs, Mapping):
+            return super()._act_raw(obs, deterministic)
+        x = np.asarray(obs)
+        if self.obs_norm is not None:
+            x = self.obs_norm.normalize_np(x)
+        return self._act_np(x.reshape(x.shape[0], -1).astype(np.float32, copy=False), deterministic)
+
+    def _act_np(self, x: np.ndarray, deterministic: bool) -> np.ndarray:
+        """The torch path's arithmetic in numpy (same draws from the same generator), for flat float32
+        observations [n, d]: at one env step's batch a torch call costs more than its arithmetic."""
+        trunk, (wm, bm, ws, bs) = self._np_actor  # type: ignore[misc]
+        h = trunk(x)
+        u = h @ wm
+        u += bm
+        if not deterministic:
+            log_std = h @ ws
+            log_std += bs
+            np.clip(log_std, LOG_STD_MIN, LOG_STD_MAX, out=log_std)
+            u += np.exp(log_std, out=log_std) * torch.randn(u.shape, generator=self.gen).numpy()
+        low, high = self.action_spec.low, self.action_spec.high
+        return (low + (np.tanh(u, out=u) + 1.0) * 0.5 * (high - low)).astype(self.action_spec.dtype)
+
     def _act(self, obs: Any, deterministic: bool) -> np.ndarray:
         if self._np_actor is not None and isinstance(obs, torch.Tensor):
-            # the torch path's arithmetic in numpy (same draws from the same generator)
-            trunk, (wm, bm, ws, bs) = self._np_actor
-            h = trunk(obs.numpy().reshape(obs.shape[0], -1).astype(np.float32, copy=False))
-            u = h @ wm + bm
-            if not deterministic:
-                log_std = np.clip(h @ ws + bs, LOG_STD_MIN, LOG_STD_MAX)
-                u += np.exp(log_std) * torch.randn(u.shape, generator=self.gen).numpy()
-            low, high = self.action_spec.low, self.action_spec.high
-            return (low + (np.tanh(u) + 1.0) * 0.5 * (high - low)).astype(self.action_spec.dtype)
+            return self._act_np(obs.numpy().reshape(obs.shape[0], -1).astype(np.float32, copy=False), deterministic)
         feat = self.actor_perception(obs)
         a = self.actor.deterministic(feat) if deterministic else self.actor.sample_action(feat, self.gen)
         return self._env_action(self._scale_action(a))
@@ -166,7 +181,6 @@ class SAC(OffPolicyAlgorithm):
         per = td.square() if weights is None else td.square() * weights
         critic_loss = 0.5 * per.mean(1).sum()
         self.critic_amp.step(critic_loss, self.critic_opt, self.critic_params)
-        crit_grad = self._grad_norm(self.critic_params)
         # actor: gradients flow to the actions only (critic weights detached, critic not re-stepped)
         q_pi = self.critic(cfeat.detach(), a_pi, detach_params=True).min(0).values
         actor_loss = (ent_coef * logp_pi - q_pi).mean()
@@ -180,47 +194,38 @@ class SAC(OffPolicyAlgorithm):
         self.actor_opt.step()
         self._end_update({"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
                           "ent_coef": ent_coef.squeeze(), "entropy": -logp_pi.detach().mean(),
-                          "q_mean": q.detach().mean()}, crit_grad)
+                          "q_mean": q.detach().mean()})
         return td.detach().abs().max(0).values
 
     def _train_step_mlp(self, s: ReplaySamples, weights: torch.Tensor | None) -> torch.Tensor:
         """``_train_step`` for flat observations, MLPs and an fp32 critic: the same step with the
-        backward written out (`NativeSACUpdate` or `SACUpdate`) and the fused Adam kernel called directly."""
+        backward written out, its Adam steps and the target update (`NativeSACUpdate` or `SACUpdate`)."""
         c = self.config
-        step = self._update.adam_step  # type: ignore[union-attr]
+        due = (self.num_updates + 1) % c.target_update_interval == 0
         with torch.no_grad():
-            # Flatten: these are the critic's features too
-            feat, next_feat = self.actor_perception(s.obs), self.actor_perception(s.next_obs)
-            out = self._update.losses_and_grads(  # type: ignore[union-attr]
-                feat, s.actions.reshape(feat.shape[0], -1), next_feat, s.rewards, s.dones, weights, self.log_ent_coef,
-                self.auto_ent, self.target_entropy, c.gamma, self.gen, lambda: step(self.critic_opt))
-        crit_grad = self._grad_norm(self.critic_params)
-        step(self.actor_opt)
-        if self.auto_ent:
-            step(self.ent_opt)  # type: ignore[arg-type]
+            out = self._update.train_step(  # type: ignore[union-attr]
+                s.obs, s.actions, s.next_obs, s.rewards, s.dones, weights, self.log_ent_coef,
+                self.ent_opt if self.auto_ent else None, self.target_entropy, c.gamma, self.gen, self.critic_opt,
+                self.actor_opt, (self._target_dst, self._target_src, c.tau) if due else None)
         self._end_update({"critic_loss": out.critic_loss, "actor_loss": out.actor_loss, "ent_coef": out.ent_coef,
-                          "entropy": out.entropy, "q_mean": out.q_mean}, crit_grad)
+                          "entropy": out.entropy, "q_mean": out.q_mean}, targets_updated=True)
         return out.td_abs
 
-    def _end_update(self, metrics: dict[str, torch.Tensor], crit_grad: torch.Tensor | None) -> None:
-        """What both paths do after their optimizer steps: count, Polyak-average the targets, keep metrics
-        (gradient norms on the updates `_grad_norm` measured)."""
+    def _end_update(self, metrics: dict[str, torch.Tensor], targets_updated: bool = False) -> None:
+        """What both paths do after their optimizer steps: gradient norms (every 50th update: diagnostics
+        need no more), count, Polyak-average the targets (unless the step did), keep the metrics."""
+        if self.num_updates % 50 == 0:
+            metrics["grad_norm/critic"] = self._grad_norm(self.critic_params)
+            metrics["grad_norm/actor"] = self._grad_norm(self.actor_params)
         self.num_updates += 1
-        if self.num_updates % self.config.target_update_interval == 0:
+        if not targets_updated and self.num_updates % self.config.target_update_interval == 0:
             with torch.no_grad():
-                if self._update is not None and not self.critic_amp.enabled:
-                    self._update.polyak(self._target_dst, self._target_src, self.config.tau)
-                else:
-                    torch._foreach_lerp_(self._target_dst, self._target_src, self.config.tau)
+                torch._foreach_lerp_(self._target_dst, self._target_src, self.config.tau)
         self._metrics = metrics
-        if crit_grad is not None:
-            self._metrics["grad_norm/critic"] = crit_grad
-            self._metrics["grad_norm/actor"] = self._grad_norm(self.actor_params)
 
-    def _grad_norm(self, params: list[nn.Parameter]) -> torch.Tensor | None:
-        """Global gradient norm, measured every 50th update (diagnostics need no more)."""
-        if self.num_updates % 50:
-            return None
+    @staticmethod
+    def _grad_norm(params: list[nn.Parameter]) -> torch.Tensor:
+        """Global gradient norm."""
         g = [p.grad for p in params if p.grad is not None]
         return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(g))) if g else torch.zeros(())
 

@@ -492,6 +492,57 @@ void polyak_(std::vector<Tensor> dst, std::vector<Tensor> src, double tau) {
   }
 }
 
+// One whole step, as `SAC` takes it: the critic's gradients and Adam step, the actor's gradients
+// through the stepped critic, the entropy coefficient's gradient, the actor's and the coefficient's
+// Adam steps, then (polyak_dst not empty) the target update. Adam's lists hold the optimizers one after
+// another (adam_sizes: critic, actor, coefficient; adam_hyper: lr, beta1, beta2, weight decay, eps of
+// each). The noise is drawn from gen as the Python step draws it. One call instead of some forty
+// dispatches from Python, each of which costs several microseconds once the products have pushed the
+// interpreter's and the dispatcher's memory out of the caches.
+// Returns [critic_loss, actor_loss, ent_coef, entropy, q_mean, td_abs].
+std::vector<Tensor> train_step(const Tensor& obs, const Tensor& actions, const Tensor& next_obs, const Tensor& rewards,
+                               const Tensor& dones, const c10::optional<Tensor>& weights,
+                               c10::optional<at::Generator> gen, const Tensor& log_ent_coef,
+                               const c10::optional<Tensor>& ent_grad, double target_entropy, double gamma,
+                               std::vector<Tensor> actor, std::vector<Tensor> critic, std::vector<Tensor> target,
+                               std::vector<Tensor> actor_grads, std::vector<Tensor> critic_grads,
+                               std::vector<Tensor> adam_params, std::vector<Tensor> adam_grads,
+                               std::vector<Tensor> adam_m, std::vector<Tensor> adam_v, std::vector<Tensor> adam_steps,
+                               std::vector<int64_t> adam_sizes, std::vector<double> adam_hyper,
+                               std::vector<Tensor> polyak_dst, std::vector<Tensor> polyak_src, double tau,
+                               int64_t actor_act, int64_t critic_act) {
+  const int64_t B = obs.size(0);
+  const auto f32 = obs.options().dtype(at::kFloat);
+  Tensor x2 = at::cat({obs.reshape({B, -1}), next_obs.reshape({B, -1})}).to(at::kFloat).contiguous();
+  Tensor act = actions.reshape({B, -1}).to(at::kFloat).contiguous();
+  const int64_t A = act.size(1);
+  Tensor eps = at::cat({at::randn({B, A}, gen, f32), at::randn({B, A}, gen, f32)});
+  Tensor ent = log_ent_coef.detach().exp();
+  const double ent_f = static_cast<double>(ent.item<float>());
+  c10::optional<Tensor> w;
+  if (weights) w = weights->to(at::kFloat).contiguous();
+  auto adam = [&](size_t g) {
+    int64_t lo = 0;
+    for (size_t i = 0; i < g; ++i) lo += adam_sizes[i];
+    const int64_t n = adam_sizes[g];
+    if (n == 0) return;
+    auto part = [&](const std::vector<Tensor>& v) { return std::vector<Tensor>(v.begin() + lo, v.begin() + lo + n); };
+    const double* h = adam_hyper.data() + 5 * g;
+    adam_step(part(adam_params), part(adam_grads), part(adam_m), part(adam_v), part(adam_steps), h[0], h[1], h[2],
+              h[3], h[4]);
+  };
+  std::vector<Tensor> saved = critic_step(x2, act, rewards.to(at::kFloat).contiguous(),
+                                          dones.to(at::kFloat).contiguous(), w, eps, actor, critic, target,
+                                          critic_grads, ent_f, gamma, actor_act, critic_act);
+  adam(0);
+  std::vector<Tensor> a = actor_step(x2, saved, actor, actor_grads, critic, ent_f, actor_act, critic_act);
+  if (ent_grad) ent_grad->fill_(-(a[1].item<float>() + static_cast<float>(target_entropy)));
+  adam(1);
+  adam(2);
+  if (!polyak_dst.empty()) polyak_(polyak_dst, polyak_src, tau);
+  return {saved[0], a[0], ent.squeeze(), a[1].neg(), saved[1], saved[2]};
+}
+
 }  // namespace tinker_sac
 
 TORCH_LIBRARY(tinker_sac, m) {
@@ -503,6 +554,12 @@ TORCH_LIBRARY(tinker_sac, m) {
   m.def("adam_step(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
         "Tensor(d!)[] steps, float lr, float beta1, float beta2, float weight_decay, float eps) -> ()");
   m.def("polyak_(Tensor(a!)[] dst, Tensor[] src, float tau) -> ()");
+  m.def("train_step(Tensor obs, Tensor actions, Tensor next_obs, Tensor rewards, Tensor dones, Tensor? weights, "
+        "Generator? gen, Tensor log_ent_coef, Tensor(a!)? ent_grad, float target_entropy, float gamma, "
+        "Tensor[] actor, Tensor[] critic, Tensor[] target, Tensor[] actor_grads, Tensor[] critic_grads, "
+        "Tensor(b!)[] adam_params, Tensor[] adam_grads, Tensor(c!)[] adam_m, Tensor(d!)[] adam_v, "
+        "Tensor(e!)[] adam_steps, int[] adam_sizes, float[] adam_hyper, Tensor(f!)[] polyak_dst, "
+        "Tensor[] polyak_src, float tau, int actor_act, int critic_act) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(tinker_sac, CPU, m) {
@@ -510,4 +567,5 @@ TORCH_LIBRARY_IMPL(tinker_sac, CPU, m) {
   m.impl("actor_step", &tinker_sac::actor_step);
   m.impl("adam_step", &tinker_sac::adam_step);
   m.impl("polyak_", &tinker_sac::polyak_);
+  m.impl("train_step", &tinker_sac::train_step);
 }

@@ -27,7 +27,7 @@ from torch import nn
 
 from tinker_core.algos.base import adam_step, fused_adam_args
 from tinker_core.algos.networks import EnsembleQ, SquashedGaussianActor, noise_like
-from tinker_core.algos.sac_update import SACLosses, SACUpdate
+from tinker_core.algos.sac_update import SACLosses, SACUpdate, train_step_in_sequence
 
 log = logging.getLogger("tinker.train")
 
@@ -107,6 +107,7 @@ class NativeSACUpdate:
         self.critic_act = _act_code(type(critic.act))
         self.python = SACUpdate(actor, critic, critic_target)
         self._ops: Any = None  # the extension's ops once loaded; False when it cannot be had
+        self._adam: dict[torch.optim.Optimizer, tuple[Any, Any, tuple]] = {}
 
     @property
     def compiled(self) -> bool:
@@ -148,6 +149,52 @@ class NativeSACUpdate:
             self._ops.polyak_(dst, src, tau)
         else:
             torch._foreach_lerp_(dst, src, tau)
+
+    def _adam_lists(self, opt: torch.optim.Optimizer) -> tuple | None:
+        """`fused_adam_args` (params, grads, exp_avgs, exp_avg_sqs, steps), kept while the optimizer's
+        state, group and gradient tensors are the same objects (a loaded state or a reassigned ``.grad``
+        makes them new); None where the compiled Adam step does not apply."""
+        kept = self._adam.get(opt)
+        group = opt.param_groups[0]
+        if (kept is not None and kept[0] is opt.state and kept[1] is group and len(opt.param_groups) == 1
+                and all(p.grad is g for p, g in zip(kept[2][0], kept[2][1]))):
+            return kept[2]
+        args = fused_adam_args(opt)
+        if args is None or args[0][0].device.type != "cpu" or args[4][0].dtype != torch.float32:
+            self._adam.pop(opt, None)
+            return None
+        self._adam[opt] = (opt.state, group, args[:5])
+        return args[:5]
+
+    def train_step(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, rewards: torch.Tensor,
+                   dones: torch.Tensor, weights: torch.Tensor | None, log_ent_coef: torch.Tensor,
+                   ent_opt: torch.optim.Optimizer | None, target_entropy: float, gamma: float,
+                   gen: torch.Generator | None, critic_opt: torch.optim.Optimizer, actor_opt: torch.optim.Optimizer,
+                   polyak: tuple[list[torch.Tensor], list[torch.Tensor], float] | None) -> SACLosses:
+        """See `SACUpdate.train_step`: one compiled call once every optimizer has its state (the first step
+        creates it through ``opt.step()``); the same calls as `SACUpdate` until then."""
+        opts = [critic_opt, actor_opt] + ([ent_opt] if ent_opt is not None else [])
+        if self.compiled:
+            actor_grads, critic_grads = self._grads(self.actor), self._grads(self.critic)  # the step writes these
+            if ent_opt is not None:
+                self._grads([log_ent_coef])
+            lists = [self._adam_lists(o) for o in opts]
+            if all(x is not None for x in lists):
+                cat = [[t for x in lists for t in x[i]] for i in range(5)]  # type: ignore[index]
+                hyper = []
+                for o in opts:
+                    g = o.param_groups[0]
+                    hyper += [float(g["lr"]), *map(float, g["betas"]), float(g["weight_decay"]), float(g["eps"])]
+                dst, src, tau = polyak if polyak is not None else ([], [], 0.0)
+                out = self._ops.train_step(
+                    obs, actions, next_obs, rewards, dones, weights, gen, log_ent_coef,
+                    log_ent_coef.grad if ent_opt is not None else None, float(target_entropy), float(gamma),
+                    self.actor, self.critic, self.target, actor_grads, critic_grads, *cat,
+                    [len(x[0]) for x in lists] + [0] * (3 - len(lists)), hyper, dst, src, float(tau),  # type: ignore[index]
+                    self.actor_act, self.critic_act)
+                return SACLosses(*out)
+        return train_step_in_sequence(self, obs, actions, next_obs, rewards, dones, weights, log_ent_coef, ent_opt,
+                                      target_entropy, gamma, gen, critic_opt, actor_opt, polyak)
 
     def losses_and_grads(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor,
                          rewards: torch.Tensor, dones: torch.Tensor, weights: torch.Tensor | None,

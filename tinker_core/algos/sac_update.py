@@ -18,7 +18,7 @@ critic runs in fp32; tests/algos/test_sac_update.py holds it to SB3's step (and 
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -205,3 +205,35 @@ class SACUpdate:
             log_ent_coef.grad = -(logp_pi + target_entropy).mean().reshape(log_ent_coef.shape)
         return SACLosses(critic_loss, actor_loss, ent_coef.squeeze(), -logp_pi.mean(), q.mean(),
                          td.abs().max(0).values)
+
+    def train_step(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, rewards: torch.Tensor,
+                   dones: torch.Tensor, weights: torch.Tensor | None, log_ent_coef: torch.Tensor,
+                   ent_opt: torch.optim.Optimizer | None, target_entropy: float, gamma: float,
+                   gen: torch.Generator | None, critic_opt: torch.optim.Optimizer, actor_opt: torch.optim.Optimizer,
+                   polyak: tuple[list[torch.Tensor], list[torch.Tensor], float] | None) -> SACLosses:
+        """One whole step as `SAC` takes it: `losses_and_grads` on the flattened observations with the
+        critic's Adam step in between, the actor's Adam step, the entropy coefficient's (with ``ent_opt``:
+        it is learned) and, given ``polyak = (targets, sources, tau)``, the target update."""
+        return train_step_in_sequence(self, obs, actions, next_obs, rewards, dones, weights, log_ent_coef, ent_opt,
+                                      target_entropy, gamma, gen, critic_opt, actor_opt, polyak)
+
+
+def train_step_in_sequence(update: Any, obs: torch.Tensor, actions: torch.Tensor,
+                           next_obs: torch.Tensor, rewards: torch.Tensor, dones: torch.Tensor,
+                           weights: torch.Tensor | None, log_ent_coef: torch.Tensor,
+                           ent_opt: torch.optim.Optimizer | None, target_entropy: float, gamma: float,
+                           gen: torch.Generator | None, critic_opt: torch.optim.Optimizer,
+                           actor_opt: torch.optim.Optimizer,
+                           polyak: tuple[list[torch.Tensor], list[torch.Tensor], float] | None) -> SACLosses:
+    """`SACUpdate.train_step` through ``update``'s ``losses_and_grads``, ``adam_step`` and ``polyak``."""
+    B = obs.shape[0]
+    out = update.losses_and_grads(obs.reshape(B, -1).float(), actions.reshape(B, -1).float(),
+                                  next_obs.reshape(B, -1).float(), rewards, dones, weights, log_ent_coef,
+                                  ent_opt is not None, target_entropy, gamma, gen,
+                                  lambda: update.adam_step(critic_opt))
+    update.adam_step(actor_opt)
+    if ent_opt is not None:
+        update.adam_step(ent_opt)
+    if polyak is not None:
+        update.polyak(*polyak)
+    return out
