@@ -91,6 +91,7 @@ def test_acting_and_exporting_build_nothing(monkeypatch, tmp_path):
     monkeypatch.setenv("TINKER_NATIVE_CACHE", str(tmp_path / "cache"))
     algo = SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], seed=0))
     algo.predict(np.zeros(3, np.float32))
+    algo.predict(np.zeros(3, np.float32), deterministic=False)
     assert sac_native._state == {} and not (tmp_path / "cache").exists()
 
 
