@@ -158,3 +158,24 @@ def test_adam_step_is_optimizer_step():
         assert torch.equal(p, q)
         for k in ("exp_avg", "exp_avg_sq", "step"):
             assert torch.equal(opts[0].state[p][k], opts[1].state[q][k])
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh"])
+def test_numpy_acting_is_the_torch_paths_action(activation):
+    """SAC acts on numpy observations through numpy views of its actor: the same actions as the torch
+    path (deterministic, and stochastic with the same draws from the same generator), in env units."""
+    algo = SAC("Pendulum-v1", SACConfig(net_arch=[64, 48], activation=activation, seed=0))
+    with torch.no_grad():
+        for p in algo.actor.parameters():  # away from the initialisation, log-std heads included
+            p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    x = np.random.default_rng(0).uniform([-1, -1, -8], [1, 1, 8], (7, 3))  # float64, as the env gives
+    for deterministic in (True, False):
+        algo.gen.manual_seed(5)
+        a = algo.predict(x, deterministic=deterministic)
+        algo.gen.manual_seed(5)
+        with torch.no_grad():
+            feat = algo.actor_perception(torch.from_numpy(x).float())
+            u = algo.actor.deterministic(feat) if deterministic else algo.actor.sample_action(feat, algo.gen)
+            ref = algo._scale_action(u).numpy()
+        assert a.dtype == np.float32 and a.shape == (7, 1) and np.all(np.abs(a) <= 2.0)
+        np.testing.assert_allclose(a, ref, rtol=1e-5, atol=1e-5)

@@ -152,8 +152,6 @@ class SAC(OffPolicyAlgorithm):
         return (low + (np.tanh(u, out=u) + 1.0) * 0.5 * (high - low)).astype(self.action_spec.dtype)
 
     def _act(self, obs: Any, deterministic: bool) -> np.ndarray:
-        if self._np_actor is not None and isinstance(obs, torch.Tensor):
-            return self._act_np(obs.numpy().reshape(obs.shape[0], -1).astype(np.float32, copy=False), deterministic)
         feat = self.actor_perception(obs)
         a = self.actor.deterministic(feat) if deterministic else self.actor.sample_action(feat, self.gen)
         return self._env_action(self._scale_action(a))
