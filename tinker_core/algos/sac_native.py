@@ -134,10 +134,18 @@ class NativeSACUpdate:
                 p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
         return [p.grad for p in params]
 
+    @staticmethod
+    def _compiled_adam_args(opt: torch.optim.Optimizer) -> tuple | None:
+        """`fused_adam_args` where the compiled Adam step takes them (CPU, float32 step counts), else None."""
+        args = fused_adam_args(opt)
+        if args is None or args[0][0].device.type != "cpu" or args[4][0].dtype != torch.float32:
+            return None
+        return args
+
     def adam_step(self, opt: torch.optim.Optimizer) -> None:
         """`adam_step` with the step counting done in the same compiled call."""
-        args = fused_adam_args(opt) if self.compiled else None
-        if args is None or args[0][0].device.type != "cpu" or args[4][0].dtype != torch.float32:
+        args = self._compiled_adam_args(opt) if self.compiled else None
+        if args is None:
             adam_step(opt)
             return
         params, grads, exp_avgs, exp_avg_sqs, steps, h = args
@@ -159,8 +167,8 @@ class NativeSACUpdate:
         if (kept is not None and kept[0] is opt.state and kept[1] is group and len(opt.param_groups) == 1
                 and all(p.grad is g for p, g in zip(kept[2][0], kept[2][1]))):
             return kept[2]
-        args = fused_adam_args(opt)
-        if args is None or args[0][0].device.type != "cpu" or args[4][0].dtype != torch.float32:
+        args = self._compiled_adam_args(opt)
+        if args is None:
             self._adam.pop(opt, None)
             return None
         self._adam[opt] = (opt.state, group, args[:5])
