@@ -9,7 +9,10 @@ Fairness notes: both use torch with the same thread count (1 unless ``--threads`
 both get RL Zoo's entries exactly (rl-baselines3-zoo hyperparams/{ppo,sac,dqn}.yml, checked at
 commit 22e3ff2 of April 2026): PPO Pendulum-v1 with gSDE (use_sde, sde_sample_freq 4) and no
 normalization, SAC Pendulum-v1 with lr 1e-3 and SB3 defaults, DQN CartPole-v1 as listed;
-tinker's DQN is double DQN (its default), SB3's is not.
+tinker's DQN is double DQN (its default), SB3's is not. tinker's compiled SAC step sends its products
+through the library measured faster on the machine (torch's BLAS or oneDNN, see sac_native.py; recorded
+as ``tinker_products``); SB3's go through torch's default, the BLAS. ``TINKER_SAC_GEMM=blas`` runs
+tinker's step on the BLAS too, for the comparison without that choice.
 
     python benchmarks/algos.py            # full: several seeds, RL Zoo budgets (about 25 min on 2 idle cores)
     python benchmarks/algos.py --quick    # about a minute: one seed, tiny budgets (same code path)
@@ -32,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import gymnasium as gym  # noqa: E402
 
-from tinker_core.algos import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig  # noqa: E402
+from tinker_core.algos import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig, sac_native  # noqa: E402
 
 
 # RL Zoo hyperparameters (rl-baselines3-zoo hyperparams/*.yml), written once for both libraries.
@@ -206,11 +209,19 @@ def main() -> int:
                                                  - figures[f"{name}_sb3_final_return_mean"])
         figures[f"{name}_median_return_diff_vs_sb3"] = (figures[f"{name}_tinker_final_return_median"]
                                                         - figures[f"{name}_sb3_final_return_median"])
+        figures[f"{name}_speed_ratios_per_seed"] = [round(t["steps_per_s"] / b["steps_per_s"], 3)
+                                                    for t, b in zip(rows["tinker"], rows["sb3"])]
+        # the spread of the seeds: the standard error of the difference of the two means
+        fins = [np.array([r["final_return"] for r in rows[lib]]) for lib in ("tinker", "sb3")]
+        figures[f"{name}_return_diff_stderr"] = (float(np.sqrt(sum(f.var(ddof=1) / len(f) for f in fins)))
+                                                 if len(seeds) > 1 else None)
         if name.startswith(("ppo", "sac")):
             goals[f"{name}_speed_ratio_vs_sb3"] = ">= 2.0"
         goals[f"{name}_return_diff_vs_sb3"] = ">= 0 (equal or better final return at equal timesteps)"
         per_setup[name] = {"env": s["env"], "timesteps": steps, "seeds": seeds, "threshold": s["threshold"],
                            "hyperparameters": s["common"], "normalize": s["normalize"], "n_envs": s["n_envs"]}
+        if name.startswith("sac"):
+            per_setup[name]["tinker_products"] = sac_native.gemm() or "python step"
     out = {
         **header("algos", args.quick,
                  machine(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

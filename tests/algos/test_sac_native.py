@@ -19,6 +19,7 @@ from tinker_core.algos import SAC, SACConfig
 from tinker_core.algos import sac_native
 from tinker_core.algos.sac_native import NativeSACUpdate
 from tinker_core.algos.sac_update import SACUpdate
+from tinker_core.errors import ConfigError
 from tinker_core.transition import TransitionBatch
 
 needs_compiler = pytest.mark.skipif(shutil.which("c++") is None and shutil.which("g++") is None,
@@ -37,15 +38,33 @@ def _grads(algo: SAC) -> list[torch.Tensor]:
     return [p.grad for p in [*algo.actor.parameters(), *algo.critic.parameters(), algo.log_ent_coef]]
 
 
+@pytest.fixture
+def products():
+    """Selects the compiled step's product library for one test (`sac_native.use_gemm`) and puts the
+    machine's choice back after it; skips where the library cannot be had here."""
+    assert sac_native.load(), sac_native.unavailable_reason()
+    before = sac_native.gemm()
+
+    def use(name: str) -> None:
+        if sac_native.use_gemm(name) != name:
+            pytest.skip(f"{name} is not available to the compiled step on this machine")
+
+    yield use
+    sac_native.use_gemm(before)
+
+
 @needs_compiler
+@pytest.mark.parametrize("gemm", sac_native.GEMMS)
 @pytest.mark.parametrize("kw,per", [
     (dict(net_arch=[64, 64]), False),
     (dict(net_arch=[64, 64]), True),  # importance weights (prioritized replay)
     (dict(net_arch=[48, 32], activation="tanh"), False),
     (dict(net_arch=[32, 24, 16], n_critics=3, ent_coef="0.2"), False),
 ])
-def test_compiled_step_is_the_python_step(kw, per):
-    """Same losses, gradients, TD errors and weights, step after step, up to float rounding."""
+def test_compiled_step_is_the_python_step(kw, per, gemm, products):
+    """Same losses, gradients, TD errors and weights, step after step, up to float rounding, with the
+    products through either library."""
+    products(gemm)
     algos = [SAC("Pendulum-v1", SACConfig(learning_rate=1e-3, seed=0, compiled_step=c, **kw)) for c in (True, False)]
     assert isinstance(algos[0]._update, NativeSACUpdate) and type(algos[1]._update) is SACUpdate
     assert algos[0]._update.compiled, sac_native.unavailable_reason()
@@ -65,6 +84,34 @@ def test_compiled_step_is_the_python_step(kw, per):
     for p0, p1 in zip(*([*a.actor.parameters(), *a.critic.parameters(), *a.critic_target.parameters()]
                         for a in algos)):
         torch.testing.assert_close(p0, p1, rtol=1e-5, atol=1e-5)
+
+
+@needs_compiler
+def test_product_library_is_measured_once_per_machine_and_kept(tmp_path, monkeypatch, products, caplog):
+    """The first load on a machine measures both libraries and keeps the faster in the build directory;
+    later loads take the kept one without measuring; ``TINKER_SAC_GEMM`` overrides, and a wrong value
+    is said and ignored."""
+    monkeypatch.delenv("TINKER_SAC_GEMM", raising=False)
+    with caplog.at_level(logging.INFO, logger="tinker.train"):
+        first = sac_native._choose_gemm(tmp_path)
+    assert first in sac_native.GEMMS and (tmp_path / "gemm.txt").read_text().strip() == first
+    assert any("256x256x256 product" in r.getMessage() for r in caplog.records)
+    assert not list(tmp_path.glob("*.tmp"))
+    other = "blas" if first == "onednn" else "onednn"
+    (tmp_path / "gemm.txt").write_text(other + "\n")  # as if another run had measured the other
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="tinker.train"):
+        kept = sac_native._choose_gemm(tmp_path)
+    assert not caplog.records  # not measured again
+    assert kept == sac_native.gemm() and kept in (other, "blas")  # "blas" where oneDNN cannot be found
+    monkeypatch.setenv("TINKER_SAC_GEMM", "blas")
+    assert sac_native._choose_gemm(tmp_path) == "blas" == sac_native.gemm()
+    monkeypatch.setenv("TINKER_SAC_GEMM", "openblas")
+    with caplog.at_level(logging.WARNING, logger="tinker.train"):
+        assert sac_native._choose_gemm(tmp_path) == kept
+    assert any("TINKER_SAC_GEMM=openblas" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ConfigError, match="openblas"):
+        sac_native.use_gemm("openblas")
 
 
 def test_without_the_build_sac_runs_the_python_step(monkeypatch, caplog, tmp_path):

@@ -1,5 +1,5 @@
 // SAC's gradient step for MLP actor and ensemble critic on the CPU, compiled: the products of
-// `SACUpdate` (sac_update.py) through ATen's BLAS, and everything between them (bias, activation,
+// `SACUpdate` (sac_update.py) through torch's BLAS or oneDNN, and everything between them (bias, activation,
 // its backward, bias gradients, the critics' one-column last layer, the squashed Gaussian, the TD
 // target) fused into single passes over each activation instead of one kernel dispatch per op.
 // Same losses, same gradients, same order of products as `SACUpdate`; tests/algos/test_sac_native.py
@@ -10,9 +10,12 @@
 // (the actor's trunk, then the mean head, then the log-std head).
 
 #include <ATen/ATen.h>
+#include <dlfcn.h>
 #include <torch/library.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <vector>
 
@@ -25,6 +28,72 @@ constexpr float LOG_STD_MIN = -20.f, LOG_STD_MAX = 2.f;
 const float HALF_LOG_2PI = static_cast<float>(0.5 * std::log(2.0 * M_PI));
 
 inline float* P(const Tensor& t) { return t.data_ptr<float>(); }
+
+// ---- products ----------------------------------------------------------------------------------
+// The step's products go through torch's BLAS (MKL on x86) or through oneDNN, which torch also
+// carries: on some CPUs one of them runs a slower code path (on an AMD EPYC, Zen 5, oneDNN's products
+// ran 2.2x as fast as MKL's, which runs at AVX2 speed there). Which one is chosen once per machine
+// (sac_native.py).
+// oneDNN is reached through ATen's own fp32 entry point, looked up at run time so that a torch
+// without it leaves the step on the BLAS instead of failing to load.
+
+using DnnMatmul = void (*)(const Tensor&, const Tensor&, const Tensor&, float, float);
+
+DnnMatmul dnn_matmul() {
+  static const DnnMatmul fn = [] {
+    void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+    // at::native::mkldnn_matmul(const Tensor& mat1, const Tensor& mat2, const Tensor& result, float beta, float alpha)
+    void* sym = lib ? dlsym(lib, "_ZN2at6native13mkldnn_matmulERKNS_6TensorES3_S3_ff") : nullptr;
+    return reinterpret_cast<DnnMatmul>(sym);
+  }();
+  return fn;
+}
+
+std::atomic<bool> use_dnn{false};
+
+// Few rows, few inputs or few outputs (the first layers, the heads): the BLAS's small-matrix path.
+constexpr int64_t DNN_MIN = 16;
+
+// out [n, m] <- a [n, k] @ b [k, m] (a and b may be transposed views; out contiguous).
+void product_into(const Tensor& out, const Tensor& a, const Tensor& b) {
+  if (use_dnn.load(std::memory_order_relaxed) && a.size(0) >= DNN_MIN && a.size(1) >= DNN_MIN &&
+      b.size(1) >= DNN_MIN) {
+    dnn_matmul()(a, b, out, 0.f, 1.f);
+  } else {
+    at::mm_out(const_cast<Tensor&>(out), a, b);
+  }
+}
+
+Tensor product(const Tensor& a, const Tensor& b) {
+  Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+  product_into(out, a, b);
+  return out;
+}
+
+// Select the library for the products (1: oneDNN, 0: the BLAS); returns the one in effect (the BLAS
+// when oneDNN cannot be found).
+int64_t set_gemm(int64_t dnn) {
+  use_dnn = dnn != 0 && dnn_matmul() != nullptr;
+  return use_dnn ? 1 : 0;
+}
+
+// Microseconds per [256, 256] x [256, 256] product through one library (1: oneDNN, 0: the BLAS),
+// the best of `rounds` rounds of `n`; what `set_gemm`'s choice is measured with. Leaves the choice as it was.
+double time_gemm(int64_t dnn, int64_t n, int64_t rounds) {
+  const bool was = use_dnn;
+  if (dnn != 0 && dnn_matmul() == nullptr) return -1.0;
+  use_dnn = dnn != 0;
+  Tensor a = at::randn({256, 256}), b = at::randn({256, 256}), out = at::empty({256, 256});
+  double best = 1e30;
+  for (int64_t r = 0; r <= rounds; ++r) {  // round 0 warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < n; ++i) product_into(out, a, b);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / n;
+    if (r > 0) best = std::min(best, us);
+  }
+  use_dnn = was;
+  return best;
+}
 
 // z <- act(z + b) for z [n, m], b [m] (any leading dims of size 1)
 void bias_act_(Tensor& z, const Tensor& b, int64_t act) {
@@ -141,7 +210,7 @@ CriticPass critic_forward(const std::vector<Tensor>& net, const Tensor& x, int64
       if (h.size(1) < NARROW) {
         z = narrow_linear(h, net[2 * k][e], net[2 * k + 1][e], act);
       } else {
-        z = at::mm(h, net[2 * k][e]);
+        z = product(h, net[2 * k][e]);
         bias_act_(z, net[2 * k + 1][e], act);
       }
       out.hs[e].push_back(z);
@@ -207,10 +276,10 @@ void critic_weight_grads(const std::vector<Tensor>& net, const std::vector<Tenso
     if (in.size(1) < NARROW) {
       narrow_weight_grad(in, d, P(gW));
     } else {
-      at::mm_out(gW, in.t(), d);
+      product_into(gW, in.t(), d);
     }
     if (k > 0) {
-      Tensor d2 = at::mm(d, net[2 * k][e].t());
+      Tensor d2 = product(d, net[2 * k][e].t());
       act_back_(P(d2), P(hs[k - 1]), n, d2.size(1), act, P(grads[2 * (k - 1) + 1][e]));
       d = d2;
     }
@@ -230,7 +299,7 @@ std::vector<Tensor> actor_forward(const std::vector<Tensor>& actor, const Tensor
     if (h.size(1) < NARROW) {
       z = narrow_linear(h, actor[2 * k].t().contiguous(), actor[2 * k + 1], act);
     } else {
-      z = at::mm(h, actor[2 * k].t());
+      z = product(h, actor[2 * k].t());
       bias_act_(z, actor[2 * k + 1], act);
     }
     hs.push_back(z);
@@ -303,9 +372,9 @@ void actor_backward(const std::vector<Tensor>& actor, const std::vector<Tensor>&
       narrow_weight_grad(in, d, P(gWt));
       gW.copy_(gWt.t());
     } else {
-      at::mm_out(gW, d.t(), in);
+      product_into(gW, d.t(), in);
     }
-    if (k > 0) d = at::mm(d, actor[2 * k]);
+    if (k > 0) d = product(d, actor[2 * k]);
   }
 }
 
@@ -436,11 +505,11 @@ std::vector<Tensor> actor_step(const Tensor& x2, std::vector<Tensor> saved, std:
       for (int64_t j = 0; j < H; ++j) dp[r * H + j] = g_min * w[j];
     act_back_(dp, P(hl), ne, H, critic_act, nullptr, ri);
     for (int64_t k = L - 2; k >= 1; --k) {
-      Tensor d2 = at::mm(d, critic[2 * k][e].t());
+      Tensor d2 = product(d, critic[2 * k][e].t());
       act_back_(P(d2), P(pp.hs[e][k - 1]), ne, d2.size(1), critic_act, nullptr, ri);
       d = d2;
     }
-    Tensor ga = at::mm(d, critic[0][e].narrow(0, D, A).t());  // the action's columns of the input
+    Tensor ga = product(d, critic[0][e].narrow(0, D, A).t());  // the action's columns of the input
     const float* gp = P(ga);
     float* out = P(g_a);
     for (int64_t r = 0; r < ne; ++r)
@@ -554,6 +623,8 @@ TORCH_LIBRARY(tinker_sac, m) {
   m.def("adam_step(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
         "Tensor(d!)[] steps, float lr, float beta1, float beta2, float weight_decay, float eps) -> ()");
   m.def("polyak_(Tensor(a!)[] dst, Tensor[] src, float tau) -> ()");
+  m.def("set_gemm(int dnn) -> int", &tinker_sac::set_gemm);  // no tensor arguments: one kernel for all
+  m.def("time_gemm(int dnn, int n, int rounds) -> float", &tinker_sac::time_gemm);
   m.def("train_step(Tensor obs, Tensor actions, Tensor next_obs, Tensor rewards, Tensor dones, Tensor? weights, "
         "Generator? gen, Tensor log_ent_coef, Tensor(a!)? ent_grad, float target_entropy, float gamma, "
         "Tensor[] actor, Tensor[] critic, Tensor[] target, Tensor[] actor_grads, Tensor[] critic_grads, "
