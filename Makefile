@@ -9,8 +9,8 @@ $(STAMP): pyproject.toml ros2_ws/src/tinker/setup.py
 	$(VENV)/bin/pip install -q --upgrade pip 'setuptools<80' wheel
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	$(VENV)/bin/pip install -q --no-deps --no-build-isolation -e ros2_ws/src/tinker
-	$(VENV)/bin/python -c 'from tinker_core.algos.sac_native import main; raise SystemExit(main())' \
-		|| echo "SAC will use its Python step (see above)"
+	$(VENV)/bin/python -c 'from tinker_core.algos.native import main; raise SystemExit(main())' \
+		|| echo "SAC and PPO will use their Python steps (see above)"
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -10,7 +10,7 @@ both get RL Zoo's entries exactly (rl-baselines3-zoo hyperparams/{ppo,sac,dqn}.y
 commit 22e3ff2 of April 2026): PPO Pendulum-v1 with gSDE (use_sde, sde_sample_freq 4) and no
 normalization, SAC Pendulum-v1 with lr 1e-3 and SB3 defaults, DQN CartPole-v1 as listed;
 tinker's DQN is double DQN (its default), SB3's is not. tinker's compiled SAC step sends its products
-through the library measured faster on the machine (torch's BLAS or oneDNN, see sac_native.py; recorded
+through the library measured faster on the machine (torch's BLAS or oneDNN, see tinker_core/algos/native.py; recorded
 as ``tinker_products``); SB3's go through torch's default, the BLAS. ``TINKER_SAC_GEMM=blas`` runs
 tinker's step on the BLAS too, for the comparison without that choice.
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import gymnasium as gym  # noqa: E402
 
-from tinker_core.algos import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig, sac_native  # noqa: E402
+from tinker_core.algos import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig, native  # noqa: E402
 
 
 # RL Zoo hyperparameters (rl-baselines3-zoo hyperparams/*.yml), written once for both libraries.
@@ -221,7 +221,7 @@ def main() -> int:
         per_setup[name] = {"env": s["env"], "timesteps": steps, "seeds": seeds, "threshold": s["threshold"],
                            "hyperparameters": s["common"], "normalize": s["normalize"], "n_envs": s["n_envs"]}
         if name.startswith("sac"):
-            per_setup[name]["tinker_products"] = sac_native.gemm() or "python step"
+            per_setup[name]["tinker_products"] = native.gemm() or "python step"
     out = {
         **header("algos", args.quick,
                  machine(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

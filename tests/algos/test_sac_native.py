@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tinker_core.algos import SAC, SACConfig
-from tinker_core.algos import sac_native
+from tinker_core.algos import native
 from tinker_core.algos.sac_native import NativeSACUpdate
 from tinker_core.algos.sac_update import SACUpdate
 from tinker_core.errors import ConfigError
@@ -40,21 +40,21 @@ def _grads(algo: SAC) -> list[torch.Tensor]:
 
 @pytest.fixture
 def products():
-    """Selects the compiled step's product library for one test (`sac_native.use_gemm`) and puts the
+    """Selects the compiled step's product library for one test (`native.use_gemm`) and puts the
     machine's choice back after it; skips where the library cannot be had here."""
-    assert sac_native.load(), sac_native.unavailable_reason()
-    before = sac_native.gemm()
+    assert native.load(), native.unavailable_reason()
+    before = native.gemm()
 
     def use(name: str) -> None:
-        if sac_native.use_gemm(name) != name:
+        if native.use_gemm(name) != name:
             pytest.skip(f"{name} is not available to the compiled step on this machine")
 
     yield use
-    sac_native.use_gemm(before)
+    native.use_gemm(before)
 
 
 @needs_compiler
-@pytest.mark.parametrize("gemm", sac_native.GEMMS)
+@pytest.mark.parametrize("gemm", native.GEMMS)
 @pytest.mark.parametrize("kw,per", [
     (dict(net_arch=[64, 64]), False),
     (dict(net_arch=[64, 64]), True),  # importance weights (prioritized replay)
@@ -67,7 +67,7 @@ def test_compiled_step_is_the_python_step(kw, per, gemm, products):
     products(gemm)
     algos = [SAC("Pendulum-v1", SACConfig(learning_rate=1e-3, seed=0, compiled_step=c, **kw)) for c in (True, False)]
     assert isinstance(algos[0]._update, NativeSACUpdate) and type(algos[1]._update) is SACUpdate
-    assert algos[0]._update.compiled, sac_native.unavailable_reason()
+    assert algos[0]._update.compiled, native.unavailable_reason()
     rng = np.random.default_rng(1)
     for step in range(5):
         batch = _batch(rng, 96)
@@ -93,25 +93,25 @@ def test_product_library_is_measured_once_per_machine_and_kept(tmp_path, monkeyp
     is said and ignored."""
     monkeypatch.delenv("TINKER_SAC_GEMM", raising=False)
     with caplog.at_level(logging.INFO, logger="tinker.train"):
-        first = sac_native._choose_gemm(tmp_path)
-    assert first in sac_native.GEMMS and (tmp_path / "gemm.txt").read_text().strip() == first
+        first = native._choose_gemm(tmp_path)
+    assert first in native.GEMMS and (tmp_path / "gemm.txt").read_text().strip() == first
     assert any("256x256x256 product" in r.getMessage() for r in caplog.records)
     assert not list(tmp_path.glob("*.tmp"))
     other = "blas" if first == "onednn" else "onednn"
     (tmp_path / "gemm.txt").write_text(other + "\n")  # as if another run had measured the other
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="tinker.train"):
-        kept = sac_native._choose_gemm(tmp_path)
+        kept = native._choose_gemm(tmp_path)
     assert not caplog.records  # not measured again
-    assert kept == sac_native.gemm() and kept in (other, "blas")  # "blas" where oneDNN cannot be found
+    assert kept == native.gemm() and kept in (other, "blas")  # "blas" where oneDNN cannot be found
     monkeypatch.setenv("TINKER_SAC_GEMM", "blas")
-    assert sac_native._choose_gemm(tmp_path) == "blas" == sac_native.gemm()
+    assert native._choose_gemm(tmp_path) == "blas" == native.gemm()
     monkeypatch.setenv("TINKER_SAC_GEMM", "openblas")
     with caplog.at_level(logging.WARNING, logger="tinker.train"):
-        assert sac_native._choose_gemm(tmp_path) == kept
+        assert native._choose_gemm(tmp_path) == kept
     assert any("TINKER_SAC_GEMM=openblas" in r.getMessage() for r in caplog.records)
     with pytest.raises(ConfigError, match="openblas"):
-        sac_native.use_gemm("openblas")
+        native.use_gemm("openblas")
 
 
 def test_without_the_build_sac_runs_the_python_step(monkeypatch, caplog, tmp_path):
@@ -119,34 +119,34 @@ def test_without_the_build_sac_runs_the_python_step(monkeypatch, caplog, tmp_pat
     SAC trains with the Python step instead."""
     bad = tmp_path / "sac_native.cpp"
     bad.write_text("this is not C++\n")
-    monkeypatch.setattr(sac_native, "SOURCE", bad)
-    monkeypatch.setattr(sac_native, "_state", {})
+    monkeypatch.setattr(native, "SOURCES", [bad])
+    monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv("TINKER_NATIVE_CACHE", str(tmp_path / "cache"))
     algo = SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], batch_size=16, learning_starts=20, seed=0))
-    assert isinstance(algo._update, NativeSACUpdate) and sac_native.unavailable_reason() is None  # not built yet
+    assert isinstance(algo._update, NativeSACUpdate) and native.unavailable_reason() is None  # not built yet
     with caplog.at_level(logging.WARNING, logger="tinker.train"):
         algo.learn(40, progress=False)
-    assert not algo._update.compiled and sac_native.unavailable_reason()
-    assert sum("compiled SAC step unavailable" in r.getMessage() for r in caplog.records) == 1
+    assert not algo._update.compiled and native.unavailable_reason()
+    assert sum("compiled steps unavailable" in r.getMessage() for r in caplog.records) == 1
     assert algo.num_updates == 20 and all(torch.isfinite(p).all() for p in algo.actor.parameters())
 
 
 def test_acting_and_exporting_build_nothing(monkeypatch, tmp_path):
     """The extension is loaded at the first training step: constructing SAC (to act, evaluate or
     export) neither builds nor loads it."""
-    monkeypatch.setattr(sac_native, "_state", {})
+    monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv("TINKER_NATIVE_CACHE", str(tmp_path / "cache"))
     algo = SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], seed=0))
     algo.predict(np.zeros(3, np.float32))
     algo.predict(np.zeros(3, np.float32), deterministic=False)
-    assert sac_native._state == {} and not (tmp_path / "cache").exists()
+    assert native._state == {} and not (tmp_path / "cache").exists()
 
 
 def test_compiled_step_off_for_other_devices_and_when_disabled(monkeypatch):
     algo = SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], seed=0, compiled_step=False))
     assert type(algo._update) is SACUpdate
     assert NativeSACUpdate.create(algo.actor, algo.critic, algo.critic_target, torch.device("meta")) is None
-    monkeypatch.setattr(sac_native, "_state", {})
+    monkeypatch.setattr(native, "_state", {})
     monkeypatch.setenv("TINKER_NATIVE", "0")
     assert type(SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], seed=0))._update) is SACUpdate
-    assert not sac_native.load() and sac_native.unavailable_reason() == "TINKER_NATIVE=0"
+    assert not native.load() and native.unavailable_reason() == "TINKER_NATIVE=0"

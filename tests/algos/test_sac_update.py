@@ -65,7 +65,8 @@ def test_sac_update_matches_sb3(activation, act, n, compiled, monkeypatch):
     import torch.distributions.normal as normal
     from stable_baselines3.common.type_aliases import ReplayBufferSamples
 
-    from tinker_core.algos.sac_native import NativeSACUpdate, unavailable_reason
+    from tinker_core.algos.native import unavailable_reason
+    from tinker_core.algos.sac_native import NativeSACUpdate
 
     hidden = [64, 64]
     algo = SAC("Pendulum-v1", SACConfig(learning_rate=1e-3, net_arch=hidden, activation=activation, seed=0,

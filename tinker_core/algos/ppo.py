@@ -4,7 +4,8 @@ Defaults are Stable-Baselines3's; RL Zoo's Pendulum-v1 tuning is in configs/ppo_
 
 Speed (the update math is SB3's): acting during rollouts runs the MLPs in numpy on views of the
 weights (`np_mlp`), log-probabilities come in closed form from the drawn noise, and the update
-steps one flat parameter buffer (`flat_params`) with backward on the calling thread."""
+steps one flat parameter buffer (`flat_params`); for continuous actions and MLPs on the CPU the
+whole update is one compiled call (`ppo_native`), otherwise autograd on the calling thread."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from tinker_core.algos.fused_ac import FusedActorCritic
 from tinker_core.algos.networks import ArgmaxHead, CategoricalActor, ClippedMeanHead, GaussianActor, seq_forward
 from tinker_core.algos.normalize import RewardNormalizer
 from tinker_core.algos.np_mlp import NumpyMLP
+from tinker_core.algos.ppo_native import NativePPOUpdate
 from tinker_core.errors import ConfigError
 from tinker_core.nn import build_perception, mlp
 from tinker_core.nn.encoders import Flatten
@@ -82,6 +84,9 @@ class PPOConfig(AlgoConfig):
     """Generalized state-dependent exploration (gSDE) for continuous actions, as SB3's use_sde."""
     sde_sample_freq: int = -1
     """Env steps between two gSDE noise-matrix draws (-1: once per rollout)."""
+    compiled_update: bool = True
+    """On the CPU, run each update compiled (ppo_native.py; built once per machine) where it applies
+    (continuous actions, MLPs on flat observations); False, or no compiler, runs it through autograd."""
 
     def __post_init__(self) -> None:
         if self.net_arch is None:
@@ -157,6 +162,8 @@ class PPO(Algorithm):
         self.fused = None if order is None else FusedActorCritic.build(
             self.pi.logits if self.discrete else self.pi.mean, self.vf, self.flat)
         self.opt = make_adam([self.flat.flat], self.config.learning_rate, eps=1e-5)
+        self._native = (NativePPOUpdate.create(self.fused, self.discrete, self.sde, self.device)
+                        if self.config.compiled_update else None)
 
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"policy": self.opt}
@@ -369,31 +376,35 @@ class PPO(Algorithm):
         total = f_val.shape[0]
         # the per-sample scalars travel as one [N, 4] tensor: one gather per epoch, views per minibatch
         scal = torch.stack([f_val, f_logp, f_adv, f_ret], 1)
-        losses, log_ratios, norms = [], [], []
-        with backward_in_caller_thread():
-            for _ in range(c.n_epochs):
-                perm = torch.randperm(total, generator=self.gen).to(self.device)
-                e_obs, e_act, e_scal = _take(f_obs, perm), f_act[perm], scal[perm]
-                for start in range(0, total, c.batch_size):
-                    end = min(start + c.batch_size, total)
-                    sc = e_scal[start:end]
-                    b = RolloutSamples(_slice(e_obs, start, end), e_act[start:end], sc[:, 0], sc[:, 1], sc[:, 2],
-                                       sc[:, 3])
-                    pg_v, log_ratio, gn = self._minibatch(b)
-                    losses.append(pg_v)
-                    log_ratios.append(log_ratio)
-                    norms.append(gn)
-        count = len(losses)
-        self.num_updates += count
+        if self._native is not None and not isinstance(f_obs, dict) and self._native.ready(self.opt):
+            perms = torch.stack([torch.randperm(total, generator=self.gen) for _ in range(c.n_epochs)])
+            with torch.no_grad():
+                losses_t, lr_all, norms_t = self._native.update(self.opt, f_obs, f_act, scal, perms, c)
+        else:
+            losses, log_ratios, norms = [], [], []
+            with backward_in_caller_thread():
+                for _ in range(c.n_epochs):
+                    perm = torch.randperm(total, generator=self.gen).to(self.device)
+                    e_obs, e_act, e_scal = _take(f_obs, perm), f_act[perm], scal[perm]
+                    for start in range(0, total, c.batch_size):
+                        end = min(start + c.batch_size, total)
+                        sc = e_scal[start:end]
+                        b = RolloutSamples(_slice(e_obs, start, end), e_act[start:end], sc[:, 0], sc[:, 1],
+                                           sc[:, 2], sc[:, 3])
+                        pg_v, log_ratio, gn = self._minibatch(b)
+                        losses.append(pg_v)
+                        log_ratios.append(log_ratio)
+                        norms.append(gn)
+            losses_t, lr_all, norms_t = torch.stack(losses), torch.cat(log_ratios), torch.stack(norms)
+        self.num_updates += losses_t.shape[0]
         with torch.no_grad():
             explained = 1.0 - (f_ret - f_val).var() / f_ret.var().clamp_min(1e-8)
-            pv = torch.stack(losses).mean(0)
-            lr_all = torch.cat(log_ratios)
+            pv = losses_t.mean(0)
             ratio = lr_all.exp()
             self._metrics = {"policy_loss": pv[0], "value_loss": pv[1], "entropy": self._entropy_now(f_obs),
                              "approx_kl": ((ratio - 1) - lr_all).mean(),
                              "clip_fraction": ((ratio - 1).abs() > c.clip_range).float().mean(),
-                             "grad_norm/policy": torch.stack(norms).mean(), "explained_variance": explained,
+                             "grad_norm/policy": norms_t.mean(), "explained_variance": explained,
                              "std": self.pi.log_std.detach().exp().mean() if not self.discrete else torch.tensor(0.0)}
         self._last_batch_rewards = self.buf_rewards
         return {k: float(v) for k, v in self._metrics.items()}

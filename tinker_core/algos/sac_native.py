@@ -1,144 +1,24 @@
-"""`NativeSACUpdate`: `SACUpdate`'s step compiled (sac_native.cpp), for the CPU.
+"""`NativeSACUpdate`: `SACUpdate`'s step compiled (sac_native.cpp, built and loaded by `native`), for the CPU.
 
 `SACUpdate` spends about a third of a step outside its matrix products: some 200 small kernels
 (bias, activation and their backward, sums, the squashed Gaussian, the target), each a dispatch and
-a pass over memory. The C++ step does the same products (through the BLAS or oneDNN, below) and fuses the rest
-into one loop per activation. It is built once per machine with the compiler torch's extensions use
-(``make setup`` does it; otherwise the first SAC step that needs it, about a minute) and cached under
-``$TINKER_NATIVE_CACHE`` (default ``~/.cache/tinker/native``). Without a compiler, or with
-``TINKER_NATIVE=0``, SAC runs `SACUpdate` instead and says so once.
-
-The products go through torch's BLAS or through oneDNN (also inside torch), whichever ran a
-256x256x256 product faster when this machine's build first loaded (on the AMD EPYC, Zen 5, this was
-developed on, oneDNN's products ran 2.2x as fast as MKL's, which runs at AVX2 speed there). The
-choice is kept with the build, so every run on the machine computes the same way (a resumed run
-continues bit for bit); ``TINKER_SAC_GEMM=blas`` or ``=onednn`` overrides it.
-
-    python -c "from tinker_core.algos.sac_native import main; main()"   # build now, say where
+a pass over memory. The C++ step does the same products (through the BLAS or oneDNN, see `native`)
+and fuses the rest into one loop per activation. Where the extension cannot be had, SAC runs
+`SACUpdate` instead (`native` says why, once).
 """
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import os
-import platform
-import sys
-import threading
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from tinker_core.algos import native
 from tinker_core.algos.base import adam_step, fused_adam_args
 from tinker_core.algos.networks import EnsembleQ, SquashedGaussianActor, noise_like
 from tinker_core.algos.sac_update import SACLosses, SACUpdate, train_step_in_sequence
-from tinker_core.errors import ConfigError
-
-log = logging.getLogger("tinker.train")
-
-SOURCE = Path(__file__).with_name("sac_native.cpp")
-_lock = threading.Lock()
-_state: dict[str, Any] = {}
-
-
-def _cpu_id() -> str:
-    """What the compiled code depends on (it is built for this CPU: -march=native)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        keep = [ln for ln in text.splitlines() if ln.startswith(("model name", "flags"))][:2]
-    except OSError:
-        keep = []
-    return "|".join([platform.machine(), *keep])
-
-
-def build_dir() -> Path:
-    """Where this source, torch, Python and CPU's build lives."""
-    key = hashlib.sha256("\n".join([SOURCE.read_text(), torch.__version__, sys.version, _cpu_id()]).encode())
-    root = Path(os.environ.get("TINKER_NATIVE_CACHE", Path.home() / ".cache" / "tinker" / "native"))
-    return root / key.hexdigest()[:16]
-
-
-def load() -> bool:
-    """Build (first time on this machine) and load the extension; False, with the reason logged
-    once, when it cannot be had."""
-    with _lock:
-        if "ok" in _state:
-            return _state["ok"]
-        if os.environ.get("TINKER_NATIVE", "1") == "0":
-            _state["ok"], _state["why"] = False, "TINKER_NATIVE=0"
-            return False
-        try:
-            from torch.utils import cpp_extension
-
-            d = build_dir()
-            d.mkdir(parents=True, exist_ok=True)
-            if not any(d.glob("*.so")):
-                log.info("building the compiled SAC step for this machine (once, about a minute) in %s", d)
-            venv_bin = str(Path(sys.executable).parent)  # where a venv installs ninja
-            if venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
-                os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
-            cpp_extension.load(name="tinker_sac_native", sources=[str(SOURCE)], build_directory=str(d),
-                               extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], is_python_module=False,
-                               verbose=False)
-            _state["gemm"] = _choose_gemm(d)
-            _state["ok"] = True
-        except Exception as e:  # no compiler, no ninja, a failed build: SACUpdate does the same step
-            _state["ok"], _state["why"] = False, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
-            log.warning("compiled SAC step unavailable (%s); using the Python step (same results, slower)",
-                        _state["why"])
-        return _state["ok"]
-
-
-GEMMS = ("blas", "onednn")
-
-
-def _choose_gemm(d: Path) -> str:
-    """Select the products' library: ``$TINKER_SAC_GEMM``, else the one measured faster on this machine
-    (measured once, ~20 ms, and kept in the build directory ``d``)."""
-    ops = torch.ops.tinker_sac
-    kept = d / "gemm.txt"
-    choice = os.environ.get("TINKER_SAC_GEMM", "")
-    if choice and choice not in GEMMS:
-        log.warning("TINKER_SAC_GEMM=%s is not one of %s; measuring instead", choice, ", ".join(GEMMS))
-        choice = ""
-    if not choice:
-        try:
-            choice = kept.read_text().strip()
-        except OSError:
-            choice = ""
-    if choice not in GEMMS:
-        blas, dnn = ops.time_gemm(0, 10, 3), ops.time_gemm(1, 10, 3)
-        choice = "onednn" if 0 < dnn < 0.9 * blas else "blas"  # near a tie, torch's default
-        log.info("SAC step products: %s (a 256x256x256 product: BLAS %.0f us, oneDNN %s)", choice, blas,
-                 f"{dnn:.0f} us" if dnn > 0 else "unavailable")
-        tmp = kept.with_suffix(f".{os.getpid()}.tmp")
-        try:
-            tmp.write_text(choice + "\n")
-            os.replace(tmp, kept)
-        except OSError as e:  # a read-only cache: measured again next time, which may choose differently
-            log.warning("could not keep the SAC step's product library in %s (%s)", kept, e)
-    return use_gemm(choice)
-
-
-def use_gemm(name: str) -> str:
-    """Route the compiled step's products through ``name`` ("blas" or "onednn") from now on, in this
-    process; returns the one in effect ("blas" where oneDNN cannot be found). Needs `load`."""
-    if name not in GEMMS:
-        raise ConfigError(f"use_gemm: expected one of {GEMMS}, got {name!r}")
-    _state["gemm"] = GEMMS[int(torch.ops.tinker_sac.set_gemm(int(name == "onednn")))]
-    return _state["gemm"]
-
-
-def gemm() -> str | None:
-    """The library the compiled step's products go through (None until it is loaded)."""
-    return _state.get("gemm")
-
-
-def unavailable_reason() -> str | None:
-    """Why `load` returned False (None when it has not been called or succeeded)."""
-    return _state.get("why")
 
 
 def _act_code(kind: type) -> int:
@@ -166,7 +46,7 @@ class NativeSACUpdate:
     def compiled(self) -> bool:
         """Whether steps run compiled (the first call builds or loads the extension)."""
         if self._ops is None:
-            self._ops = torch.ops.tinker_sac if load() else False
+            self._ops = torch.ops.tinker_sac if native.load() else False
         return self._ops is not False
 
     @classmethod
@@ -283,15 +163,3 @@ class NativeSACUpdate:
             log_ent_coef.grad = -(logp_mean + target_entropy).reshape(log_ent_coef.shape)
         critic_loss, q_mean, td_abs = saved[0], saved[1], saved[2]
         return SACLosses(critic_loss, actor_loss, ent.squeeze(), -logp_mean, q_mean, td_abs)
-
-
-def main() -> int:
-    """Build (or find) the extension and say where it is; 1 when it cannot be built."""
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    ok = load()
-    print(f"compiled SAC step: {f'ready in {build_dir()}, products through {gemm()}' if ok else 'unavailable: ' + str(unavailable_reason())}")
-    return 0 if ok else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
