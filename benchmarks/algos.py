@@ -16,6 +16,7 @@ tinker's step on the BLAS too, for the comparison without that choice.
 
     python benchmarks/algos.py            # full: several seeds, RL Zoo budgets (about 25 min on 2 idle cores)
     python benchmarks/algos.py --quick    # about a minute: one seed, tiny budgets (same code path)
+    python benchmarks/algos.py --only ppo_pendulum --seeds 20 --tag ppo_20_seeds   # -> results/algos.ppo_20_seeds.json
 """
 
 from __future__ import annotations
@@ -172,7 +173,13 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1,
                     help=f"torch threads, the same for both libraries (default 1: per-core speed; torch's own "
                          f"default here is {torch.get_num_threads()})")
+    ap.add_argument("--tag", default="",
+                    help="write results/algos.TAG.json (and .png) instead of the full run's algos.json: for a run "
+                         "with other settings, e.g. --only ppo_pendulum --seeds 20 --tag ppo_20_seeds")
     args = ap.parse_args()
+    if args.tag and not args.tag.replace("_", "").replace("-", "").isalnum():
+        ap.error(f"--tag: letters, digits, '_' and '-' only, got {args.tag!r}")
+    result_name = f"algos.{args.tag}" if args.tag else "algos"
     torch.set_num_threads(args.threads)
     seeds = [0] if args.quick else list(range(args.seeds))
     figures: dict[str, float | int | None] = {}
@@ -231,8 +238,8 @@ def main() -> int:
         "goals": goals,
         "setups": per_setup,
     }
-    path = write_result("algos", args.quick, out)
-    png = _plot(curves_png, result_path("algos", args.quick, ".png"))
+    path = write_result(result_name, args.quick, out)
+    png = _plot(curves_png, result_path(result_name, args.quick, ".png"))
     print(json.dumps(figures, indent=1))
     print(f"wrote {path} and {png}")
     return 0
