@@ -33,6 +33,7 @@ from tinker_core.errors import ConfigError
 log = logging.getLogger("tinker.train")
 
 SOURCES = [Path(__file__).with_name("sac_native.cpp"), Path(__file__).with_name("ppo_native.cpp")]
+HEADERS = [Path(__file__).with_name("native_kernels.h")]
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
 
@@ -49,7 +50,7 @@ def _cpu_id() -> str:
 
 def build_dir() -> Path:
     """Where this build of the sources, torch, Python and CPU lives."""
-    key = hashlib.sha256("\n".join([*(s.read_text() for s in SOURCES), torch.__version__, sys.version,
+    key = hashlib.sha256("\n".join([*(s.read_text() for s in SOURCES + HEADERS), torch.__version__, sys.version,
                                     _cpu_id()]).encode())
     root = Path(os.environ.get("TINKER_NATIVE_CACHE", Path.home() / ".cache" / "tinker" / "native"))
     return root / key.hexdigest()[:16]

@@ -13,6 +13,8 @@
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
+#include "native_kernels.h"
+
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -20,11 +22,12 @@
 namespace tinker_ppo {
 
 using at::Tensor;
-
-constexpr int64_t RELU = 0;
-constexpr int64_t NARROW = 16;  // inputs this few: a loop instead of a BLAS call
-
-inline float* P(const Tensor& t) { return t.data_ptr<float>(); }
+using tinker_native::act_back_;
+using tinker_native::narrow_linear;
+using tinker_native::narrow_weight_grad;
+using tinker_native::NARROW;
+using tinker_native::P;
+using tinker_native::RELU;
 
 struct Layer {
   Tensor W, b, gW, gb;  // W [out, in], b [out] and their gradients (contiguous views)
@@ -32,39 +35,26 @@ struct Layer {
 
 // z [n, out] <- act(x @ W^T + b)
 Tensor layer_forward(const Layer& l, const Tensor& x, int64_t act) {
-  const int64_t n = x.size(0), in = x.size(1), out = l.W.size(0);
+  if (x.size(1) < NARROW) return narrow_linear(x, l.W.t().contiguous(), l.b, act);
+  const int64_t n = x.size(0), out = l.W.size(0);
   Tensor z = at::empty({n, out}, x.options());
+  at::mm_out(z, x, l.W.t());
   float* zp = P(z);
   const float* bp = P(l.b);
-  if (in < NARROW) {
-    const Tensor Wt = l.W.t().contiguous();
-    const float *xp = P(x), *wp = P(Wt);
-    for (int64_t i = 0; i < n; ++i) {
-      float* r = zp + i * out;
+  for (int64_t i = 0; i < n; ++i) {
+    float* r = zp + i * out;
+    if (act == RELU) {
 #pragma omp simd
-      for (int64_t j = 0; j < out; ++j) r[j] = bp[j];
-      for (int64_t k = 0; k < in; ++k) {
-        const float xv = xp[i * in + k];
-        const float* wr = wp + k * out;
-#pragma omp simd
-        for (int64_t j = 0; j < out; ++j) r[j] += xv * wr[j];
+      for (int64_t j = 0; j < out; ++j) {
+        const float v = r[j] + bp[j];
+        r[j] = v > 0.f ? v : 0.f;
       }
-    }
-  } else {
-    at::mm_out(z, x, l.W.t());
-    for (int64_t i = 0; i < n; ++i) {
-      float* r = zp + i * out;
+    } else {
 #pragma omp simd
       for (int64_t j = 0; j < out; ++j) r[j] += bp[j];
     }
   }
-  if (act == RELU) {
-    const int64_t m = n * out;
-#pragma omp simd
-    for (int64_t j = 0; j < m; ++j) zp[j] = zp[j] > 0.f ? zp[j] : 0.f;
-  } else {
-    z.tanh_();
-  }
+  if (act != RELU) z.tanh_();
   return z;
 }
 
@@ -75,40 +65,13 @@ void hidden_backward(const std::vector<Layer>& layers, const std::vector<Tensor>
   for (int64_t k = static_cast<int64_t>(layers.size()) - 1; k >= 0; --k) {
     const Layer& l = layers[k];
     const int64_t out = l.W.size(0);
-    float* dp = P(d);
-    const float* hp = P(hs[k]);
-    float* gb = P(l.gb);
-    std::fill(gb, gb + out, 0.f);
-    for (int64_t i = 0; i < n; ++i) {
-      float* dr = dp + i * out;
-      const float* hr = hp + i * out;
-      if (act == RELU) {
-#pragma omp simd
-        for (int64_t j = 0; j < out; ++j) dr[j] = hr[j] > 0.f ? dr[j] : 0.f;
-      } else {
-#pragma omp simd
-        for (int64_t j = 0; j < out; ++j) dr[j] *= 1.f - hr[j] * hr[j];
-      }
-#pragma omp simd
-      for (int64_t j = 0; j < out; ++j) gb[j] += dr[j];
-    }
+    act_back_(P(d), P(hs[k]), n, out, act, P(l.gb));
     const Tensor& in = k == 0 ? x : hs[k - 1];
     const int64_t c = in.size(1);
-    if (c < NARROW) {  // gW [out, c] = d^T in, column by column of in
-      float* gw = P(l.gW);
-      const float* ip = P(in);
-      std::fill(gw, gw + out * c, 0.f);
-      std::vector<float> col(out);
-      for (int64_t q = 0; q < c; ++q) {
-        std::fill(col.begin(), col.end(), 0.f);
-        for (int64_t i = 0; i < n; ++i) {
-          const float iv = ip[i * c + q];
-          const float* dr = dp + i * out;
-#pragma omp simd
-          for (int64_t j = 0; j < out; ++j) col[j] += iv * dr[j];
-        }
-        for (int64_t j = 0; j < out; ++j) gw[j * c + q] = col[j];
-      }
+    if (c < NARROW) {  // gW [out, c] from gW^T = in^T d
+      Tensor gWt = at::empty({c, out}, d.options());
+      narrow_weight_grad(in, d, P(gWt));
+      l.gW.copy_(gWt.t());
     } else {
       at::mm_out(const_cast<Tensor&>(l.gW), d.t(), in);
     }

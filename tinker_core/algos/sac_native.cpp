@@ -13,6 +13,8 @@
 #include <dlfcn.h>
 #include <torch/library.h>
 
+#include "native_kernels.h"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -22,12 +24,15 @@
 namespace tinker_sac {
 
 using at::Tensor;
+using tinker_native::act_back_;
+using tinker_native::narrow_linear;
+using tinker_native::narrow_weight_grad;
+using tinker_native::NARROW;
+using tinker_native::P;
+using tinker_native::RELU;
 
-constexpr int64_t RELU = 0;
 constexpr float LOG_STD_MIN = -20.f, LOG_STD_MAX = 2.f;
 const float HALF_LOG_2PI = static_cast<float>(0.5 * std::log(2.0 * M_PI));
-
-inline float* P(const Tensor& t) { return t.data_ptr<float>(); }
 
 // ---- products ----------------------------------------------------------------------------------
 // The step's products go through torch's BLAS (MKL on x86) or through oneDNN, which torch also
@@ -114,79 +119,12 @@ void bias_act_(Tensor& z, const Tensor& b, int64_t act) {
   }
 }
 
-// Row r of d (r in rows, or all n rows when rows is null) <- d * act'(h[src(r)]), h = act(z) [., m];
-// the column sums of the result go to gb when given.
-void act_back_(float* d, const float* h, int64_t n, int64_t m, int64_t act, float* gb,
-               const int64_t* rows = nullptr) {
-  if (gb) std::fill(gb, gb + m, 0.f);
-  for (int64_t i = 0; i < n; ++i) {
-    float* dr = d + i * m;
-    const float* hr = h + (rows ? rows[i] : i) * m;
-    if (act == RELU) {
-#pragma omp simd
-      for (int64_t j = 0; j < m; ++j) dr[j] = hr[j] > 0.f ? dr[j] : 0.f;
-    } else {
-#pragma omp simd
-      for (int64_t j = 0; j < m; ++j) dr[j] *= 1.f - hr[j] * hr[j];
-    }
-    if (gb) {
-#pragma omp simd
-      for (int64_t j = 0; j < m; ++j) gb[j] += dr[j];
-    }
-  }
-}
-
 // Column sums of x [n, m] into out [m].
 void col_sum(const float* x, int64_t n, int64_t m, float* out) {
   std::fill(out, out + m, 0.f);
   for (int64_t i = 0; i < n; ++i) {
 #pragma omp simd
     for (int64_t j = 0; j < m; ++j) out[j] += x[i * m + j];
-  }
-}
-
-// Layers with few inputs (the first: observation and action) or one output (heads), where a BLAS
-// call costs several times a pass over the result.
-constexpr int64_t NARROW = 16;
-
-// z [n, m] <- act(x @ Wt + b) for x [n, c] with c small, Wt [c, m]: one pass over z.
-Tensor narrow_linear(const Tensor& x, const Tensor& Wt, const Tensor& b, int64_t act) {
-  const int64_t n = x.size(0), c = x.size(1), m = Wt.size(1);
-  Tensor z = at::empty({n, m}, x.options());
-  const float *xp = P(x), *wp = P(Wt), *bp = P(b);
-  float* zp = P(z);
-  for (int64_t i = 0; i < n; ++i) {
-    float* r = zp + i * m;
-#pragma omp simd
-    for (int64_t j = 0; j < m; ++j) r[j] = bp[j];
-    for (int64_t k = 0; k < c; ++k) {
-      const float xv = xp[i * c + k];
-      const float* wr = wp + k * m;
-#pragma omp simd
-      for (int64_t j = 0; j < m; ++j) r[j] += xv * wr[j];
-    }
-    if (act == RELU) {
-#pragma omp simd
-      for (int64_t j = 0; j < m; ++j) r[j] = r[j] > 0.f ? r[j] : 0.f;
-    }
-  }
-  if (act != RELU) z.tanh_();
-  return z;
-}
-
-// gWt [c, m] <- x^T d for x [n, c] with c small, d [n, m].
-void narrow_weight_grad(const Tensor& x, const Tensor& d, float* gWt) {
-  const int64_t n = x.size(0), c = x.size(1), m = d.size(1);
-  const float *xp = P(x), *dp = P(d);
-  std::fill(gWt, gWt + c * m, 0.f);
-  for (int64_t i = 0; i < n; ++i) {
-    const float* dr = dp + i * m;
-    for (int64_t k = 0; k < c; ++k) {
-      const float xv = xp[i * c + k];
-      float* g = gWt + k * m;
-#pragma omp simd
-      for (int64_t j = 0; j < m; ++j) g[j] += xv * dr[j];
-    }
   }
 }
 
