@@ -9,7 +9,7 @@ Fairness notes: both use torch with the same thread count (1 unless ``--threads`
 both get RL Zoo's entries exactly (rl-baselines3-zoo hyperparams/{ppo,sac,dqn}.yml, checked at
 commit 22e3ff2 of April 2026): PPO Pendulum-v1 with gSDE (use_sde, sde_sample_freq 4) and no
 normalization, SAC Pendulum-v1 with lr 1e-3 and SB3 defaults, DQN CartPole-v1 as listed;
-tinker's DQN is double DQN (its default), SB3's is not. tinker's compiled SAC step sends its products
+tinker's DQN is double DQN (its default; ``--dqn-plain-targets`` for SB3's plain targets), SB3's is not. tinker's compiled SAC step sends its products
 through the library measured faster on the machine (torch's BLAS or oneDNN, see tinker_core/algos/native.py; recorded
 as ``tinker_products``); SB3's go through torch's default, the BLAS. ``TINKER_SAC_GEMM=blas`` runs
 tinker's step on the BLAS too, for the comparison without that choice.
@@ -75,7 +75,7 @@ def _steps_to(curve: list[tuple[int, float]], threshold: float, window: int = 10
     return None
 
 
-def run_tinker(name: str, s: dict, steps: int, seed: int) -> dict:
+def run_tinker(name: str, s: dict, steps: int, seed: int, double_q: bool = True) -> dict:
     c = dict(s["common"])
     algo_name = name.split("_")[0]
     if algo_name == "ppo":
@@ -84,7 +84,7 @@ def run_tinker(name: str, s: dict, steps: int, seed: int) -> dict:
     elif algo_name == "sac":
         algo = SAC(s["env"], SACConfig(**c, seed=seed))
     else:
-        algo = DQN(s["env"], DQNConfig(**c, net_arch=[256, 256], seed=seed))
+        algo = DQN(s["env"], DQNConfig(**c, net_arch=[256, 256], seed=seed, double_q=double_q))
     t0 = time.perf_counter()
     algo.learn(steps, progress=False)
     wall = time.perf_counter() - t0
@@ -176,6 +176,8 @@ def main() -> int:
     ap.add_argument("--tag", default="",
                     help="write results/algos.TAG.json (and .png) instead of the full run's algos.json: for a run "
                          "with other settings, e.g. --only ppo_pendulum --seeds 20 --tag ppo_20_seeds")
+    ap.add_argument("--dqn-plain-targets", action="store_true",
+                    help="tinker's DQN with plain max-Q targets, as SB3's (default: its double-Q targets)")
     args = ap.parse_args()
     if args.tag and not args.tag.replace("_", "").replace("-", "").isalnum():
         ap.error(f"--tag: letters, digits, '_' and '-' only, got {args.tag!r}")
@@ -191,8 +193,9 @@ def main() -> int:
         steps = s["quick_steps"] if args.quick else int(s["steps"] * args.fraction)
         rows = {"tinker": [], "sb3": []}
         for seed in seeds:  # alternate the two libraries so load changes hit both
-            for lib, fn in (("tinker", run_tinker), ("sb3", run_sb3)):
-                r = fn(name, s, steps, seed)
+            for lib in ("tinker", "sb3"):
+                r = (run_tinker(name, s, steps, seed, double_q=not args.dqn_plain_targets) if lib == "tinker"
+                     else run_sb3(name, s, steps, seed))
                 r["steps_to_threshold"] = _steps_to(r["curve"], s["threshold"])
                 rows[lib].append(r)
                 print(f"{name} seed {seed} {lib:6s}: {r['steps_per_s']:7.1f} steps/s, final return {r['final_return']:8.1f}, "
@@ -229,6 +232,8 @@ def main() -> int:
                            "hyperparameters": s["common"], "normalize": s["normalize"], "n_envs": s["n_envs"]}
         if name.startswith("sac"):
             per_setup[name]["tinker_products"] = native.gemm() or "python step"
+        if name.startswith("dqn"):
+            per_setup[name]["tinker_double_q"] = not args.dqn_plain_targets
     out = {
         **header("algos", args.quick,
                  machine(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
