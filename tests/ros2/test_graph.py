@@ -340,3 +340,27 @@ def test_stop_returns_when_finalising_its_own_ros_node_blocks(ros2, tmp_path):
         assert g.stop(grace=1.0) == {}
     assert time.monotonic() - t0 < 10
     release.set()
+
+
+def test_the_overrides_file_is_written_once_and_whole(tmp_path):
+    """Every node's command names the overrides file; a node started earlier reads it while the next
+    command is made. Making the commands must not rewrite it (CI once saw perception start with the file
+    truncated mid-write: no bundle parameter), and a changed override replaces it whole."""
+    import yaml
+
+    from tinker.bringup import NODES, Graph
+
+    g = Graph(run_dir=tmp_path, overrides={"perception": {"bundle": "/b"}, "/**": {"control_period": 0.1}})
+    first = [g.command(n) for n in NODES][0]
+    path = Path(first[first.index("--params-file", first.index("--params-file") + 1) + 1])
+    inode, mtime = path.stat().st_ino, path.stat().st_mtime_ns
+    for n in NODES:
+        g.command(n)
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (inode, mtime)
+    assert yaml.safe_load(path.read_text())["/**/perception"]["ros__parameters"] == {"bundle": "/b"}
+    g.overrides["perception"]["bundle"] = "/c"
+    g.command("perception")
+    assert path.stat().st_ino != inode  # replaced by rename, not truncated in place
+    assert yaml.safe_load(path.read_text())["/**/perception"]["ros__parameters"] == {"bundle": "/c"}
+    assert not list(tmp_path.glob(".overrides*"))
+

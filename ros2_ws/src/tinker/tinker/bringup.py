@@ -123,9 +123,16 @@ class Graph:
 
     # --- parameters --------------------------------------------------------------------------------
     def overlay_file(self) -> Path:
+        """The overrides as a ROS parameter file. Each node's command line names it, and nodes started
+        earlier may be reading it while a later one's command is made: it is written only when its
+        content changes, and then whole (temp file, rename), never truncated in place."""
         doc = {("/**" if n == "/**" else f"/**/{n}"): {"ros__parameters": p} for n, p in self.overrides.items()}
+        text = yaml.safe_dump(doc, sort_keys=False)
         path = self.run_dir / "overrides.yaml"
-        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        if not path.is_file() or path.read_text() != text:
+            tmp = path.with_name(f".overrides.yaml.{os.getpid()}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
         return path
 
     def parameters(self, node: str) -> dict[str, Any]:
