@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from tinker_core.algos import native
+from tinker_core.algos.base import fused_adam_args
 from tinker_core.algos.fused_ac import FusedActorCritic
 from tinker_core.algos.networks import GaussianActor
 
@@ -47,38 +48,38 @@ class NativePPOUpdate:
             self._gtiles = (g, [g[o:o + n].view(shape) for o, n, shape in self.fused.tile_specs])
         return self._gtiles
 
-    @staticmethod
-    def _adam_state(opt: torch.optim.Optimizer, p: torch.Tensor) -> dict | None:
-        st = opt.state.get(p)
-        group = opt.param_groups[0]
-        if (not st or type(opt) is not torch.optim.Adam or len(opt.param_groups) != 1 or not group.get("fused")
-                or group["amsgrad"] or group["maximize"] or st["step"].dtype != torch.float32
-                or st["step"].device.type != "cpu"):
+    def _adam_args(self, opt: torch.optim.Optimizer) -> tuple | None:
+        """`fused_adam_args` of ``opt`` where the compiled update takes them: one fused Adam over the flat
+        buffer, with state, on the CPU, counting steps in float32; else None. The flat gradient is made
+        first (the update writes it; a loaded checkpoint has none)."""
+        self._grad_tiles()
+        args = fused_adam_args(opt)
+        if (args is None or len(args[0]) != 1 or args[0][0] is not self.fused.flat.flat
+                or args[4][0].dtype != torch.float32 or args[4][0].device.type != "cpu"):
             return None
-        return st
+        return args
 
     def ready(self, opt: torch.optim.Optimizer) -> bool:
         """Whether `update` applies now: the extension loads (built at the first call) and ``opt`` is a
         fused Adam over the flat buffer whose state exists (the first update, through autograd, makes it)."""
-        return self._adam_state(opt, self.fused.flat.flat) is not None and native.load()
+        return self._adam_args(opt) is not None and native.load()
 
     def update(self, opt: torch.optim.Optimizer, obs: torch.Tensor, actions: torch.Tensor, scal: torch.Tensor,
                perms: torch.Tensor, c: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Every epoch's minibatches (``perms`` [epochs, N] orders the rollout's N samples; ``scal`` [N, 4]
         holds old value, old log-prob, advantage and return) with the settings of config ``c``, where
         `ready`; returns (losses [M, 2] (policy, value), log ratios [epochs * N], gradient norms [M])."""
+        args = self._adam_args(opt)
+        assert args is not None, "NativePPOUpdate.update: not ready (see ready())"
+        _, _, exp_avgs, exp_avg_sqs, steps, h = args
         flat = self.fused.flat.flat
-        st = self._adam_state(opt, flat)
-        assert st is not None, "NativePPOUpdate.update: not ready (see ready())"
         g, gtiles = self._grad_tiles()
-        group = opt.param_groups[0]
-        beta1, beta2 = group["betas"]
         n = obs.shape[0]
         losses, log_ratios, norms = torch.ops.tinker_ppo.update(
             obs.reshape(n, -1).float().contiguous(), actions.reshape(n, -1).float().contiguous(), scal.contiguous(),
-            perms.contiguous(), self.fused.tiles(), gtiles, flat.detach(), g, st["exp_avg"], st["exp_avg_sq"],
-            st["step"], self.fused.n_hidden, 0 if self.fused.act is torch.relu else 1, self.sde,
-            GaussianActor.SDE_EPS, c.batch_size, c.clip_range, -1.0 if c.clip_range_vf is None else c.clip_range_vf,
-            c.vf_coef, c.ent_coef, c.max_grad_norm, c.normalize_advantage, float(group["lr"]), float(beta1),
-            float(beta2), float(group["weight_decay"]), float(group["eps"]))
+            perms.contiguous(), self.fused.tiles(), gtiles, flat.detach(), g, exp_avgs[0], exp_avg_sqs[0], steps[0],
+            self.fused.n_hidden, 0 if self.fused.act is torch.relu else 1, self.sde, GaussianActor.SDE_EPS,
+            c.batch_size, c.clip_range, -1.0 if c.clip_range_vf is None else c.clip_range_vf, c.vf_coef, c.ent_coef,
+            c.max_grad_norm, c.normalize_advantage, float(h["lr"]), float(h["beta1"]), float(h["beta2"]),
+            float(h["weight_decay"]), float(h["eps"]))
         return losses, log_ratios, norms
