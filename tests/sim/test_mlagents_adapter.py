@@ -65,7 +65,9 @@ def test_reset_step_close_with_several_agents(scenario):
     assert scenario["act_space"] == "Box(-1.0, 1.0, (2,), float32)"
     assert scenario["peer_steps"] == 30  # every adapter step reached the peer as a STEP command
     assert scenario["terminated"] > 0 and scenario["final_obs_ok"]  # same-step autoreset with final_obs
-    assert scenario["peer_closed"]  # close() sent Unity the shutdown status
+    # close() ended the session: Unity got the shutdown status, or (mlagents_envs stops its server right
+    # after queueing that status) saw the server cancel its call; not a timeout or another error
+    assert scenario["peer_closed"]
 
 
 def test_side_channels_carry_engine_settings_and_randomization(scenario):

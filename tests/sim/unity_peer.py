@@ -63,6 +63,7 @@ class UnityPeer(threading.Thread):
         self.commands: list[str] = []
         self.init_input: dict[str, object] = {}
         self.closed_by_python = False
+        self.close_seen: str | None = None  # how: "shutdown status" or "server stopped"
         self.error: str | None = None
         self.rng = np.random.default_rng(0)
         self.pos = np.zeros((n_agents, 2))
@@ -158,9 +159,18 @@ class UnityPeer(threading.Thread):
             self.rng = np.random.default_rng(init_in.seed)
             msg = self._output()
             while True:
-                reply = stub.Exchange(msg, timeout=60)
+                try:
+                    reply = stub.Exchange(msg, timeout=60)
+                except grpc.RpcError as e:
+                    # mlagents_envs' close() queues the shutdown status, then stops its server without
+                    # grace (RpcCommunicator.close: server.stop(False)), which can cancel the call that
+                    # would carry the status: what Unity sees then is the server cancelling all calls
+                    if e.code() == grpc.StatusCode.UNAVAILABLE and "Cancelling all calls" in (e.details() or ""):
+                        self.closed_by_python, self.close_seen = True, "server stopped"
+                        break
+                    raise
                 if reply.header.status != 200:
-                    self.closed_by_python = True
+                    self.closed_by_python, self.close_seen = True, "shutdown status"
                     break
                 rl_in = reply.unity_input.rl_input
                 self._side_channels(rl_in.side_channel)
