@@ -78,7 +78,7 @@ def load() -> bool:
             cpp_extension.load(name="tinker_native", sources=[str(s) for s in SOURCES], build_directory=str(d),
                                extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], is_python_module=False,
                                verbose=False)
-            _state["gemm"] = _choose_gemm(d)
+            _choose_gemm(d)  # sets _state["gemm"] (use_gemm)
             _state["ok"] = True
         except Exception as e:  # no compiler, no ninja, a failed build: the Python steps do the same
             _state["ok"], _state["why"] = False, f"{type(e).__name__}: {str(e).strip().splitlines()[-1][:300]}"
