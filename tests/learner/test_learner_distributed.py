@@ -18,7 +18,7 @@ class SlowLearner:
 
     def __init__(self, transitions_endpoint: str, params_endpoint: str, tick_s: float = 0.01):
         from tinker_core.cli.learner import make_algo
-        from tinker_core.learner.server import algo_bytes
+        from tinker_core.learner.params import algo_bytes
         from tinker_core.transport import TransitionReceiver, WeightsPublisher
 
         algo = make_algo("sac", "Pendulum-v1", None, {"net_arch": [16], "torch_threads": 1}, "cpu", 0)

@@ -76,7 +76,7 @@ def test_divergence_rolls_back_pauses_and_never_publishes_non_finite(learner_fac
     assert lp.stop() == 0
     # the checkpoint written on the clean stop holds finite weights
     from tinker_core.algos import load_algorithm
-    from tinker_core.learner.server import weights_finite
+    from tinker_core.learner.params import weights_finite
 
     assert weights_finite(load_algorithm(ckpt / "algo"))
     sender.close()

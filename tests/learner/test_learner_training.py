@@ -10,7 +10,7 @@ import pytest
 from tinker_core.cli.learner import make_algo, make_env
 from tinker_core.evaluate import evaluate
 from tinker_core.learner import DistributedTrainer
-from tinker_core.learner.server import bundle_sha256
+from tinker_core.learner.params import bundle_sha256
 
 EVAL_SEEDS = 5
 STEPS = 2000

@@ -109,7 +109,7 @@ def test_non_finite_weights_are_never_published_or_checkpointed_and_roll_back(sm
     import torch
 
     from tinker_core.diagnostics import DivergenceError
-    from tinker_core.learner.server import weights_finite
+    from tinker_core.learner.params import weights_finite
 
     learner, calls = small_learner
     learner.config.checkpoint_dir = str(tmp_path / "ckpt")

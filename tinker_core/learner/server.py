@@ -26,23 +26,25 @@ row (each within ``PROBATION_UPDATES`` of the previous rollback) pause training 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import logging
 import queue
-import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 
 from tinker_core.diagnostics import DivergenceError
 from tinker_core.errors import CheckpointError, ConfigError, TinkerError
+from tinker_core.learner import control
 from tinker_core.learner.config import LearnerConfig, resolve_device
 from tinker_core.learner.gate import GateResult, run_gate
 from tinker_core.learner.mix import MixedReplay
+from tinker_core.learner.params import (
+    ALGO_FILE, is_scalar, algo_bytes, bundle_sha256, check_update, unpack_algo_dir, weights_finite,
+)
 from tinker_core.module import atomic_write_bytes
 from tinker_core.replay import StorageConfig
 from tinker_core.transition import Transition, TransitionBatch
@@ -57,76 +59,6 @@ PROBATION_UPDATES = 200
 TICK_SECONDS = 0.1
 #: the latest parameters and bundle announcement are sent again this often, for late subscribers
 REPUBLISH_SECONDS = 2.0
-ALGO_FILE = "algo"  # a checkpoint directory, as Algorithm.save writes it
-#: settings ``ctl set`` may change on the learner itself; anything else goes to ``algo.control.set``
-LIVE_SETTINGS = {"batch_size": int, "update_interval": int, "real_fraction": float, "publish_every": int,
-                 "param_sync_every": int, "checkpoint_every": int, "gate_min_success": float,
-                 "gate_min_return": float, "gate_episodes": int, "max_updates_per_tick": int, "warmup": int}
-
-
-def bundle_sha256(path: Path) -> str:
-    """sha256 of a bundle file, or of a bundle directory's files (names and bytes, in name order)."""
-    h = hashlib.sha256()
-    if path.is_file():
-        h.update(path.read_bytes())
-        return h.hexdigest()
-    for p in sorted(q for q in path.rglob("*") if q.is_file()):
-        h.update(str(p.relative_to(path)).encode())
-        h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-def algo_bytes(algo: Any) -> bytes:
-    """The algorithm's saved checkpoint directory packed into one msgpack blob (what rollout workers load)."""
-    from tinker_core.replay.codec import pack
-
-    with tempfile.TemporaryDirectory(prefix="tinker-params-") as d:
-        root = Path(d) / ALGO_FILE
-        algo.save(root)
-        return pack({str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()})
-
-
-@contextlib.contextmanager
-def unpack_algo_dir(blob: bytes) -> Iterator[Path]:
-    """Unpack an `algo_bytes` blob into a temporary checkpoint directory (removed afterwards)."""
-    from tinker_core.replay.codec import unpack
-
-    files = unpack(blob)
-    with tempfile.TemporaryDirectory(prefix="tinker-params-") as d:
-        root = Path(d) / ALGO_FILE
-        for name, data in files.items():
-            if Path(name).is_absolute() or ".." in Path(name).parts:
-                raise CheckpointError(f"parameter blob names a file outside its directory: {name!r}")
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_bytes(data)
-        yield root
-
-
-def weights_finite(algo: Any) -> bool:
-    """Whether every weight of a torch-based algorithm is finite (True for one without ``parameters``)."""
-    params = getattr(algo, "parameters", None)
-    if params is None:
-        return True
-    import torch
-
-    return all(bool(torch.isfinite(p).all()) for p in params())
-
-
-def check_update(out: Any) -> None:
-    """Raise `DivergenceError` naming the first non-finite loss or metric of an update's output."""
-    for k, v in (out or {}).items():
-        if isinstance(v, np.ndarray) or _is_scalar(v):
-            a = np.asarray(v, dtype=np.float64)
-            if not np.isfinite(a).all():
-                raise DivergenceError(f"{k} is {'NaN' if np.isnan(a).any() else 'inf'}")
-
-
-def algo_from_bytes(blob: bytes) -> Any:
-    """Inverse of `algo_bytes`: the algorithm, rebuilt from the packed checkpoint directory."""
-    from tinker_core.algos import load_algorithm
-
-    with unpack_algo_dir(blob) as root:
-        return load_algorithm(root)
 
 
 class Learner:
@@ -242,7 +174,7 @@ class Learner:
             self.restored_from = str(d)
             self._good = {"updates": self.updates, "path": str(d / ALGO_FILE)}
             for k, v in state.get("settings", {}).items():
-                self._apply_setting(k, v)
+                control.apply_setting(self, k, v)
         elif self.config.init_checkpoint:
             from tinker_core.algos import load_algorithm
 
@@ -332,7 +264,7 @@ class Learner:
     def _count_update(self, out: dict | None) -> None:
         """One finished (checked) update: count it, keep its scalars for ``status``, run what falls due."""
         self.updates += 1
-        self.last_train = {k: float(v) for k, v in (out or {}).items() if _is_scalar(v)}
+        self.last_train = {k: float(v) for k, v in (out or {}).items() if is_scalar(v)}
         self._after_update()
 
     def _after_update(self) -> None:
@@ -415,8 +347,8 @@ class Learner:
             self.discarded_updates += max(0, at - to)
             self.updates, self._rolled_back_to, self._last_param_sync = to, to, -1
             for k, v in self.settings.items():  # the operator's algorithm settings stay in force
-                if k not in LIVE_SETTINGS:
-                    self._apply_setting(k, v)
+                if k not in control.LIVE_SETTINGS:
+                    control.apply_setting(self, k, v)
             if self._in_row >= MAX_DIVERGENCES:
                 self.paused = True
                 self.paused_reason = (f"training diverged {self._in_row} times in a row (last: {err}); it is paused "
@@ -497,82 +429,8 @@ class Learner:
             done.set()
 
     def command(self, req: dict) -> dict:
-        """Execute one control request: set, pause, resume, checkpoint, publish, status, stop."""
-        cmd = req.get("cmd")
-        if cmd == "set":
-            values = req.get("values") or {}
-            if not isinstance(values, dict) or not values:
-                raise ConfigError(f"set: expected values {{name: value}}, got {values!r}")
-            for k, v in values.items():
-                self._apply_setting(k, v)
-            return {"settings": dict(self.settings)}
-        if cmd == "pause":  # the learner holds its own loop; the algorithm's control is not paused
-            self.paused = True
-            return {"paused": True, "updates": self.updates}
-        if cmd == "resume":
-            self.paused, self.paused_reason, self._in_row = False, None, 0
-            return {"paused": False, "updates": self.updates}
-        if cmd == "checkpoint":
-            return {"checkpoint": self.checkpoint()}
-        if cmd == "publish":
-            return {"gate": self.try_publish()}
-        if cmd == "status":
-            return self.status()
-        if cmd == "stop":
-            self.stop()
-            return {"stopping": True}
-        raise ConfigError(f"ctl: unknown command {cmd!r}; known: set, pause, resume, checkpoint, publish, status, stop")
-
-    def _apply_setting(self, key: str, value: Any) -> None:
-        if key in LIVE_SETTINGS:
-            try:
-                v = None if value is None else LIVE_SETTINGS[key](value)
-            except (TypeError, ValueError):
-                raise ConfigError(f"set {key}: expected a {LIVE_SETTINGS[key].__name__}, got {value!r}") from None
-            old = getattr(self.config, key)
-            setattr(self.config, key, v)
-            try:
-                self.config.__post_init__()
-            except ConfigError:
-                setattr(self.config, key, old)
-                raise
-            if key == "real_fraction":
-                self.replay.real_fraction = float(v)  # type: ignore[arg-type]
-        else:
-            ctl = getattr(self.algo, "control", None)
-            known = list(getattr(ctl, "settable", []))
-            if ctl is None or key not in known:
-                raise ConfigError(f"set {key}: unknown setting; the learner accepts {sorted(LIVE_SETTINGS)}, "
-                                  f"{type(self.algo).__name__} accepts {known}")
-            ctl.set(**{key: value})
-            ctl.apply_pending()  # this runs in the loop thread, between two updates
-        self.settings[key] = value
+        """Execute one control request (see `tinker_core.learner.control`)."""
+        return control.execute(self, req)
 
     def status(self) -> dict:
-        el = max(time.monotonic() - self._started, 1e-9)
-        algo_settings = {"lr": getattr(getattr(self.algo, "config", None), "learning_rate", None),
-                         "settable": list(getattr(getattr(self.algo, "control", None), "settable", []))}
-        recv = getattr(self, "receiver", None)
-        return {
-            "updates": self.updates, "paused": self.paused, "paused_reason": self.paused_reason,
-            "device": self.device, "version": self.version,
-            "divergences": self.divergences, "last_divergence": self.last_divergence,
-            "discarded_updates": self.discarded_updates,
-            "ingested": dict(self.ingested), "rejected": self.rejected, "last_reject": self.last_reject,
-            "replay": {k: len(b) for k, b in self.replay.buffers.items()}, "acked": self.replay.acked,
-            "settings": dict(self.settings), "algo_settings": algo_settings,
-            "last_train": self.last_train, "last_gate": self.last_gate, "last_checkpoint": self.last_checkpoint,
-            "published": self.published[-1] if self.published else None, "restored_from": self.restored_from,
-            "seeded_from_init": self.seeded_from_init,
-            "uptime_s": round(el, 2),
-            "receiver": None if recv is None else {"received": recv.received, "rejected": recv.rejected},
-        }
-
-
-def _is_scalar(v: Any) -> bool:
-    try:
-        float(v)
-        return getattr(v, "ndim", 0) == 0
-    except (TypeError, ValueError):
-        return False
-
+        return control.status(self)

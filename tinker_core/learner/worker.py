@@ -55,7 +55,7 @@ class RolloutWorker:
         version, blobs, _meta = msg
         if version == self.param_version:
             return True  # the learner re-sent what this worker already has
-        from tinker_core.learner.server import algo_from_bytes, unpack_algo_dir
+        from tinker_core.learner.params import algo_from_bytes, unpack_algo_dir
 
         if self.algo is None:
             self.algo = algo_from_bytes(blobs["algo"])
