@@ -74,8 +74,9 @@ class EdgeStats:
         self.last_t = last
 
     def snapshot(self) -> dict[str, float]:
-        n = min(self.count, self.window)
-        lat = np.asarray(self._lat[:n], dtype=np.float64)
+        lat = np.asarray(self._lat[:min(self.count, self.window)], dtype=np.float64)
+        lat = lat[np.isfinite(lat)]  # NaN: a message whose latency is unknown (it carries no stamp)
+        n = lat.size
         span = max(self.last_t - self.first_t, 1e-9)
         rate = (self.count - 1) / span if self.count > 1 else 0.0
         return {
@@ -105,7 +106,8 @@ class FlowMonitor:
         return st
 
     def record(self, edge: str, nbytes: int, latency_s: float, now: float | None = None) -> None:
-        """Count one message of ``nbytes`` on ``edge`` that took ``latency_s``; ``now`` in perf_counter seconds."""
+        """Count one message of ``nbytes`` on ``edge`` that took ``latency_s`` (NaN: unknown); ``now`` in seconds
+        (perf_counter by default; any clock that only moves forward)."""
         self.edge(edge).add(nbytes, latency_s, time.perf_counter() if now is None else now)
 
     def snapshot(self) -> dict[str, dict[str, float]]:
@@ -113,8 +115,8 @@ class FlowMonitor:
             return {k: v.snapshot() for k, v in self._edges.items()}
 
     def format(self) -> str:
-        rows = [f"{'edge':<28}{'msg/s':>10}{'KB/s':>10}{'p50 us':>10}{'p99 us':>10}{'count':>10}"]
+        rows = [f"{'edge':<40}{'msg/s':>10}{'KB/s':>10}{'p50 us':>10}{'p99 us':>10}{'count':>10}"]
         for k, s in self.snapshot().items():
-            rows.append(f"{k:<28}{s['messages_per_s']:>10.0f}{s['bytes_per_s'] / 1e3:>10.1f}"
+            rows.append(f"{k:<40}{s['messages_per_s']:>10.0f}{s['bytes_per_s'] / 1e3:>10.1f}"
                         f"{s['latency_p50_us']:>10.1f}{s['latency_p99_us']:>10.1f}{s['messages']:>10d}")
         return "\n".join(rows)
