@@ -93,7 +93,8 @@ def timing(quick: bool) -> dict:
 def property_run(cases: int, chunk: int) -> dict:
     """Run the property in chunks of ``chunk`` examples (fresh random seeds) until ``cases`` calls are checked."""
     guard = SafetyWrapper.from_urdf(default_urdf(), dataclasses.replace(
-        load_safety_config(), collision_check=False, workspace_min=None, workspace_max=None))
+        load_safety_config(), collision_check=False, workspace_min=None, workspace_max=None,
+        state_jump_scale=None))
     calls = [0]
 
     def count() -> None:
