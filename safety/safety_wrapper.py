@@ -192,6 +192,33 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
         self.last_reset_refusal = ""
         return True
 
+    def rebase(self, joint_positions: Any, joint_velocities: Any, *, stamp: float | None = None) -> bool:
+        """The robot was moved by something this wrapper does not command (a simulator's episode reset): take this
+        valid state as the reference for the jump check and begin a new safe start from it.
+
+        Unlike `reset` it leaves the e-stop, the watchdog and the invalid-input streak as they are. Refuses
+        (returns False, reason in ``last_reset_refusal``) a state `reset` would refuse.
+        """
+        try:
+            q, problems = self._state.check_for_reset(joint_positions, joint_velocities, stamp)
+        except Exception as e:
+            q, problems = None, [f"internal error {e!r}"]
+        if q is None:
+            self.last_reset_refusal = "rebase refused: " + "; ".join(problems)
+            return False
+        self._ramp.restart()
+        self._state.rebase(q)
+        self._last_cmd = np.array(q)
+        self.last_reset_refusal = ""
+        return True
+
+    @property
+    def last_command(self) -> np.ndarray | None:
+        """A copy of the last command sent (a hold included; after `reset`: the reset pose), or None before any
+        valid state. What to send when the loop must hold outside a call (deactivation, shutdown): the robot
+        is at most one step from it, unlike a measured pose that was never checked."""
+        return None if self._last_cmd is None else self._last_cmd.copy()
+
     def report(self) -> dict:
         """Counters, e-stop state and the limits in use, as plain JSON-able values."""
         return {

@@ -8,9 +8,9 @@ A state is refused when:
   or older than ``state_max_age``;
 - a joint moved further since the last accepted state than the robot can: ``state_jump_scale`` times its URDF
   velocity limit times the time elapsed, plus ``state_jump_slack``. The time is read on the injected monotonic
-  clock since the last state checked (accepted or refused), and counts as at least one ``control_period``: a
-  stalled or backward clock neither refuses a normal step nor, since refusals advance it too, lets a jump in
-  through a growing allowance (a state that stays far away is refused every time and latches the e-stop).
+  clock since the previous check (of any state, refused ones too), and counts as at least one
+  ``control_period``: a stalled or backward clock never refuses a normal step, and refused states do not
+  widen the allowance (a state that stays far away is refused every time and latches the e-stop).
 
 Positions are kept as measured (not clipped): a pose beyond a limit is where the robot is, and commands
 start from there.
@@ -65,6 +65,7 @@ class StateCheck:
 
         ``now`` is a reading of the injected monotonic clock (for the jump check).
         """
+        last, self._ref_t = self._ref_t, now  # every check advances the time base, refused ones too
         q = self.positions(joint_positions)
         qd = self.velocities(joint_velocities)
         if q is None or qd is None:
@@ -75,7 +76,6 @@ class StateCheck:
                 return None, None, [problem]
         ref = self._ref
         if ref is not None and self._jump_speed is not None:
-            last, self._ref_t = self._ref_t, now
             dt = self._period if last is None else now - last
             if not dt > self._period:  # also NaN: a stalled or backward clock counts one period
                 dt = self._period
@@ -83,8 +83,6 @@ class StateCheck:
             for x, r, v in zip(q, ref, self._jump_speed):
                 if abs(x - r) > v * dt + slack:
                     return None, None, [self._jump_problem(q, ref, dt)]
-        else:
-            self._ref_t = now
         self._ref = q
         return q, qd, _NO_PROBLEMS
 

@@ -135,3 +135,33 @@ def test_reset_needs_a_valid_state_including_its_stamp(guard, clock, home):
     guard(home, home, ZERO, stamp=clock())
     assert guard.estopped, "nothing but a valid reset clears the e-stop"
     assert guard.reset(home, ZERO, stamp=clock()) and not guard.estopped
+
+
+def test_rebase_takes_a_moved_robot_without_clearing_the_estop(guard, clock, home):
+    """A simulator's episode reset moves the arm 1 rad at once: rebase accepts the new pose, the e-stop stays."""
+    guard(home, home, ZERO)
+    moved = home + 1.0
+    _, status = guard(moved, moved, ZERO)
+    assert status.outcome is Outcome.HELD and "implausible" in status.reasons[0]
+    guard.estop("operator")
+    assert guard.rebase(moved, ZERO) and guard.estopped and guard.phase == "await_first_target"
+    assert np.array_equal(guard.last_command, moved)
+    cmd, status = guard(moved + 0.01, moved, ZERO)
+    assert status.outcome is Outcome.ESTOPPED and np.array_equal(cmd, moved)
+    assert not guard.rebase(np.full(7, np.nan), ZERO)
+    assert guard.last_reset_refusal.startswith("rebase refused: joint_positions: nan at joint lbr_iiwa_joint_1")
+    assert guard.reset(moved, ZERO)
+    cmd, status = guard(moved + 0.01, moved, ZERO)
+    assert status.outcome is Outcome.PASSED
+
+
+def test_last_command_is_what_to_hold_outside_a_call(make_guard, clock, home):
+    g = make_guard(clock=clock, collision_check=False, workspace_min=None, workspace_max=None)
+    assert g.last_command is None and not g.has_state
+    g(home, None, None)
+    assert g.last_command is None
+    cmd, _ = g(home + 0.01, home, ZERO)
+    held = g.last_command
+    assert g.has_state and np.array_equal(held, cmd)
+    held[0] = 99.0  # a copy: the wrapper's own is untouched
+    assert g.last_command[0] == cmd[0]
