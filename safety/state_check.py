@@ -19,6 +19,7 @@ start from there.
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Callable
 
 import numpy as np
@@ -119,7 +120,7 @@ class StateCheck:
 
     def stamp_problem(self, stamp: Any) -> str:
         """Why the state's stamp is refused (future beyond tolerance, too old, not a time), or ''."""
-        if isinstance(stamp, bool) or not isinstance(stamp, (int, float)) or not math.isfinite(stamp):
+        if isinstance(stamp, (bool, np.bool_)) or not isinstance(stamp, numbers.Real) or not math.isfinite(stamp):
             return f"joint_state.stamp: expected a finite time in s, got {stamp!r}"
         age = self.stamp_clock() - stamp
         if age < -self._future:

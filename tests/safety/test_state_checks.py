@@ -165,3 +165,12 @@ def test_last_command_is_what_to_hold_outside_a_call(make_guard, clock, home):
     assert g.has_state and np.array_equal(held, cmd)
     held[0] = 99.0  # a copy: the wrapper's own is untouched
     assert g.last_command[0] == cmd[0]
+
+
+@pytest.mark.parametrize("stamp, ok", [(np.float64(100.0), True), (np.int64(100), True), (float("nan"), False),
+                                       ("100.0", False), (True, False)])
+def test_a_stamp_is_any_finite_real_number_of_seconds(guard, clock, home, stamp, ok):
+    _, status = guard(home, home, ZERO, stamp=stamp)  # the manual clock reads 100.0 s
+    assert (status.outcome is Outcome.PASSED) == ok, status.summary
+    if not ok:
+        assert status.reasons[0].startswith("joint_state.stamp: expected a finite time in s, got ")
