@@ -49,7 +49,7 @@ from safety.limits import JointLimits
 from safety.start_ramp import RUN, StartRamp
 from safety.state_check import StateCheck, nonfinite_problem, vector_problem
 from safety.status import EstopCause, Outcome, SafetyStatus
-from safety.watchdog import Watchdog
+from safety.watchdog import Watchdog, WatchdogVerdict
 from tinker_core.config import load_config
 from tinker_core.errors import ConfigError
 from tinker_core.module import ModuleBase, config_to_dict
@@ -382,7 +382,7 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
                                          "e-stop latched (cause invalid_input)")
         return self._hold(q, status) if q is not None else self._hold_without_state(status)
 
-    def _stale(self, verdict: Any, joint_positions: Any, joint_velocities: Any, now: float, stamp: Any
+    def _stale(self, verdict: WatchdogVerdict, joint_positions: Any, joint_velocities: Any, now: float, stamp: Any
                ) -> tuple[np.ndarray | None, SafetyStatus]:
         """A tick without a fresh action: hold at the measured pose (if the state is valid), count the miss."""
         self.counters["calls"] += 1
