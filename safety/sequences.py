@@ -389,5 +389,8 @@ class _Sequence:
 
 def sequence_config(config: SafetyConfig, **overrides: Any) -> SafetyConfig:
     """``config`` with the workspace box and the collision check off (the property is about the limits, the
-    state checks, the watchdog and the e-stop; the geometry has its own tests) plus ``overrides``."""
-    return dataclasses.replace(config, collision_check=False, workspace_min=None, workspace_max=None, **overrides)
+    state checks, the watchdog and the e-stop; the geometry has its own tests), the jump check on (SafetyConfig's
+    default scale if ``config`` has it off), plus ``overrides``."""
+    jump = config.state_jump_scale or SafetyConfig.state_jump_scale
+    return dataclasses.replace(config, **{"collision_check": False, "workspace_min": None, "workspace_max": None,
+                                          "state_jump_scale": jump, **overrides})

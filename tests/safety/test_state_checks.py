@@ -14,8 +14,8 @@ J4_UPPER = 2.0943951  # lbr_iiwa_joint_4's URDF upper limit, rad
 
 @pytest.fixture
 def guard(make_guard, clock, home):
-    """Limits only on the manual clock, armed at HOME."""
-    g = make_guard(clock=clock, collision_check=False, workspace_min=None, workspace_max=None)
+    """Limits only on the manual clock, the jump check on (SafetyConfig's default 1.2), armed at HOME."""
+    g = make_guard(clock=clock, collision_check=False, workspace_min=None, workspace_max=None, state_jump_scale=1.2)
     assert g.reset(home, ZERO)
     return g
 
