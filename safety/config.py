@@ -66,6 +66,15 @@ class SafetyConfig:
     """time between two commands, s; turns speed and acceleration limits into a step per command"""
     state_tolerance: float = 0.1
     """a measured position further than this outside the URDF limits is an invalid state, rad"""
+    state_max_age: float = 0.5
+    """a state whose stamp (when one is given) is older than this on the stamp clock is refused, s"""
+    state_future_tolerance: float = 0.05
+    """a state stamped further than this ahead of the stamp clock is refused, s"""
+    state_jump_scale: float | None = 1.2
+    """a joint moving faster than this multiple of its URDF velocity limit between two states is implausible: the
+    state is refused (time on the monotonic clock, at least one control period); None disables the check"""
+    state_jump_slack: float = 0.01
+    """added to the largest plausible move between two states (measurement noise), rad"""
     workspace_min: list[float] | None = None
     """lower corner [x, y, z] of the box the end effector must stay in, base frame, m; None disables"""
     workspace_max: list[float] | None = None
@@ -97,7 +106,14 @@ class SafetyConfig:
         for name in ("velocity_scale", "control_period", "collision_margin", "collision_step",
                      "watchdog_timeout", "start_max_gap", "start_velocity_scale"):
             _positive(self, name)
-        for name in ("position_margin", "state_tolerance"):
+        for name in ("state_max_age", "state_future_tolerance"):
+            _positive(self, name)
+        if self.state_jump_scale is not None:
+            v = self.state_jump_scale
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 1.0):
+                raise ConfigError(f"SafetyConfig.state_jump_scale: expected a number >= 1 (a multiple of the URDF "
+                                  f"velocity limit) or None, got {v!r}")
+        for name in ("position_margin", "state_tolerance", "state_jump_slack"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
                 raise ConfigError(f"SafetyConfig.{name}: expected a finite number >= 0, got {v!r}")

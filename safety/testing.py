@@ -5,11 +5,13 @@ more), so both run exactly the same property. Needs ``hypothesis`` (the dev extr
 imports this module.
 
 The property, for any action whatsoever (NaN, inf, huge, wrong shape or dtype, not an array) and
-any valid measured state (positions within the URDF limits plus tolerance, finite velocities):
+any valid measured state (positions within the URDF limits plus tolerance, finite velocities; the
+jump check is off, as each call draws an independent state):
 
-- the command is a float64 array of the robot's DoF, finite, inside the URDF position limits;
+- the command is a float64 array of the robot's DoF, finite, inside the URDF position limits or
+  between a measured pose beyond one and that limit;
 - it is inside the limits minus margin wherever the robot already is;
-- it moves no faster than the speed limit from the measured position;
+- it moves no faster than the speed limit from the measured position (as measured, not clipped);
 - an action that is not a finite float array of the right shape is never passed through;
 - every intervention comes with a reason.
 """
@@ -24,6 +26,7 @@ from hypothesis import strategies as st
 
 from safety.safety_wrapper import SafetyWrapper
 from safety.status import Outcome, SafetyStatus
+from tinker_core.errors import ConfigError
 
 CI_EXAMPLES = 300
 """hypothesis examples per property test in CI (each example is a run of 1 to 8 checked calls)"""
@@ -122,12 +125,13 @@ def check_command(guard: SafetyWrapper, action: Any, q: np.ndarray, cmd: Any, st
     lim = guard.limits
     assert type(cmd) is np.ndarray and cmd.dtype == np.float64 and cmd.shape == (lim.dof,), repr(cmd)
     assert np.isfinite(cmd).all(), cmd
-    assert np.all(cmd >= lim.lower) and np.all(cmd <= lim.upper), (cmd, lim.lower, lim.upper)
-    qc = np.clip(q, lim.lower, lim.upper)
-    assert np.all(cmd >= np.minimum(guard.command_lower, qc)), (cmd, qc)
-    assert np.all(cmd <= np.maximum(guard.command_upper, qc)), (cmd, qc)
+    q = np.asarray(q, dtype=np.float64)
+    # inside the URDF limits, or between a pose already beyond one and that limit (never further out)
+    assert np.all(cmd >= np.minimum(lim.lower, q)) and np.all(cmd <= np.maximum(lim.upper, q)), (cmd, q)
+    assert np.all(cmd >= np.minimum(guard.command_lower, q)), (cmd, q)
+    assert np.all(cmd <= np.maximum(guard.command_upper, q)), (cmd, q)
     max_step = lim.velocity * guard.config.velocity_scale * guard.config.control_period
-    assert np.all(np.abs(cmd - qc) <= max_step * (1 + 1e-12) + 1e-12), (cmd, qc, max_step)
+    assert np.all(np.abs(cmd - q) <= max_step * (1 + 1e-12) + 1e-12), (cmd, q, max_step)
     assert isinstance(status, SafetyStatus) and isinstance(status.outcome, Outcome)
     assert status.outcome is Outcome.PASSED or status.reasons, status
     if not is_valid_action(action, lim.dof):
@@ -140,8 +144,13 @@ def property_test(guard: SafetyWrapper, max_examples: int, derandomize: bool = T
                   on_case: Callable[[], None] | None = None) -> Callable[[], None]:
     """A hypothesis test of the property on ``guard``; calling it runs ``max_examples`` scenarios.
 
+    Each call draws an independent measured state, so ``guard`` must have the jump check off
+    (``state_jump_scale=None``); sequences of states, with the jump check, are `safety.sequences`' job.
     ``on_case`` is called after each checked call (the benchmark counts cases with it).
     """
+    if guard.config.state_jump_scale is not None:
+        raise ConfigError("property_test: expected a guard with state_jump_scale=None (every call draws an "
+                          f"independent state), got {guard.config.state_jump_scale}")
 
     @settings(max_examples=max_examples, deadline=None, database=None, derandomize=derandomize,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])

@@ -176,8 +176,10 @@ class ArmEnv(gym.Env):
         """
         target = np.clip(np.asarray(q_target, dtype=np.float64), self.robot.lower, self.robot.upper)
         if self.command_filter is not None and not filtered:
-            target, status = self.command_filter(target, self._q, self._qd)
-            target = np.clip(np.asarray(target, dtype=np.float64), self.robot.lower, self.robot.upper)
+            filtered_target, status = self.command_filter(target, self._q, self._qd)
+            # None: the filter sends nothing (no valid state yet); the motors keep the target they have
+            target = self._target if filtered_target is None else np.clip(
+                np.asarray(filtered_target, dtype=np.float64), self.robot.lower, self.robot.upper)
             if getattr(status, "intervened", False):
                 self._interventions += 1
         self._target = target

@@ -125,6 +125,17 @@ def test_command_filter_decides_the_applied_command_and_interventions_are_counte
     assert info["safety_interventions"] == 0
 
 
+def test_a_filter_that_sends_no_command_leaves_the_motors_on_their_target(make_env):
+    """The SafetyWrapper answers None before a first valid state: the env commands nothing new (no made-up pose)."""
+    env = make_env(command_filter=lambda q_target, q, qd: (None, SimpleNamespace(intervened=True)))
+    env.reset(seed=0)
+    q0, _ = env.unwrapped.joint_state
+    for _ in range(3):
+        _, _, _, _, info = env.step(np.ones(7, dtype=np.float32))
+    q1, _ = env.unwrapped.joint_state
+    assert np.abs(q1 - q0).max() < 0.02 and info["safety_interventions"] == 3
+
+
 def test_control_period_sets_the_physics_substeps(make_env):
     env = make_env(control_period=0.02)
     w = env.unwrapped.world
