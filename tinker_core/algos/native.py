@@ -17,6 +17,8 @@ continues bit for bit); ``TINKER_SAC_GEMM=blas`` or ``=onednn`` overrides it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -24,7 +26,7 @@ import platform
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -75,9 +77,10 @@ def load() -> bool:
             venv_bin = str(Path(sys.executable).parent)  # where a venv installs ninja
             if venv_bin not in os.environ.get("PATH", "").split(os.pathsep):
                 os.environ["PATH"] = venv_bin + os.pathsep + os.environ.get("PATH", "")
-            cpp_extension.load(name="tinker_native", sources=[str(s) for s in SOURCES], build_directory=str(d),
-                               extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], is_python_module=False,
-                               verbose=False)
+            with _build_lock(d):
+                cpp_extension.load(name="tinker_native", sources=[str(s) for s in SOURCES], build_directory=str(d),
+                                   extra_cflags=["-O3", "-march=native", "-fopenmp-simd"], is_python_module=False,
+                                   verbose=False)
             _choose_gemm(d)  # sets _state["gemm"] (use_gemm)
             _state["ok"] = True
         except Exception as e:  # no compiler, no ninja, a failed build: the Python steps do the same
@@ -85,6 +88,26 @@ def load() -> bool:
             log.warning("compiled steps unavailable (%s); using the Python steps (same results, slower)",
                         _state["why"])
         return _state["ok"]
+
+
+@contextlib.contextmanager
+def _build_lock(d: Path) -> Iterator[None]:
+    """One tinker process at a time builds or loads in ``d``, under a lock the OS drops when its holder dies.
+
+    torch's own build lock is a plain file (``d/lock``) that a killed build leaves behind, and every later
+    build then waits for it forever. Under this lock no other tinker process is building here, so such a
+    file is stale and is removed.
+    """
+    with open(d / "build.flock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            stale = d / "lock"
+            if stale.exists():
+                log.warning("removing %s, left by a build that was killed", stale)
+                stale.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 GEMMS = ("blas", "onednn")
