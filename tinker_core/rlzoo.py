@@ -182,7 +182,7 @@ class RLZooSettings:
 
 def _normalize(value: Any, algo: str, key: str) -> tuple[bool, bool]:
     if isinstance(value, bool):
-        return value, value and algo == "ppo"
+        return value, value
     d = parse_literal(value, key) if isinstance(value, str) else value
     if not isinstance(d, Mapping):
         raise ConfigError(f"{key}: expected true, false or \"{{'norm_obs': ..., 'norm_reward': ...}}\", got {value!r}")
