@@ -6,7 +6,8 @@ export ROS_DOMAIN_ID=${ROS_DOMAIN_ID:-$(( (RANDOM % 100) + 100 ))}
 export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 export RAY_AUTH_MODE=disabled
 export PYTHONHASHSEED=0
-.venv/bin/python -m pytest tests -q "$@"
+# With no path given pytest runs its testpaths (tests/, pyproject.toml); paths given run just those.
+.venv/bin/python -m pytest -q "$@"
 rc=$?
 # pytest exit 5 means no test was collected: that is a failure here, not a pass.
 [ $rc -eq 5 ] && echo "no tests were collected" >&2

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -197,6 +198,10 @@ class EnvConfig:
             if not isinstance(w.entry_point, str) or w.kwargs is None:
                 return None
             wrappers.append({w.entry_point: dict(w.kwargs)})
+        try:  # a record holds data only (a wrapper given a function cannot be rebuilt from it)
+            json.dumps([kwargs, wrappers], allow_nan=True)
+        except (TypeError, ValueError):
+            return None
         return cls(spec.id, kwargs, [], wrappers)
 
     def __str__(self) -> str:
