@@ -101,3 +101,23 @@ def test_env_errors_name_the_key_and_the_value(tmp_path, capsys):
     bad.write_text("algo: ppo\nenv: panda_gym_missing:PandaReach-v3\n")
     assert main(["train", "--config", str(bad), "--out", str(tmp_path / "x"), "--no-progress"]) == 2
     assert "env: cannot import module 'panda_gym_missing'" in capsys.readouterr().err
+
+
+def test_resume_names_the_env_that_cannot_be_made_without_tinker_advice(tmp_path, capsys):
+    import gymnasium as gym
+
+    from tinker_core.algos import SAC, SACConfig
+
+    gym.register("EnvcfgTmpPendulum-v0", entry_point="gymnasium.envs.classic_control.pendulum:PendulumEnv",
+                 max_episode_steps=20)
+    try:
+        algo = SAC("EnvcfgTmpPendulum-v0", SACConfig(net_arch=[8], learning_starts=10, batch_size=8))
+        algo.learn(20, progress=False)
+        algo.save(tmp_path / "ckpt")
+    finally:
+        gym.registry.pop("EnvcfgTmpPendulum-v0")
+    assert main(["train", "--resume", str(tmp_path / "ckpt"), "--total-timesteps", "40", "--out",
+                 str(tmp_path / "r"), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "env: cannot make 'EnvcfgTmpPendulum-v0'" in err and "env_import: [package]" in err
+    assert "tinker/" not in err and "import sim" not in err

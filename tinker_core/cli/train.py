@@ -74,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.config}: unknown top-level key(s) {unknown}; expected {', '.join(TOP_LEVEL)} "
                           "and a section named after the algorithm")
     env_id = args.env or data.get("env")
+    if args.resume and not env_id:
+        env_id = _recorded_env_id(Path(args.resume))
     if env_id and env_id.startswith("tinker/"):
         import sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
 
@@ -145,6 +147,14 @@ def run(args: argparse.Namespace) -> int:
 
 TOP_LEVEL = ("algo", "env", "env_kwargs", "env_import", "env_wrappers", "total_timesteps", "expert", "rlzoo")
 """the config file's own keys (besides one section per algorithm)"""
+
+
+def _recorded_env_id(checkpoint: Path) -> str | None:
+    """The env id a checkpoint records (read before loading it, to register tinker/ ids first)."""
+    try:
+        return json.loads((checkpoint / "meta.json").read_text()).get("env_id")
+    except (OSError, ValueError):
+        return None  # load_algorithm says what is wrong with the checkpoint
 
 
 SCRIPTED_EXPERTS = {"tinker/ArmReach-v0": "sim.scripted:ScriptedReachController",
