@@ -150,3 +150,14 @@ def test_dqn_entry_builds_and_trains_a_few_steps():
     algo = DQN("Acrobot-v1", load_config(DQNConfig, section))
     algo.learn(40, progress=False)
     assert algo.num_updates == 40, "learning_starts 0, train_freq 4, gradient_steps -1 -> 4: one update per step"
+
+
+def test_frame_stack_and_env_wrapper_become_gymnasium_wrappers():
+    from tinker_core.envs import EnvConfig
+
+    z = from_rlzoo({"frame_stack": 4, "env_wrapper": [{"gymnasium.wrappers.TimeLimit": {"max_episode_steps": 7}}]},
+                   "sac", SACConfig, "x")
+    env = EnvConfig("Pendulum-v1", wrappers=z.env_wrappers).make()
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 3)
+    assert env.spec.max_episode_steps == 7

@@ -5,6 +5,7 @@ evaluates and exports with the same wrapped env. Errors name the key and the val
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -81,6 +82,16 @@ def test_an_rlzoo_entry_pasted_into_a_config_trains(tmp_path, capsys):
     algo = load_algorithm(out / "final")
     assert algo.num_timesteps == 120 and algo.config.net_arch == [16, 16] and algo.config.learning_rate == 1e-3
     assert algo.num_episodes == 3, "episodes of 40 steps: the wrapper was applied"
+    capsys.readouterr()
+    # an RL Zoo file as it is: the entry for --env, the algorithm from the file's name
+    zoo = Path(__file__).resolve().parents[2] / "configs" / "rlzoo" / "sac.yml"
+    assert main(["train", "--rlzoo", str(zoo), "--env", "Pendulum-v1", "--total-timesteps", "60",
+                 "--out", str(tmp_path / "zoo"), "--no-progress"]) == 0
+    algo = load_algorithm(tmp_path / "zoo" / "final")
+    assert algo.algo_name == "sac" and algo.config.learning_rate == 1e-3 and algo.num_timesteps == 60
+    assert main(["train", "--rlzoo", str(zoo), "--env", "MountainCarContinuous-v0", "--out", str(tmp_path / "no"),
+                 "--no-progress"]) == 2
+    assert "use_sde=True: tinker's SAC has no gSDE" in capsys.readouterr().err
 
 
 def test_env_errors_name_the_key_and_the_value(tmp_path, capsys):
