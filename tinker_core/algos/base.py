@@ -24,9 +24,9 @@ import torch
 from torch import nn
 
 from tinker_core.algos.normalize import FoldedNormalize, ObsNormalizer
+from tinker_core.algos.sb3_compat import hybridmethod
 from tinker_core.algos.vec_env import EpisodeInfo, VecEnv
 from tinker_core.diagnostics import Diagnostics, DivergenceError
-from tinker_core.algos.sb3_compat import hybridmethod
 from tinker_core.envs import EnvConfig
 from tinker_core.errors import CheckpointError, ConfigError, SpecError
 from tinker_core.module import config_to_dict
