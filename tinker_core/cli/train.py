@@ -40,13 +40,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "expert); log to TensorBoard; checkpoint; plot.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--algo", choices=["ppo", "sac", "dqn", "bc"], help="algorithm (default: from --config)")
-    p.add_argument("--env", help="gymnasium id, e.g. Pendulum-v1 or tinker/ArmReach-v0 (default: from --config)")
+    p.add_argument("--env", help="gymnasium id, e.g. Pendulum-v1, tinker/ArmReach-v0, panda_gym:PandaReach-v3 or "
+                                  "package.module:EnvClass (default: from --config)")
     p.add_argument("--config", help="YAML with algo, env, env_kwargs, env_import, env_wrappers, total_timesteps and "
                                     "the algorithm's section (or an 'rlzoo' entry)")
     p.add_argument("--rlzoo", help="an RL Zoo hyperparameter file (hyperparams/ALGO.yml); the entry for --env is used")
     p.add_argument("--expert", help="BC only: the expert as module:Class (default: from --config, else the "
                                     "env's scripted controller)")
-    p.add_argument("--total-timesteps", type=int, help="env steps to train (default: from --config, else 100000)")
+    p.add_argument("--total-timesteps", type=int, help="env steps to train (default: from --config or the RL Zoo entry's "
+                                                                  "n_timesteps, else 100000)")
     p.add_argument("--seed", type=int, help="random seed (overrides the config)")
     p.add_argument("--device", help="auto, cpu or cuda (overrides the config)")
     p.add_argument("--out", help="run directory (default: runs/ALGO_ENV_TIME)")
