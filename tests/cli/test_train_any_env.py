@@ -133,10 +133,3 @@ def test_resume_names_the_env_that_cannot_be_made_without_tinker_advice(tmp_path
     assert "env: cannot make 'EnvcfgTmpPendulum-v0'" in err and "env_import: [package]" in err
     assert "tinker/" not in err and "import sim" not in err
 
-
-def test_the_committed_mountaincar_config_loads_and_runs(tmp_path):
-    cfg = Path(__file__).resolve().parents[2] / "configs" / "ppo_mountaincar.yaml"
-    assert main(["train", "--config", str(cfg), "--total-timesteps", "16", "--out", str(tmp_path / "r"),
-                 "--no-progress"]) == 0
-    c = load_algorithm(tmp_path / "r" / "final").config
-    assert (c.batch_size, c.normalize_advantage, c.log_std_init, c.normalize_reward) == (8, False, -3.29, True)
