@@ -171,6 +171,9 @@ class Manifest:
     training_step: int = 0
     policy_version: int = 0
     env_id: str = ""
+    env: dict = field(default_factory=dict)
+    """how to make the training env again (`tinker_core.envs.EnvConfig.to_dict`: id, kwargs, env_import,
+    wrappers); empty when the env was not made from a recorded id"""
     parity: dict = field(default_factory=dict)
     """torch vs onnxruntime at export: ``{"max_abs_diff", "tolerance", "n_obs"}``"""
     data_files: dict[str, dict] = field(default_factory=dict)

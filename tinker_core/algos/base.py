@@ -24,8 +24,10 @@ import torch
 from torch import nn
 
 from tinker_core.algos.normalize import FoldedNormalize, ObsNormalizer
+from tinker_core.algos.sb3_compat import hybridmethod
 from tinker_core.algos.vec_env import EpisodeInfo, VecEnv
 from tinker_core.diagnostics import Diagnostics, DivergenceError
+from tinker_core.envs import EnvConfig
 from tinker_core.errors import CheckpointError, ConfigError, SpecError
 from tinker_core.module import config_to_dict
 from tinker_core.spec import AnySpec, DictSpec, Spec, spec_from_dict
@@ -69,8 +71,14 @@ class AlgoConfig:
     torch_threads: int = 1
     """torch.set_num_threads at construction (0: leave torch's default). 1 by default: with networks
     this small, a second thread waits at every barrier, and on a busy machine that costs 10x."""
+    schedules: dict[str, str] = field(default_factory=dict)
+    """Field -> schedule, e.g. {learning_rate: lin_7.3e-4}: linear from the start value to 0 over the
+    run (RL Zoo's ``lin_``). Writing ``learning_rate: lin_7.3e-4`` directly fills this in."""
 
     def __post_init__(self) -> None:
+        from tinker_core.algos.schedules import split_schedules
+
+        split_schedules(self)
         if self.n_envs < 1:
             raise ConfigError(f"n_envs: expected >= 1, got {self.n_envs}")
         if not 0.0 <= self.gamma <= 1.0:
@@ -182,11 +190,16 @@ class Algorithm(TorchModule):
     input_name = "transition"
     output_name = "metrics"
 
-    def __init__(self, env_or_specs: Any, config: AlgoConfig | None = None, *, env_kwargs: Mapping | None = None):
-        config = self.config_class() if config is None else config
-        if not isinstance(config, self.config_class):
-            raise ConfigError(f"{type(self).__name__}: expected a {self.config_class.__name__}, "
-                              f"got {type(config).__name__}")
+    def __init__(self, env_or_specs: Any, config: AlgoConfig | None = None, *, env_kwargs: Mapping | None = None,
+                 tensorboard_log: str | Path | None = None, verbose: int | None = None,
+                 policy_kwargs: Mapping | str | None = None, **hyperparameters: Any):
+        """``env_or_specs``: an env id, an `EnvConfig` (id, kwargs, imports, wrappers), a gymnasium env,
+        an env factory, a VecEnv or specs. Hyperparameters go in ``config`` or, as in SB3, as keywords
+        (``SAC(env, learning_rate=1e-3)``; ``policy_kwargs`` as in SB3 or RL Zoo). ``tensorboard_log``
+        is the default ``out_dir`` of ``learn``; ``verbose=0`` turns the progress bar off by default."""
+        from tinker_core.algos.sb3_compat import merge_sb3_arguments
+
+        config = merge_sb3_arguments(type(self), env_or_specs, config, hyperparameters, policy_kwargs)
         TorchModule.__init__(self, config)
         self.name = self.algo_name
         c = config
@@ -194,6 +207,10 @@ class Algorithm(TorchModule):
             torch.set_num_threads(c.torch_threads)
         self.device = resolve_device(c.device)
         self.env_kwargs = dict(env_kwargs or {})
+        self.env_config: EnvConfig | None = None
+        """how to make this algorithm's env again (recorded in checkpoints and bundles); None when unknown"""
+        self.tensorboard_log = None if tensorboard_log is None else Path(tensorboard_log)
+        self.verbose = verbose
         self.vec_env, self.env_id, obs_spec, action_spec = self._resolve_env(env_or_specs)
         self.discrete = _is_discrete(action_spec)
         if self.discrete and not self.supports_discrete:
@@ -293,18 +310,21 @@ class Algorithm(TorchModule):
             return None, None, src[0], src[1]
         if isinstance(src, VecEnv):
             return src, src.env_id, src.obs_spec, src.action_spec  # type: ignore[return-value]
-        if isinstance(src, str):
-            try:
-                vec = VecEnv.make(lambda: gym.make(src, **self.env_kwargs), n)
-            except gym.error.Error as e:
-                raise ConfigError(f"env: cannot make {src!r} ({e}); for tinker/ ids import sim first") from e
-            return vec, src, vec.obs_spec, vec.action_spec  # type: ignore[return-value]
+        if isinstance(src, (str, EnvConfig)):
+            cfg = EnvConfig(src, self.env_kwargs) if isinstance(src, str) else src
+            if isinstance(src, EnvConfig) and self.env_kwargs:
+                cfg = EnvConfig(src.id, {**src.kwargs, **self.env_kwargs}, src.env_import, src.wrappers)
+            self.env_config, self.env_kwargs = cfg, dict(cfg.kwargs)
+            vec = VecEnv.make(cfg.make, n)
+            return vec, cfg.id, vec.obs_spec, vec.action_spec  # type: ignore[return-value]
         if isinstance(src, gym.Env):
+            self.env_config = EnvConfig.from_env(src)
             envs = [src]
             if n > 1:
-                if src.spec is None:
-                    raise ConfigError(f"n_envs={n} needs an env id to make copies; pass the id string instead")
-                envs += [gym.make(src.spec.id, **{**src.spec.kwargs, **self.env_kwargs}) for _ in range(n - 1)]
+                if self.env_config is None:
+                    raise ConfigError(f"n_envs={n} needs an env id to make copies (this env has no gymnasium spec, "
+                                      "or a wrapper that does not record its arguments); pass an EnvConfig instead")
+                envs += [self.env_config.make() for _ in range(n - 1)]
             vec = VecEnv(envs)
             return vec, vec.env_id, vec.obs_spec, vec.action_spec  # type: ignore[return-value]
         if callable(src):
@@ -368,13 +388,29 @@ class Algorithm(TorchModule):
                     g["lr"] = float(lr) if not isinstance(g["lr"], torch.Tensor) else g["lr"].fill_(lr)
 
     # -- the learn loop -----------------------------------------------------------------------------
-    def learn(self, total_timesteps: int, callback: Callback | None = None, progress: bool = True, *,
-              out_dir: str | Path | None = None, checkpoint_every: int = 0, resume: bool = False,
-              tensorboard: bool = True) -> "Algorithm":
+    def learn(self, total_timesteps: int, callback: Callback | list[Callback] | None = None,
+              progress: bool | None = None, *, out_dir: str | Path | None = None, checkpoint_every: int = 0,
+              resume: bool = False, tensorboard: bool = True, progress_bar: bool | None = None,
+              **sb3_kwargs: Any) -> "Algorithm":
         """Train for ``total_timesteps`` env steps (with ``resume=True``: up to that many in total,
         continuing a loaded checkpoint's schedule). ``callback(algo, info)`` runs after each iteration
         with ``info = {"episodes": [EpisodeInfo], "metrics": dict}``; returning False stops.
-        ``out_dir`` gets TensorBoard logs, metrics.jsonl, checkpoints and learning_curve.png."""
+        ``out_dir`` (default: the ``tensorboard_log`` given at construction) gets TensorBoard logs,
+        metrics.jsonl, checkpoints and learning_curve.png. A list of callbacks runs in order (see
+        `tinker_core.training.callbacks` for evaluation and checkpoint callbacks). ``progress_bar`` is
+        SB3's name for ``progress`` (default: on, unless built with ``verbose=0``)."""
+        from tinker_core.algos.schedules import apply_schedules
+        from tinker_core.algos.sb3_compat import learn_arguments
+
+        learn_arguments(self, sb3_kwargs)
+        if progress is None:
+            progress = progress_bar if progress_bar is not None else self.verbose != 0
+        if out_dir is None:
+            out_dir = self.tensorboard_log
+        if isinstance(callback, (list, tuple)):
+            from tinker_core.training.callbacks import CallbackList
+
+            callback = CallbackList(list(callback))
         if self.vec_env is None:
             raise ConfigError(f"{type(self).__name__}.learn: built from specs only; give it an env to learn from "
                               "(or feed transitions through forward / train_on_batch)")
@@ -387,6 +423,8 @@ class Algorithm(TorchModule):
             self._learn_target = int(total_timesteps)
         else:
             self._learn_start, self._learn_target = self.num_timesteps, self.num_timesteps + int(total_timesteps)
+        if self._learn_target <= self.num_timesteps:
+            raise ConfigError(f"total_timesteps: expected >= 1 env step, got {total_timesteps!r}")
         if self._last_obs is None:
             self._last_obs = self.vec_env.reset(seed=self.config.seed)
         out = None if out_dir is None else Path(out_dir)
@@ -394,12 +432,15 @@ class Algorithm(TorchModule):
                                 tensorboard=tensorboard, title=f"{self.algo_name} {self.env_id or ''}".strip())
         logger.curve = list(self.episode_history)
         self._logger = logger
+        if callback is not None and hasattr(callback, "on_training_start"):
+            callback.on_training_start(self)
         interval = self.config.log_interval
         next_log = (self.num_timesteps // interval + 1) * interval
         next_ckpt = (self.num_timesteps // checkpoint_every + 1) * checkpoint_every if checkpoint_every else None
         try:
             while self.num_timesteps < self._learn_target:
                 self.control.apply_pending(save=self.save_checked)
+                apply_schedules(self)
                 self._iteration()
                 eps = self.vec_env.pop_finished()
                 if eps:
@@ -460,6 +501,34 @@ class Algorithm(TorchModule):
         self.last_good_checkpoint = p
         return p
 
+    @staticmethod
+    def _load_into(self: "Algorithm", path: str | Path) -> "Algorithm":
+        """``algo.load(path)``: restore a checkpoint of the same algorithm and env into this one."""
+        meta, files = read_checkpoint(path)
+        if meta.get("algo") != self.algo_name:
+            raise CheckpointError(f"{path}: a {meta.get('algo')!r} checkpoint cannot be loaded into "
+                                  f"{type(self).__name__}; use tinker_core.algos.load_algorithm(path)")
+        self._restore(meta, files, Path(path))
+        return self
+
+    @staticmethod
+    def _load_new(cls: type, path: str | Path, env: Any = None, device: str | None = None,
+                  **sb3_kwargs: Any) -> "Algorithm":
+        """``SAC.load(path)``: the checkpoint rebuilt (with its recorded env, wrappers included)."""
+        from tinker_core.algos import load_algorithm
+        from tinker_core.algos.sb3_compat import load_arguments
+
+        load_arguments(cls, sb3_kwargs)
+        algo = load_algorithm(path, env=env, device=device)
+        if not isinstance(algo, cls):
+            raise CheckpointError(f"{path}: holds a {type(algo).__name__} checkpoint, not {cls.__name__}; "
+                                  f"load it with {type(algo).__name__}.load(path) or load_algorithm(path)")
+        return algo
+
+    load = hybridmethod(_load_new, _load_into)  # type: ignore[assignment]
+    """``SAC.load(path, env=None, device=None)`` builds the saved algorithm (as SB3's); ``algo.load(path)``
+    restores a checkpoint into an existing one."""
+
     def save(self, path: str | Path, include_replay: bool = True) -> Path:  # type: ignore[override]
         """Write a checkpoint directory (see `tinker_core.training.checkpoint`)."""
         model = {f"model.{k}": v.detach().cpu().contiguous().numpy().copy() for k, v in self.state_dict().items()}
@@ -495,6 +564,7 @@ class Algorithm(TorchModule):
             "feature_spec": self._feature_spec().to_dict(),
             "env_id": self.env_id,
             "env_kwargs": self.env_kwargs,
+            "env": None if self.env_config is None else self.env_config.to_dict(),
             "counters": {"num_timesteps": self.num_timesteps, "num_updates": self.num_updates,
                          "num_episodes": self.num_episodes, "learn_start": self._learn_start,
                          "learn_target": self._learn_target},
@@ -597,6 +667,7 @@ class Algorithm(TorchModule):
             "normalization": self._normalization(),
             "training_step": self.num_timesteps,
             "env_id": self.env_id,
+            "env": None if self.env_config is None else self.env_config.to_dict(),
             "config": config_to_dict(self.config),
             "versions": _versions(),
         }
@@ -636,9 +707,13 @@ def algorithm_from_meta(meta: dict, env: Any = None, device: str | None = None,
     if device is not None:
         config.device = device
     obs_spec, action_spec = spec_from_dict(meta["obs_spec"]), spec_from_dict(meta["action_spec"])
+    env_kwargs = meta.get("env_kwargs") or {}
     if env is None:
-        env = meta["env_id"] if meta.get("env_id") else (obs_spec, action_spec)
-    algo = cls(env, config, env_kwargs=meta.get("env_kwargs") or {})
+        if meta.get("env"):
+            env, env_kwargs = EnvConfig.from_dict(meta["env"], "checkpoint env"), {}
+        else:
+            env = meta["env_id"] if meta.get("env_id") else (obs_spec, action_spec)
+    algo = cls(env, config, env_kwargs=env_kwargs)
     if algo.obs_spec != obs_spec or algo.action_spec != action_spec:
         raise CheckpointError(f"checkpoint was saved for obs {obs_spec!r} / action {action_spec!r}, the env gives "
                               f"obs {algo.obs_spec!r} / action {algo.action_spec!r}")
@@ -651,6 +726,6 @@ def load_checkpoint_into(algo: Algorithm, path: str | Path) -> Algorithm:
     return algo
 
 
-__all__ = ["AlgoConfig", "Algorithm", "PolicyModule", "DivergenceError", "backward_in_caller_thread", "make_adam",
+__all__ = ["AlgoConfig", "Algorithm", "EnvConfig", "PolicyModule", "DivergenceError", "backward_in_caller_thread", "make_adam",
            "resolve_device",
            "read_checkpoint", "algorithm_from_meta"]

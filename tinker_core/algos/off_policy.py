@@ -14,6 +14,7 @@ import torch
 
 from tinker_core.algos.base import AlgoConfig, Algorithm, backward_in_caller_thread
 from tinker_core.algos.buffers import ReplayBuffer, ReplaySamples
+from tinker_core.algos.train_freq import TrainTrigger
 from tinker_core.errors import ConfigError
 from tinker_core.transition import Transition, TransitionBatch
 
@@ -29,13 +30,22 @@ class OffPolicyConfig(AlgoConfig):
     tau: float = 0.005
     """Polyak coefficient of the target-network update (1.0 = hard copy)."""
     train_freq: int = 1
-    """Train every this many env steps (per env)."""
+    """Train every this many env steps (per env), or episodes with train_freq_unit episode; RL Zoo's
+    [N, step] / [N, episode] is read too."""
     gradient_steps: int = 1
-    """Gradient steps each time training is due."""
+    """Gradient steps each time training is due (-1: as many as env steps collected since the last)."""
+    train_freq_unit: str = "step"
+    """What train_freq counts: step or episode."""
 
     def __post_init__(self) -> None:
+        from tinker_core.algos.train_freq import parse_train_freq
+
         super().__post_init__()
-        for name in ("buffer_size", "batch_size", "train_freq", "gradient_steps"):
+        self.train_freq, self.train_freq_unit = parse_train_freq(self.train_freq, self.train_freq_unit)
+        if self.gradient_steps != -1 and self.gradient_steps < 1:
+            raise ConfigError(f"gradient_steps: expected >= 1 or -1 (as many as env steps collected), "
+                              f"got {self.gradient_steps}")
+        for name in ("buffer_size", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: expected >= 1, got {getattr(self, name)}")
         if not 0.0 < self.tau <= 1.0:
@@ -52,6 +62,7 @@ class OffPolicyAlgorithm(Algorithm):
         c = self.config
         act_shape = () if self.discrete else self.action_spec.shape
         self.replay = ReplayBuffer(c.buffer_size, self.obs_spec, act_shape, self.discrete, self.device)
+        self._trigger = TrainTrigger(c.train_freq, c.train_freq_unit, c.gradient_steps, c.n_envs, c.learning_starts)
 
     # -- subclass -----------------------------------------------------------------------------------
     def _train_step(self, s: ReplaySamples, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -123,8 +134,9 @@ class OffPolicyAlgorithm(Algorithm):
         self._add(obs, actions, rew, real_next, term)
         self._last_obs = next_obs
         self.num_timesteps += vec.n  # type: ignore[union-attr]
-        if self._train_due():
-            self._train(c.gradient_steps)
+        n_grad = self._trigger.due(self.num_timesteps, vec.n, term | trunc)  # type: ignore[union-attr]
+        if n_grad:
+            self._train(n_grad)
 
     # -- the pipeline learner -----------------------------------------------------------------------
     def forward(self, t: Transition) -> dict | None:
@@ -138,8 +150,9 @@ class OffPolicyAlgorithm(Algorithm):
         self._add(batch(t.obs), np.asarray(t.action)[None], np.array([t.reward], dtype=np.float32),
                   batch(t.next_obs), np.array([t.terminated]))
         self.num_timesteps += 1
-        if self.num_timesteps > self.config.learning_starts and self.num_timesteps % self.config.train_freq == 0:
-            self._train(self.config.gradient_steps)
+        n_grad = self._trigger.due(self.num_timesteps, 1, [t.terminated or t.truncated])
+        if n_grad:
+            self._train(n_grad)
             return {k: float(v) for k, v in self._metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
         return None
 

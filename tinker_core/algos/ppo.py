@@ -95,7 +95,10 @@ class PPOConfig(AlgoConfig):
         if self.n_steps * self.n_envs < 2:
             raise ConfigError(f"n_steps * n_envs must be > 1, got n_steps={self.n_steps}, n_envs={self.n_envs}")
         if self.batch_size < 1 or self.batch_size > self.n_steps * self.n_envs:
-            raise ConfigError(f"batch_size: expected 1..n_steps*n_envs={self.n_steps * self.n_envs}, got {self.batch_size}")
+            rollout = self.n_steps * self.n_envs
+            raise ConfigError(f"batch_size: expected 1..n_steps*n_envs={rollout}, got {self.batch_size}"
+                              + (f" (SB3 then trains on the whole rollout: write batch_size: {rollout} for the same)"
+                                 if self.batch_size > rollout else ""))
         if self.n_epochs < 1:
             raise ConfigError(f"n_epochs: expected >= 1, got {self.n_epochs}")
         if not 0 <= self.gae_lambda <= 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any
 
 ORDER = 40
@@ -14,8 +15,12 @@ dynamics files (YAML, keys as in sim/config/nominal.yaml):
   obs_noise_std, camera_shift_m, object_mass_scale  (missing keys keep their nominal value)
   shipped variants: sim/config/dynamics/*.yaml
 
+any gymnasium env: a bundle or checkpoint trained on another env is run on the env it records (its id,
+imports and wrappers), without the SafetyWrapper (it guards the arm); --env names another id.
+
 examples:
   tinker eval                                          shipped ArmReach policy, nominal dynamics
+  tinker eval runs/mcc/final --episodes 20             a checkpoint, on its recorded (wrapped) env
   tinker eval --dynamics sim/config/dynamics/heavy_arm.yaml --episodes 100
   tinker eval runs/reach/bundle --env tinker/ArmReach-v0 --json | tail -1 | jq .success_rate
   tinker eval --env tinker/ArmSort-v0 --episodes 100 --json | tail -1 | jq .objects_sorted_rate
@@ -30,8 +35,9 @@ def register(sub: Any) -> None:
                                    "number of safety interventions; on a sorting task also the objects in the "
                                    "right bin / objects (--json key objects_sorted_rate).",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("policy", nargs="?", help="bundle directory (default: the shipped pretrained one for --env)")
-    p.add_argument("--env", default="tinker/ArmReach-v0", help="environment id (default tinker/ArmReach-v0)")
+    p.add_argument("policy", nargs="?", help="bundle or checkpoint directory (default: the shipped pretrained bundle "
+                                             "for --env)")
+    p.add_argument("--env", help="environment id (default: the one the policy records, else tinker/ArmReach-v0)")
     p.add_argument("--dynamics", help="fixed dynamics YAML (default: nominal)")
     p.add_argument("--episodes", type=int, default=50, help="episodes to run (default 50)")
     p.add_argument("--seed", type=int, default=1000, help="first episode seed (default 1000, apart from training)")
@@ -41,37 +47,97 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from tinker_core.cli._compose import default_bundle, load_policy, policy_env_for_bundle
     from tinker_core.errors import ConfigError
-    from tinker_core.evaluate import evaluate
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
-    bundle = args.policy or default_bundle(args.env)
+    if args.policy and not (Path(args.policy) / "manifest.json").is_file() and (Path(args.policy) / "meta.json").is_file():
+        return _run_checkpoint(args)
+    bundle = args.policy or default_bundle(args.env or DEFAULT_ENV)
     policy = load_policy(bundle)
-    env = policy_env_for_bundle(policy, args.env, dynamics=args.dynamics, safety=not args.no_safety)
+    recorded = policy.manifest.env or ({"id": policy.manifest.env_id} if policy.manifest.env_id else {})
+    env_id = args.env or recorded.get("id") or DEFAULT_ENV
+    if env_id.startswith("tinker/"):
+        env = policy_env_for_bundle(policy, env_id, dynamics=args.dynamics, safety=not args.no_safety)
+        period = float(env.unwrapped.control_period)
+        safety = not args.no_safety
+    else:
+        env, safety = _gym_env(args, env_id, recorded), False
+        period = 1.0
+    return _evaluate(args, env, policy, str(bundle), env_id, period, safety, version=policy.version)
+
+
+DEFAULT_ENV = "tinker/ArmReach-v0"
+
+
+def _gym_env(args: argparse.Namespace, env_id: str, recorded: dict) -> Any:
+    """A gymnasium env that is not a tinker sim task: the recorded one (wrappers included) when the ids agree."""
+    from tinker_core.envs import EnvConfig
+    from tinker_core.errors import ConfigError
+
+    if args.dynamics:
+        raise ConfigError(f"--dynamics: dynamics files apply to the tinker/ sim tasks, not to {env_id!r}")
+    if recorded.get("id") == env_id and "kwargs" in recorded:
+        return EnvConfig.from_dict(recorded, "recorded env").make()
+    return EnvConfig(env_id).make()
+
+
+def _run_checkpoint(args: argparse.Namespace) -> int:
+    """A training checkpoint (``runs/X/final``): its deterministic policy on the env it records."""
+    from tinker_core.algos import load_algorithm
+
+    algo = load_algorithm(args.policy, device="cpu")
+    if args.env and args.env != algo.env_id:
+        from tinker_core.envs import EnvConfig
+
+        if args.env.startswith("tinker/"):
+            import sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
+        env = EnvConfig(args.env).make()
+    elif algo.vec_env is not None:
+        env = algo.env_config.make() if algo.env_config is not None else algo.vec_env.envs[0]
+    else:
+        from tinker_core.errors import ConfigError
+
+        raise ConfigError(f"{args.policy}: the checkpoint records no env; give --env")
+    if args.dynamics:
+        from tinker_core.errors import ConfigError
+
+        raise ConfigError("--dynamics: evaluate a tinker/ sim policy as an exported bundle (tinker export), "
+                          "which runs with the SafetyWrapper")
+    env_id = args.env or algo.env_id or "?"
+    return _evaluate(args, env, lambda o: algo.predict(o, deterministic=True), str(args.policy), env_id,
+                     float(getattr(env.unwrapped, "control_period", 1.0) or 1.0), False, version=algo.num_timesteps)
+
+
+def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id: str, period: float, safety: bool,
+              version: int) -> int:
+    import numpy as np
+    from tqdm import tqdm
+
+    from tinker_core.evaluate import evaluate
+
     bar = tqdm(total=args.episodes, desc="eval", unit="ep", disable=args.json)
     wins = [0]
 
     def on_episode(i: int, row: dict) -> None:
         wins[0] += row["success"]
         bar.update(1)
-        bar.set_postfix(success=f"{wins[0]}/{i + 1}")
+        bar.set_postfix(success=f"{wins[0]}/{i + 1}", ret=f"{row['return']:.1f}")
 
     try:
-        res = evaluate(env, policy, args.episodes, seed=args.seed,
-                       control_period=float(env.unwrapped.control_period), on_episode=on_episode)
+        res = evaluate(env, policy, args.episodes, seed=args.seed, control_period=period, on_episode=on_episode)
     finally:
         bar.close()
         env.close()
     d = res.to_dict()
-    d.update(policy=str(bundle), env=args.env, dynamics=args.dynamics or "nominal",
-             policy_version=policy.version, safety=not args.no_safety)
+    rets = [r["return"] for r in res.per_episode]
+    d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
+             std_return=float(np.std(rets)))
     if args.json:
         print(json.dumps(d))
     else:
-        print(f"{args.env} | policy {bundle} (v{policy.version}) | dynamics {args.dynamics or 'nominal'}")
-        print(res.format())
+        print(f"{env_id} | policy {name} (v{version}) | dynamics {args.dynamics or 'nominal'}"
+              + ("" if safety else " | no SafetyWrapper"))
+        print(res.format() + f"; return std {d['std_return']:.2f}")
     return 0

@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
     elif args.record_steps > 0 and meta.get("env_id"):
         import gymnasium as gym
 
-        try:
-            env = gym.make(meta["env_id"])
+        try:  # the recorded env, with its imports and wrappers, when the checkpoint has it
+            env = algo.env_config.make() if algo.env_config is not None else gym.make(meta["env_id"])
         except Exception as e:  # an env that cannot be made here: fall back to generated observations
             print(f"cannot make env {meta['env_id']!r} to record observations ({e}); generating them instead")
         else:
