@@ -51,6 +51,14 @@ class PointGoalEnv(gym.Env):
         d = np.linalg.norm(np.asarray(achieved_goal) - np.asarray(desired_goal), axis=-1)
         return -(d > self.distance_threshold).astype(np.float32)
 
+    def get_state(self) -> dict:
+        """The episode's state (point and goal), for checkpoints that resume mid-episode."""
+        return {"pos": self._pos.tolist(), "goal": self._goal.tolist()}
+
+    def set_state(self, state: dict) -> None:
+        self._pos = np.asarray(state["pos"], dtype=np.float32)
+        self._goal = np.asarray(state["goal"], dtype=np.float32)
+
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         super().reset(seed=seed)
         self._pos = self.np_random.uniform(-1.0, 1.0, 2).astype(np.float32)
