@@ -163,7 +163,7 @@ def test_her_needs_a_goal_env():
 
 
 # -- dict observations on the fast path ------------------------------------------------------------
-def test_dict_observations_take_the_fast_path_and_flatten_in_the_exported_perception():
+def test_dict_observations_take_the_fast_path_and_flatten_in_the_exported_perception(tmp_path):
     algo = SAC(GOAL, SACConfig(net_arch=[32, 32], learning_starts=20, batch_size=16, perception="flatten",
                                normalize_obs=True, seed=1))
     assert type(algo._update).__name__ in ("NativeSACUpdate", "SACUpdate") and algo._np_actor is not None
@@ -182,6 +182,10 @@ def test_dict_observations_take_the_fast_path_and_flatten_in_the_exported_percep
     with torch.no_grad():
         torch_a = SAC._act(algo, algo._obs_to_tensor({k: v[None] for k, v in obs.items()}), True)[0]
     np.testing.assert_allclose(algo.predict(obs), torch_a, atol=1e-5)
+    # the per-key statistics travel with the checkpoint
+    again = load_algorithm(algo.save(tmp_path / "ck"))
+    np.testing.assert_array_equal(again.predict(obs), algo.predict(obs))
+    assert algo._normalization()["obs_mean"].keys() == {"achieved_goal", "desired_goal", "observation"}
 
 
 def test_resume_with_her_is_bit_for_bit(tmp_path):
