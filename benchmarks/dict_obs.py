@@ -8,7 +8,7 @@ buffer 1e6, one gradient step per env step), ``learning_starts=100``, torch on o
 ``n_sampled_goal=4``, ``future`` (SB3: ``HerReplayBuffer``, same kwargs). Steps/s counts every env
 step of ``learn`` (with its updates), after a short warm-up run of each.
 
-    python benchmarks/dict_obs.py            # 3 repetitions of 3000 steps each
+    python benchmarks/dict_obs.py            # 3 repetitions of 1500 steps each (900 of them with updates)
     python benchmarks/dict_obs.py --quick    # 1 repetition of 800 steps
 """
 
@@ -69,11 +69,12 @@ def _git() -> tuple[str, bool]:
 
 def main() -> None:
     ap = arg_parser(__doc__.splitlines()[0])
-    ap.add_argument("--no-sb3", action="store_true", help="tinker only")
+    ap.add_argument("--no-sb3", action="store_true", help="tinker only (for a run on a commit before HER: no "
+                    "figures against SB3)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     info = machine(("torch", "stable_baselines3"), load_key="load_avg_start")
-    reps, steps = (1, 800) if args.quick else (3, 3000)
+    reps, steps = (1, 800) if args.quick else (3, 1500)
     kinds = ["dict", "flat"] + (["her"] if HAS_HER else [])
     libs = {"tinker": tinker_run} | ({} if args.no_sb3 else {"sb3": sb3_run})
     for lib, run in libs.items():  # warm-up (the compiled step's first load, imports)
