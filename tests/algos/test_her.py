@@ -126,6 +126,15 @@ def test_no_goal_from_the_next_episode_across_the_ring_wrap():
     assert (s.obs["desired_goal"][100:, 1].numpy() >= t[100:] + 1).all()
 
 
+def test_an_episode_longer_than_the_ring_is_not_kept():
+    buf = _buffer("future", rows=8, n_envs=1)
+    _fill(buf, [[10, 3]], steps=10)
+    assert not buf.ready()
+    _fill(buf, [[3]], steps=3)
+    s = buf.sample(50, np.random.default_rng(3))
+    assert set(np.unique(s.obs["achieved_goal"][:, 0].numpy()).tolist()) == {100}  # the 3-step episode (ids restart)
+
+
 def test_sampling_waits_for_a_finished_episode():
     buf = _buffer("future")
     _fill(buf, [[20], [20]], steps=19)

@@ -12,7 +12,7 @@ the same episode. Only finished episodes (ended by termination or truncation) ar
 later goals of an unfinished one are not yet known. Of a minibatch, ``n_sampled_goal / (n_sampled_goal
 + 1)`` is relabelled (SB3's ratio), the rest keeps the env's goal and reward. The terminated flag of a
 relabelled transition stays the env's (gymnasium-robotics tasks never terminate; truncation never
-stops bootstrapping). Observations are stored raw, so relabelled rewards are computed on the env's
+stops bootstrapping). An episode longer than ``buffer_size // n_envs`` steps is never sampled. Observations are stored raw, so relabelled rewards are computed on the env's
 values; normalization (per key) and flattening happen when a minibatch is drawn.
 
 Config (train YAML, under the algorithm's section)::
@@ -146,15 +146,17 @@ class HerReplayBuffer:
         self.ep_start = np.zeros(lead, dtype=np.int64)
         self.ep_length = np.zeros(lead, dtype=np.int64)  # 0: episode not finished (or overwritten)
         self.cur_ep_start = np.zeros(self.n_envs, dtype=np.int64)
+        self.cur_ep_steps = np.zeros(self.n_envs, dtype=np.int64)
         self.pos = 0
         self.full = False
+        self._finished = False  # an episode has ended (kept, so that ready() costs nothing per step)
 
     def __len__(self) -> int:
         return (self.rows if self.full else self.pos) * self.n_envs
 
     def ready(self) -> bool:
         """Whether a minibatch can be drawn: at least one episode has finished."""
-        return bool(self.ep_length[: self.rows if self.full else self.pos].any())
+        return self._finished
 
     def add(self, obs: Mapping[str, np.ndarray], actions: np.ndarray, rewards: np.ndarray,
             next_obs: Mapping[str, np.ndarray], terminated: np.ndarray, done: np.ndarray) -> None:
@@ -176,11 +178,14 @@ class HerReplayBuffer:
         self.pos = (p + 1) % self.rows
         if self.pos == 0:
             self.full = True
+        self.cur_ep_steps += 1
         for i in np.flatnonzero(np.asarray(done)):
-            start = self.cur_ep_start[i]
-            length = (p + 1 - start) % self.rows or self.rows
-            self.ep_length[np.arange(start, start + length) % self.rows, i] = length
+            start, length = self.cur_ep_start[i], self.cur_ep_steps[i]
+            if length <= self.rows:  # a longer episode overwrote its own start: it is not kept
+                self.ep_length[np.arange(start, start + length) % self.rows, i] = length
+                self._finished = True
             self.cur_ep_start[i] = self.pos
+            self.cur_ep_steps[i] = 0
 
     def _indices(self, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``n`` (row, env) pairs uniform over the rows of finished episodes (redrawing the few that
@@ -194,6 +199,9 @@ class HerReplayBuffer:
                 return np.divmod(idx, self.n_envs)
             idx[bad] = rng.integers(0, size, len(bad))
         valid = np.flatnonzero(flat_valid[:size])
+        if not len(valid):
+            raise ConfigError(f"her: every finished episode was overwritten; buffer_size ({self.capacity}) must hold "
+                              "more than one episode per env")
         idx = valid[rng.integers(0, len(valid), n)]
         return np.divmod(idx, self.n_envs)
 
@@ -239,7 +247,7 @@ class HerReplayBuffer:
     def tensors(self) -> dict[str, np.ndarray]:
         n = self.rows if self.full else self.pos
         out = {"her.pos": np.array([self.pos, int(self.full), self.rows, self.n_envs], dtype=np.int64),
-               "her.cur_ep_start": self.cur_ep_start.copy(), "actions": self.actions[:n], "rewards": self.rewards[:n],
+               "her.cur_ep_start": self.cur_ep_start.copy(), "her.cur_ep_steps": self.cur_ep_steps.copy(), "actions": self.actions[:n], "rewards": self.rewards[:n],
                "dones": self.dones[:n], "her.ep_start": self.ep_start[:n], "her.ep_length": self.ep_length[:n]}
         out.update({f"obs.{k}": v[:n] for k, v in self.obs.items()})
         out.update({f"next_obs.{k}": v[:n] for k, v in self.next_obs.items()})
@@ -255,9 +263,11 @@ class HerReplayBuffer:
         n = t["rewards"].shape[0]
         self.pos, self.full = pos, bool(full)
         self.cur_ep_start[:] = t["her.cur_ep_start"]
+        self.cur_ep_steps[:] = t["her.cur_ep_steps"]
         for name in ("actions", "rewards", "dones"):
             getattr(self, name)[:n] = t[name]
         self.ep_start[:n], self.ep_length[:n] = t["her.ep_start"], t["her.ep_length"]
         for k in self.obs:
             self.obs[k][:n] = t[f"obs.{k}"]
             self.next_obs[k][:n] = t[f"next_obs.{k}"]
+        self._finished = bool(self.ep_length[:n].any())
