@@ -61,9 +61,10 @@ class AlgoConfig:
     activation: str = "relu"
     """Nonlinearity of the MLPs: relu, tanh, elu or silu."""
     perception: str = "auto"
-    """Perception module from tinker_core.nn ('auto' picks by obs spec: flatten, nature_cnn, dict)."""
+    """Perception module from tinker_core.nn ('auto' picks by obs spec: flatten, nature_cnn, dict; SAC and DQN
+    flatten a dict of vectors, which keeps their fast paths)."""
     normalize_obs: bool = False
-    """Normalize vector observations with running mean/std (folded into the exported perception)."""
+    """Normalize observations with running mean/std (per float field of a dict; folded into the exported perception)."""
     log_interval: int = 2000
     """Env steps between two log points (TensorBoard, diagnostics, progress bar)."""
     torch_threads: int = 1
