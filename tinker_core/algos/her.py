@@ -12,8 +12,9 @@ the same episode. Only finished episodes (ended by termination or truncation) ar
 later goals of an unfinished one are not yet known. Of a minibatch, ``n_sampled_goal / (n_sampled_goal
 + 1)`` is relabelled (SB3's ratio), the rest keeps the env's goal and reward. The terminated flag of a
 relabelled transition stays the env's (gymnasium-robotics tasks never terminate; truncation never
-stops bootstrapping). An episode longer than ``buffer_size // n_envs`` steps is never sampled. Observations are stored raw, so relabelled rewards are computed on the env's
-values; normalization (per key) and flattening happen when a minibatch is drawn.
+stops bootstrapping). An episode longer than ``buffer_size // n_envs`` steps is never sampled.
+Observations are stored raw, so relabelled rewards are computed on the env's values; normalization
+(per key) and flattening happen when a minibatch is drawn.
 
 Config (train YAML, under the algorithm's section)::
 
@@ -247,7 +248,8 @@ class HerReplayBuffer:
     def tensors(self) -> dict[str, np.ndarray]:
         n = self.rows if self.full else self.pos
         out = {"her.pos": np.array([self.pos, int(self.full), self.rows, self.n_envs], dtype=np.int64),
-               "her.cur_ep_start": self.cur_ep_start.copy(), "her.cur_ep_steps": self.cur_ep_steps.copy(), "actions": self.actions[:n], "rewards": self.rewards[:n],
+               "her.cur_ep_start": self.cur_ep_start.copy(), "her.cur_ep_steps": self.cur_ep_steps.copy(),
+               "actions": self.actions[:n], "rewards": self.rewards[:n],
                "dones": self.dones[:n], "her.ep_start": self.ep_start[:n], "her.ep_length": self.ep_length[:n]}
         out.update({f"obs.{k}": v[:n] for k, v in self.obs.items()})
         out.update({f"next_obs.{k}": v[:n] for k, v in self.next_obs.items()})

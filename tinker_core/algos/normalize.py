@@ -98,8 +98,8 @@ class DictObsNormalizer(nn.Module):
 
     def stats(self) -> dict:
         per = {k: n.stats() for k, n in self.norms.items()}
-        return {"obs_mean": {k: v["obs_mean"] for k, v in per.items()}, "obs_var": {k: v["obs_var"] for k, v in per.items()},
-                "obs_count": {k: v["obs_count"] for k, v in per.items()}, "clip": self.clip, "eps": self.eps}
+        out: dict = {f: {k: v[f] for k, v in per.items()} for f in ("obs_mean", "obs_var", "obs_count")}
+        return {**out, "clip": self.clip, "eps": self.eps}
 
     def folded(self) -> nn.Module:
         return FoldedDictNormalize({k: n.constants() for k, n in self.norms.items()}, self.clip)
