@@ -98,7 +98,8 @@ def main() -> None:
         for kind in kinds:
             figures[f"{kind}_ratio_vs_sb3"] = round(med[f"tinker_{kind}"] / med[f"sb3_{kind}"], 3)
     rev, dirty = _git()
-    result = {**header("dict_obs", args.quick, info), "commit": rev, "dirty": dirty, "figures": figures,
+    command = " ".join(["python benchmarks/dict_obs.py", *sys.argv[1:]])
+    result = {**header("dict_obs", args.quick, info, command), "commit": rev, "dirty": dirty, "figures": figures,
               "goals": {"tinker_dict_vs_flat_ratio": ">= 0.8 (Dict obs on the vector fast path)",
                         "dict_ratio_vs_sb3": ">= 1.5", "her_ratio_vs_sb3": ">= 1.5"}}
     print(write_result("dict_obs", args.quick, result))
