@@ -151,15 +151,16 @@ _REFUSED = {
     "target_kl": {"ppo": "tinker's PPO has no early stop on KL; remove target_kl (watch train/approx_kl)"},
     "callback": {"*": "RL Zoo callbacks are SB3 classes; in tinker use tinker_core.training.callbacks from Python "
                       "or --checkpoint-every on the command line"},
-    "replay_buffer_class": {"*": "tinker builds its own replay; remove replay_buffer_class"},
-    "replay_buffer_kwargs": {"*": "tinker builds its own replay; remove replay_buffer_kwargs"},
+    "replay_buffer_class": {"ppo": "PPO has no replay; remove replay_buffer_class"},
+    "replay_buffer_kwargs": {"ppo": "PPO has no replay; remove replay_buffer_kwargs"},
     "noise_type": {"*": "tinker's SAC and DQN take no action noise; remove noise_type"},
     "noise_std": {"*": "tinker's SAC and DQN take no action noise; remove noise_std"},
     "optimize_memory_usage": {"*": "tinker's replay always stores next observations; remove optimize_memory_usage"},
     "vec_env_wrapper": {"*": "tinker's VecEnv takes gymnasium wrappers per env: use env_wrapper"},
     "monitor_kwargs": {"*": "tinker records episode returns itself; remove monitor_kwargs"},
 }
-_RLZOO_ONLY = {"policy", "n_timesteps", "normalize", "frame_stack", "env_wrapper", "policy_kwargs", "env_kwargs"}
+_RLZOO_ONLY = {"policy", "n_timesteps", "normalize", "frame_stack", "env_wrapper", "policy_kwargs", "env_kwargs",
+               "replay_buffer_class", "replay_buffer_kwargs"}
 
 
 def _int_fields(cls: type) -> set[str]:
@@ -241,6 +242,16 @@ def from_rlzoo(entry: Mapping[str, Any], algo: str, config_class: type, where: s
             sec.update(policy_kwargs_to_fields(value, algo, k))
         elif key == "train_freq":
             sec["train_freq"] = _train_freq(value, k)
+        elif key == "replay_buffer_class":
+            from tinker_core.algos.her import her_config_from_sb3
+
+            her = her_config_from_sb3(value, entry.get("replay_buffer_kwargs"))
+            if her is not None:
+                sec["her"] = dataclasses.asdict(her)
+        elif key == "replay_buffer_kwargs":
+            if "replay_buffer_class" not in entry:
+                raise ConfigError(f"{k}: only read with replay_buffer_class: HerReplayBuffer; add it or remove "
+                                  "replay_buffer_kwargs")
         elif key in fields:
             sec[key] = _as_int(value, k) if key in ints and not isinstance(value, bool) else value
         else:

@@ -115,8 +115,14 @@ REFUSALS = [
     ("dqn", {"callback": "rl_zoo3.callbacks.ParallelTrainCallback"},
      "x.callback='rl_zoo3.callbacks.ParallelTrainCallback': RL Zoo callbacks are SB3 classes; in tinker use "
      "tinker_core.training.callbacks from Python or --checkpoint-every on the command line"),
-    ("dqn", {"replay_buffer_class": "HerReplayBuffer"},
-     "x.replay_buffer_class='HerReplayBuffer': tinker builds its own replay; remove replay_buffer_class"),
+    ("ppo", {"replay_buffer_class": "HerReplayBuffer"},
+     "x.replay_buffer_class='HerReplayBuffer': PPO has no replay; remove replay_buffer_class"),
+    ("sac", {"replay_buffer_class": "PrioritizedReplayBuffer"},
+     "replay_buffer_class: tinker has HerReplayBuffer (written as her: {...}) and the plain buffer, got "
+     "'PrioritizedReplayBuffer'"),
+    ("sac", {"replay_buffer_kwargs": "dict(n_sampled_goal=4)"},
+     "x.replay_buffer_kwargs: only read with replay_buffer_class: HerReplayBuffer; add it or remove "
+     "replay_buffer_kwargs"),
     ("sac", {"train_freq": [1, "epoch"]}, "x.train_freq: expected N or [N, step] or [N, episode], got [1, 'epoch']"),
     ("ppo", {"policy": "MyPolicy"},
      "x.policy='MyPolicy': expected one of ['CnnPolicy', 'MlpPolicy', 'MultiInputPolicy'] (tinker picks the networks "
@@ -129,6 +135,17 @@ def test_refusals_say_what_to_write(algo, entry, message):
     with pytest.raises(ConfigError) as e:
         from_rlzoo(entry, algo, ALGOS[algo].config_class, "x")
     assert str(e.value) == message
+
+
+def test_her_entries_map_onto_tinkers_her():
+    """RL Zoo's goal-conditioned entries (e.g. its her.yml) name SB3's HerReplayBuffer and its kwargs."""
+    out = from_rlzoo({"replay_buffer_class": "HerReplayBuffer",
+                      "replay_buffer_kwargs": "dict(goal_selection_strategy='future', n_sampled_goal=4)"},
+                     "sac", ALGOS["sac"].config_class, "x")
+    cfg = SACConfig(**out.section)
+    assert cfg.her is not None and cfg.her.n_sampled_goal == 4 and cfg.her.goal_selection_strategy == "future"
+    plain = from_rlzoo({"replay_buffer_class": "ReplayBuffer"}, "dqn", ALGOS["dqn"].config_class, "x")
+    assert "her" not in plain.section
 
 
 def test_unknown_keys_and_bad_schedules_name_the_key_and_value():

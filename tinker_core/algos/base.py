@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from tinker_core.algos.normalize import FoldedNormalize, ObsNormalizer
+from tinker_core.algos.normalize import DictObsNormalizer, ObsNormalizer, obs_normalizer
 from tinker_core.algos.sb3_compat import hybridmethod
 from tinker_core.algos.vec_env import EpisodeInfo, VecEnv
 from tinker_core.diagnostics import Diagnostics, DivergenceError
@@ -63,9 +63,10 @@ class AlgoConfig:
     activation: str = "relu"
     """Nonlinearity of the MLPs: relu, tanh, elu or silu."""
     perception: str = "auto"
-    """Perception module from tinker_core.nn ('auto' picks by obs spec: flatten, nature_cnn, dict)."""
+    """Perception module from tinker_core.nn ('auto' picks by obs spec: flatten, nature_cnn, dict; SAC and DQN
+    flatten a dict of vectors, which keeps their fast paths)."""
     normalize_obs: bool = False
-    """Normalize vector observations with running mean/std (folded into the exported perception)."""
+    """Normalize observations with running mean/std (per float field of a dict; folded into the exported perception)."""
     log_interval: int = 2000
     """Env steps between two log points (TensorBoard, diagnostics, progress bar)."""
     torch_threads: int = 1
@@ -240,9 +241,7 @@ class Algorithm(TorchModule):
         self._metrics: dict[str, Any] = {}
         self._logger: TrainingLogger | None = None
         if c.normalize_obs:
-            if not isinstance(obs_spec, Spec):
-                raise ConfigError("normalize_obs: supported for vector observations only, got a dict observation")
-            self.obs_norm: ObsNormalizer | None = ObsNormalizer(obs_spec.shape)
+            self.obs_norm: ObsNormalizer | DictObsNormalizer | None = obs_normalizer(obs_spec)
         else:
             self.obs_norm = None
         if self.discrete:
@@ -336,6 +335,10 @@ class Algorithm(TorchModule):
     # -- acting -------------------------------------------------------------------------------------
     def _obs_to_tensor(self, obs: Any, update_norm: bool = False) -> Any:
         if isinstance(obs, Mapping):
+            if self.obs_norm is not None:
+                if update_norm:
+                    self.obs_norm.update(obs)
+                obs = self.obs_norm.normalize_np(obs)
             return {k: torch.as_tensor(np.asarray(v)).to(self.device) for k, v in obs.items()}
         obs = np.asarray(obs)
         if self.obs_norm is not None:
@@ -637,8 +640,7 @@ class Algorithm(TorchModule):
     def _normalization(self) -> dict | None:
         if self.obs_norm is None:
             return None
-        return {"obs_mean": self.obs_norm.rms.mean.tolist(), "obs_var": self.obs_norm.rms.var.tolist(),
-                "obs_count": float(self.obs_norm.rms.count), "clip": self.obs_norm.clip, "eps": self.obs_norm.eps}
+        return self.obs_norm.stats()
 
     def deployable_parts(self) -> dict[str, nn.Module]:
         """``perception``: obs -> features with the observation normalization folded in as constants;
@@ -650,8 +652,7 @@ class Algorithm(TorchModule):
         perception = copy.deepcopy(perception).cpu().eval()
         actor = copy.deepcopy(actor).cpu().eval()
         if self.obs_norm is not None:
-            mean, inv_std = self.obs_norm.constants()
-            perception = nn.Sequential(FoldedNormalize(mean, inv_std, self.obs_norm.clip), perception)
+            perception = nn.Sequential(self.obs_norm.folded(), perception)
         for p in list(perception.parameters()) + list(actor.parameters()):
             p.requires_grad_(False)
         return {"perception": perception, "actor": actor}

@@ -55,6 +55,9 @@ class DQNConfig(OffPolicyConfig):
             raise ConfigError(f"exploration_fraction: expected 0 < x <= 1, got {self.exploration_fraction}")
         if self.target_update_interval < 1:
             raise ConfigError(f"target_update_interval: expected >= 1, got {self.target_update_interval}")
+        if self.prioritized and self.her is not None:
+            raise ConfigError("prioritized: not available with her (relabelled transitions have no stored priority); "
+                              "set one of them off")
 
 
 class DQN(OffPolicyAlgorithm):
@@ -67,7 +70,7 @@ class DQN(OffPolicyAlgorithm):
 
     def _build_networks(self) -> None:
         c = self.config
-        self.q_perception = build_perception(self.obs_spec, c.perception)
+        self.q_perception = build_perception(self.obs_spec, self._perception_kind())
         self.q_net = mlp(self.q_perception.features_dim, c.net_arch, self.n_actions, c.activation)
         self.q_perception_target = copy.deepcopy(self.q_perception)
         self.q_net_target = copy.deepcopy(self.q_net)

@@ -2,6 +2,11 @@
 
 Three ways in, one update: ``learn`` (own env), ``forward(transition)`` (pipeline learner) and
 ``train_on_batch(batch)`` (the separate learner process with its own replay).
+
+Dict observations of vectors (a goal-conditioned env's) go through `Flatten` perception by default
+(``perception: auto``): the replay stores them flattened and the networks see one vector, so SAC's
+compiled step and numpy acting apply as for a vector env. ``her`` turns on goal relabelling
+(`tinker_core.algos.her`).
 """
 
 from __future__ import annotations
@@ -14,8 +19,12 @@ import torch
 
 from tinker_core.algos.base import AlgoConfig, Algorithm, backward_in_caller_thread
 from tinker_core.algos.buffers import ReplayBuffer, ReplaySamples
+from tinker_core.algos.her import HerConfig, HerReplayBuffer, check_goal_spec
 from tinker_core.algos.train_freq import TrainTrigger
 from tinker_core.errors import ConfigError
+from tinker_core.module import config_from_dict
+from tinker_core.nn import flat_keys, flatten_np
+from tinker_core.spec import DictSpec, Spec
 from tinker_core.transition import Transition, TransitionBatch
 
 
@@ -36,6 +45,9 @@ class OffPolicyConfig(AlgoConfig):
     """Gradient steps each time training is due (-1: as many as env steps collected since the last)."""
     train_freq_unit: str = "step"
     """What train_freq counts: step or episode."""
+    her: HerConfig | None = None
+    """Hindsight goal relabelling for goal-conditioned envs (a mapping such as ``{n_sampled_goal: 4,
+    goal_selection_strategy: future}``, see `tinker_core.algos.her`); None: the plain replay."""
 
     def __post_init__(self) -> None:
         from tinker_core.algos.train_freq import parse_train_freq
@@ -45,6 +57,10 @@ class OffPolicyConfig(AlgoConfig):
         if self.gradient_steps != -1 and self.gradient_steps < 1:
             raise ConfigError(f"gradient_steps: expected >= 1 or -1 (as many as env steps collected), "
                               f"got {self.gradient_steps}")
+        if isinstance(self.her, Mapping):
+            self.her = config_from_dict(HerConfig, self.her, "her")
+        elif self.her is not None and not isinstance(self.her, HerConfig):
+            raise ConfigError(f"her: expected a mapping of HER settings or null, got {type(self.her).__name__}")
         for name in ("buffer_size", "batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}: expected >= 1, got {getattr(self, name)}")
@@ -61,8 +77,37 @@ class OffPolicyAlgorithm(Algorithm):
         super().__init__(env_or_specs, config, **kw)
         c = self.config
         act_shape = () if self.discrete else self.action_spec.shape
-        self.replay = ReplayBuffer(c.buffer_size, self.obs_spec, act_shape, self.discrete, self.device)
+        # dict observations through Flatten are stored flat: [(key, size)] in the dict's order, else None
+        self._flat = flat_keys(self.obs_spec) if self._perception_kind() == "flatten" else None
+        self.replay: ReplayBuffer | HerReplayBuffer
+        if c.her is not None:
+            check_goal_spec(self.obs_spec)
+            if self.vec_env is None:
+                raise ConfigError(f"{type(self).__name__}: her needs the env (its compute_reward); built from specs only")
+            self.replay = HerReplayBuffer(c.buffer_size, c.n_envs, self.obs_spec, act_shape,  # type: ignore[arg-type]
+                                          self.discrete, self.device, c.her, _compute_reward(self.vec_env.envs[0]),
+                                          self._prepare_obs)
+        else:
+            stored = self.obs_spec if self._flat is None else Spec((sum(d for _, d in self._flat),), "float32")
+            self.replay = ReplayBuffer(c.buffer_size, stored, act_shape, self.discrete, self.device)
         self._trigger = TrainTrigger(c.train_freq, c.train_freq_unit, c.gradient_steps, c.n_envs, c.learning_starts)
+
+    def _perception_kind(self) -> str:
+        """``config.perception``, with 'auto' on a dict of vectors resolved to 'flatten' (the fast path)."""
+        kind = self.config.perception
+        if kind == "auto" and isinstance(self.obs_spec, DictSpec) and all(
+                isinstance(s, Spec) and len(s.shape) < 3 for s in self.obs_spec.fields.values()):
+            return "flatten"
+        return kind
+
+    def _prepare_obs(self, obs: Any) -> Any:
+        """Raw env observations (batch) -> what the replay stores / the networks take: normalized
+        (when configured), dicts flattened when the perception flattens them."""
+        if self.obs_norm is not None:
+            obs = self.obs_norm.normalize_np(obs)
+        if self._flat is not None:
+            return flatten_np(obs, self._flat)
+        return obs
 
     # -- subclass -----------------------------------------------------------------------------------
     def _train_step(self, s: ReplaySamples, weights: torch.Tensor | None = None) -> torch.Tensor:
@@ -70,6 +115,8 @@ class OffPolicyAlgorithm(Algorithm):
         raise NotImplementedError
 
     def _sample(self) -> tuple[ReplaySamples, torch.Tensor | None, Any]:
+        if isinstance(self.replay, HerReplayBuffer):
+            return self.replay.sample(self.config.batch_size, self.np_rng), None, None
         return self.replay.sample(self.config.batch_size, self.gen), None, None
 
     def _after_train(self, idx: Any, td: torch.Tensor) -> None:
@@ -91,12 +138,9 @@ class OffPolicyAlgorithm(Algorithm):
         low, high = self.action_spec.low, self.action_spec.high
         return self.np_rng.uniform(low, high, size=(n, *self.action_spec.shape)).astype(self.action_spec.dtype)
 
-    def _train_due(self) -> bool:
-        c = self.config
-        steps = self.num_timesteps // c.n_envs
-        return self.num_timesteps > c.learning_starts and steps % c.train_freq == 0
-
     def _train(self, gradient_steps: int) -> None:
+        if isinstance(self.replay, HerReplayBuffer) and not self.replay.ready():
+            return  # HER samples finished episodes only: training starts once the first one ends
         with backward_in_caller_thread():
             for _ in range(gradient_steps):
                 s, w, idx = self._sample()
@@ -104,9 +148,13 @@ class OffPolicyAlgorithm(Algorithm):
                 td = self._train_step(s, w)
                 self._after_train(idx, td)
 
-    def _add(self, obs: Any, env_actions: np.ndarray, rewards: np.ndarray, next_obs: Any, terminated: np.ndarray) -> None:
-        if self.obs_norm is not None:
-            obs, next_obs = self.obs_norm.normalize_np(obs), self.obs_norm.normalize_np(next_obs)
+    def _add(self, obs: Any, env_actions: np.ndarray, rewards: np.ndarray, next_obs: Any, terminated: np.ndarray,
+             done: np.ndarray) -> None:
+        """Store one step of every env; ``done`` (terminated or truncated) ends episodes (for HER)."""
+        if isinstance(self.replay, HerReplayBuffer):  # raw: relabelled rewards need the env's values
+            self.replay.add(obs, self._buffer_action(env_actions), rewards, next_obs, terminated, done)
+            return
+        obs, next_obs = self._prepare_obs(obs), self._prepare_obs(next_obs)
         start = self.replay.pos
         self.replay.add(obs, self._buffer_action(env_actions), rewards, next_obs, terminated)
         self._on_added(start, len(rewards))
@@ -119,7 +167,7 @@ class OffPolicyAlgorithm(Algorithm):
         else:
             actions = self._act_raw(obs, deterministic=False)
         if self.obs_norm is not None:
-            self.obs_norm.rms.update(np.asarray(obs))
+            self.obs_norm.update(obs)
         next_obs, rew, term, trunc, final = vec.step(actions)  # type: ignore[union-attr]
         real_next = next_obs
         if any(f is not None for f in final):
@@ -131,7 +179,7 @@ class OffPolicyAlgorithm(Algorithm):
                             real_next[k][i] = f[k]
                     else:
                         real_next[i] = f
-        self._add(obs, actions, rew, real_next, term)
+        self._add(obs, actions, rew, real_next, term, term | trunc)
         self._last_obs = next_obs
         self.num_timesteps += vec.n  # type: ignore[union-attr]
         n_grad = self._trigger.due(self.num_timesteps, vec.n, term | trunc)  # type: ignore[union-attr]
@@ -146,9 +194,9 @@ class OffPolicyAlgorithm(Algorithm):
         batch = lambda x: ({k: np.asarray(v)[None] for k, v in x.items()} if isinstance(x, Mapping)
                            else np.asarray(x)[None])
         if self.obs_norm is not None:
-            self.obs_norm.rms.update(batch(t.obs))
+            self.obs_norm.update(batch(t.obs))
         self._add(batch(t.obs), np.asarray(t.action)[None], np.array([t.reward], dtype=np.float32),
-                  batch(t.next_obs), np.array([t.terminated]))
+                  batch(t.next_obs), np.array([t.terminated]), np.array([t.done]))
         self.num_timesteps += 1
         n_grad = self._trigger.due(self.num_timesteps, 1, [t.terminated or t.truncated])
         if n_grad:
@@ -163,9 +211,7 @@ class OffPolicyAlgorithm(Algorithm):
         if batch.next_obs is None:
             raise ConfigError("train_on_batch: batch.next_obs is required")
         self.input_spec.check(batch, "train_on_batch.batch")  # type: ignore[union-attr]
-        obs, nxt = batch.obs, batch.next_obs
-        if self.obs_norm is not None:
-            obs, nxt = self.obs_norm.normalize_np(obs), self.obs_norm.normalize_np(nxt)
+        obs, nxt = self._prepare_obs(batch.obs), self._prepare_obs(batch.next_obs)
 
         def tens(x: Any) -> Any:
             if isinstance(x, Mapping):
@@ -201,3 +247,16 @@ class OffPolicyAlgorithm(Algorithm):
         g = {k[len("grad_norm/"):]: v for k, v in m.items() if k.startswith("grad_norm/")}
         if g:
             self.diagnostics.grad_norms(g)
+
+
+def _compute_reward(env: Any) -> Any:
+    """The env's vectorized ``compute_reward(achieved_goal, desired_goal, info)`` (through its wrappers)."""
+    fn = None
+    try:
+        fn = env.get_wrapper_attr("compute_reward")
+    except AttributeError:
+        fn = getattr(getattr(env, "unwrapped", env), "compute_reward", None)
+    if not callable(fn):
+        raise ConfigError(f"her: the env {getattr(env.spec, 'id', type(env).__name__)!r} has no "
+                          "compute_reward(achieved_goal, desired_goal, info) to relabel rewards with")
+    return fn

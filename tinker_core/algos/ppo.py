@@ -154,7 +154,7 @@ class PPO(Algorithm):
         # one flat buffer: one Adam kernel, one norm per minibatch (see flat_params); laid out so the
         # actor and value MLPs can also run as one fused pair (see fused_ac) when they are plain MLPs
         order = None
-        if type(self.perception) is Flatten:
+        if type(self.perception) is Flatten and isinstance(self.obs_spec, Spec):  # dicts: batches stay dicts
             order = FusedActorCritic.param_order(self.pi.logits if self.discrete else self.pi.mean, self.vf)
         if order is not None:
             ids = {id(p) for p in order}
@@ -505,7 +505,7 @@ class PPO(Algorithm):
         c = self.config
         obs = rollout.obs
         if self.obs_norm is not None:
-            self.obs_norm.rms.update(np.asarray(obs))
+            self.obs_norm.update(obs)
         with torch.no_grad():
             obs_t = self._obs_to_tensor(obs)
             nxt_t = self._obs_to_tensor(rollout.next_obs)

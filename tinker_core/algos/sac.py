@@ -2,9 +2,9 @@
 averaging, automatic entropy tuning. Defaults are Stable-Baselines3's, which RL Zoo tunes per env
 (configs/sac_pendulum.yaml); the update is SB3's step (tests/algos/test_sac_update.py).
 
-Three ways to the same step: for flat observations, MLPs and an fp32 critic, `NativeSACUpdate` (the
+Three ways to the same step: for flat observations (dicts of vectors flattened), MLPs and an fp32 critic, `NativeSACUpdate` (the
 step compiled, on the CPU, where it could be built) or `SACUpdate` (its backward written out in
-Python); otherwise (image or dict observations, other activations, a reduced-precision critic) autograd."""
+Python); otherwise (images or other perception, other activations, a reduced-precision critic) autograd."""
 
 from __future__ import annotations
 
@@ -71,8 +71,9 @@ class SAC(OffPolicyAlgorithm):
     def _build_networks(self) -> None:
         c = self.config
         self.act_dim = int(np.prod(self.action_spec.shape))
-        self.actor_perception = build_perception(self.obs_spec, c.perception)
-        self.critic_perception = build_perception(self.obs_spec, c.perception)
+        kind = self._perception_kind()
+        self.actor_perception = build_perception(self.obs_spec, kind)
+        self.critic_perception = build_perception(self.obs_spec, kind)
         self.actor = SquashedGaussianActor(self.actor_perception.features_dim, c.net_arch, self.act_dim, c.activation)
         self.critic = EnsembleQ(c.n_critics, self.critic_perception.features_dim + self.act_dim, c.net_arch, c.activation)
         self.critic_perception_target = copy.deepcopy(self.critic_perception)
@@ -129,11 +130,9 @@ class SAC(OffPolicyAlgorithm):
         return trunk, tuple(t.detach().numpy() for t in (mu.weight.t(), mu.bias, ls.weight.t(), ls.bias))
 
     def _act_raw(self, obs: Any, deterministic: bool) -> np.ndarray:
-        if self._np_actor is None or isinstance(obs, Mapping):
+        if self._np_actor is None or (isinstance(obs, Mapping) and self._flat is None):
             return super()._act_raw(obs, deterministic)
-        x = np.asarray(obs)
-        if self.obs_norm is not None:
-            x = self.obs_norm.normalize_np(x)
+        x = self._prepare_obs(obs if isinstance(obs, Mapping) else np.asarray(obs))  # normalized, dicts flattened
         return self._act_np(x.reshape(x.shape[0], -1).astype(np.float32, copy=False), deterministic)
 
     def _act_np(self, x: np.ndarray, deterministic: bool) -> np.ndarray:

@@ -3,8 +3,9 @@
 from tinker_core.nn.base import PerceptionModule
 from tinker_core.nn.encoders import (
     ENCODERS, CrossModalFusion, DepthwiseEncoder, DictConcat, Flatten, JointMLP, LSTMEncoder, NatureCNN,
-    TemporalCNN, build_perception, mlp,
+    TemporalCNN, build_perception, flat_keys, flatten_np, mlp,
 )
 
 __all__ = ["PerceptionModule", "ENCODERS", "CrossModalFusion", "DepthwiseEncoder", "DictConcat", "Flatten",
-           "JointMLP", "LSTMEncoder", "NatureCNN", "TemporalCNN", "build_perception", "mlp"]
+           "JointMLP", "LSTMEncoder", "NatureCNN", "TemporalCNN", "build_perception", "flat_keys", "flatten_np",
+           "mlp"]

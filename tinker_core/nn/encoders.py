@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -67,17 +69,52 @@ class FlattenConfig:
     """Flattening needs no settings."""
 
 
+def flat_keys(spec: AnySpec, where: str = "Flatten.obs") -> list[tuple[str, int]] | None:
+    """``[(key, size)]`` in the dict's order for a dict of vector (non-image) specs, None for a plain spec."""
+    if not isinstance(spec, DictSpec):
+        return None
+    out = []
+    for k, s in spec.items():
+        if not isinstance(s, Spec) or len(s.shape) >= 3:
+            raise SpecError(f"{where}[{k!r}]: flatten takes vector fields only (not images or nested dicts), got "
+                            f"{s!r}; use perception 'dict' for these")
+        out.append((k, max(1, s.size)))
+    return out
+
+
+def flatten_np(obs: Any, keys: list[tuple[str, int]]) -> np.ndarray:
+    """A batch of dict observations -> float32 ``[n, sum(sizes)]``, the fields concatenated in ``keys``'
+    order: what `Flatten` computes, in numpy (how the off-policy replay stores dict observations)."""
+    first = np.asarray(obs[keys[0][0]])
+    n = first.shape[0]
+    out = np.empty((n, sum(d for _, d in keys)), dtype=np.float32)
+    i = 0
+    for k, d in keys:
+        out[:, i:i + d] = np.asarray(obs[k]).reshape(n, d)
+        i += d
+    return out
+
+
 class Flatten(PerceptionModule):
-    """Identity for vector observations (cast to float32, flattened): the default for MLP policies."""
+    """Identity for vector observations (cast to float32, flattened): the default for MLP policies.
+
+    For a dict of vectors (a goal-conditioned env's ``observation``/``achieved_goal``/``desired_goal``)
+    it concatenates the fields in the spec's order; given an already flattened tensor (what the
+    off-policy replay stores, `flatten_np`) it passes it through, so the training step sees one flat
+    vector while the exported graph takes the dict."""
 
     config_class = FlattenConfig
 
-    def __init__(self, obs_spec: Spec, config: FlattenConfig | None = None):
+    def __init__(self, obs_spec: AnySpec, config: FlattenConfig | None = None):
         super().__init__(config)
         self.input_spec = obs_spec
-        self._set_output(max(1, obs_spec.size))
+        self.keys = flat_keys(obs_spec)
+        self._set_output(sum(d for _, d in self.keys) if self.keys is not None
+                         else max(1, obs_spec.size))  # type: ignore[union-attr]
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Any) -> torch.Tensor:
+        if isinstance(x, Mapping):  # decided when traced: the exported graph has no branch
+            return torch.cat([x[k].reshape(x[k].shape[0], -1).float() for k, _ in self.keys], dim=-1)  # type: ignore[union-attr]
         return x.reshape(x.shape[0], -1).float()
 
 
