@@ -202,3 +202,9 @@ def test_tinker_train_takes_an_agents_file(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["timesteps"] == 70 and summary["groups"]["rover"]["updates"] == 2 * 2  # 2 rollouts of 2 minibatches
     assert (out / "final" / "multiagent.json").is_file() and (out / "agents.yaml").is_file()
+    # and continues from its checkpoint up to the new total
+    assert main(["train", "--resume", str(out / "final"), "--total-timesteps", "100", "--out", str(tmp_path / "more"),
+                 "--no-progress"]) == 0
+    more = json.loads((tmp_path / "more" / "summary.json").read_text())
+    # the counters continue; the 30 new steps do not fill a 32-step rollout (one in flight is not checkpointed)
+    assert more["timesteps"] == 100 and more["groups"]["rover"]["updates"] == 2 * 2

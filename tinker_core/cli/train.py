@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     data = read_yaml(args.config) if args.config else {}
-    if "agents" in data:  # an agents file: the multi-agent trainer (tinker_core/cli/train_agents.py)
+    if "agents" in data or (args.resume and Path(args.resume, "multiagent.json").is_file()):  # multi-agent
         from tinker_core.cli.train_agents import run_agents
         return run_agents(args, data)
     unknown = sorted(set(data) - {"algo", "env", "env_kwargs", "total_timesteps", "expert", *ALGOS})
