@@ -72,10 +72,12 @@ def run_summary(final: Path) -> dict:
     if not s.is_file():
         return {}
     d = json.loads(s.read_text())
-    out = {"train_env_steps": d.get("timesteps"), "train_wall_s": d.get("wall_s"),
-           "train_episodes": d.get("episodes"), "train_success_rate_last50": d.get("success_rate_last50")}
-    if d.get("timesteps") and d.get("wall_s"):
-        out["train_env_steps_per_s"] = round(d["timesteps"] / d["wall_s"], 1)
+    this_run = d.get("timesteps_this_run", d.get("timesteps"))
+    out = {"train_env_steps": d.get("timesteps"), "train_episodes": d.get("episodes"),
+           "train_success_rate_last50": d.get("success_rate_last50"),
+           "last_run_env_steps": this_run, "last_run_wall_s": d.get("wall_s")}
+    if this_run and d.get("wall_s"):
+        out["last_run_env_steps_per_s"] = round(this_run / d["wall_s"], 1)
     return out
 
 

@@ -46,14 +46,16 @@ def run_agents(args: argparse.Namespace, data: Mapping[str, Any]) -> int:
     if args.resume:
         total = max(0, total - trainer.num_timesteps)
     end = time.perf_counter() + 60.0 * args.max_minutes if args.max_minutes else None
+    start = trainer.num_timesteps
     t0 = time.perf_counter()
     if total:
         trainer.learn(total, out_dir=out, checkpoint_every=args.checkpoint_every, progress=not args.no_progress,
                       callback=(lambda tr, info: time.perf_counter() < end) if end else None)
     wall = time.perf_counter() - t0
+    steps_this_run = trainer.num_timesteps - start
     rets = [r for _, r in trainer.curve[-20:]]
     summary = {"env": trainer.env_id, "timesteps": trainer.num_timesteps, "episodes": trainer.num_episodes,
-               "wall_s": round(wall, 1), "mean_return_last20": float(sum(rets) / len(rets)) if rets else None,
+               "timesteps_this_run": steps_this_run, "wall_s": round(wall, 1), "mean_return_last20": float(sum(rets) / len(rets)) if rets else None,
                "groups": {g.name: {"policy": g.entry.policy, "members": len(g.members), "updates": g.algo.num_updates}
                           for g in trainer.groups.values()},
                "checkpoint": str(out / "final")}
