@@ -56,6 +56,8 @@ def test_heterogeneous_dqn_on_images_and_sac_on_vectors_train_save_and_load(tmp_
     assert want["spotter"] == got["spotter"] and isinstance(got["spotter"], int)
     np.testing.assert_allclose(want["rover"], got["rover"], atol=1e-6)
     assert (tmp_path / "run" / "learning_curve.png").is_file()
+    alone = loaded.evaluate(2, random_agents=("spotter",))  # the rover without its spotter
+    assert alone["episodes"] == 2 and 0.0 <= alone["success_rate"] <= 1.0
     tr.close()
     loaded.close()
 
