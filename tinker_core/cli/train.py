@@ -71,6 +71,9 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     data = read_yaml(args.config) if args.config else {}
+    if "agents" in data or (args.resume and Path(args.resume, "multiagent.json").is_file()):  # multi-agent
+        from tinker_core.cli.train_agents import run_agents
+        return run_agents(args, data)
     unknown = sorted(set(data) - {*TOP_LEVEL, *ALGOS})
     if unknown:
         raise ConfigError(f"{args.config}: unknown top-level key(s) {unknown}; expected {', '.join(TOP_LEVEL)} "
