@@ -437,8 +437,8 @@ class MultiAgentTrainer:
         nxt = _stack([next_obs[a] if a in next_obs else _index(obs, i) for i, a in enumerate(live)])
         te = te | np.array([a not in next_obs for a in live])
         if algo.obs_norm is not None:
-            algo.obs_norm.rms.update(np.asarray(obs))
-        algo._add(obs, np.asarray(rec["env_actions"]), r, nxt, te)
+            algo.obs_norm.update(obs)
+        algo._add(obs, np.asarray(rec["env_actions"]), r, nxt, te, te | tr)
         algo.num_timesteps += len(live)
         if algo.num_timesteps > c.learning_starts and g.steps % c.train_freq == 0:
             algo._train(c.gradient_steps)
