@@ -1,12 +1,17 @@
 """`sim_robot`: the PyBullet arm in real time, as a robot driver would present it to ROS 2.
 
-Publishes ``joint_states`` (sensor_msgs/JointState with names, sensor QoS), ``camera/image_raw``
+Publishes ``joint_states`` (sensor_msgs/JointState with names; reliable like joint_state_broadcaster,
+so default subscribers get it), ``camera/image_raw``
 (sensor_msgs/Image rgb8) and ``task`` (Float64MultiArray ``[reward, done, success, distance,
 target...]``, meta ``stamp_ns;cycle;episode``). Takes joint position commands like ros2_control's
 forward position controller: ``forward_position_controller/commands`` as std_msgs/Float64MultiArray
 (in ``joint_names`` order), or trajectory_msgs/JointTrajectory (``command_type: joint_trajectory``;
 the first point's positions, mapped by joint name). When no fresh command arrives within
 ``hold_after_cycles`` cycles the arm holds its measured position (the robot side's own watchdog).
+While the command topic has more than one publisher no command is executed (the arm holds, ERROR
+diagnostic naming the topic). Every executed command is measured against the arm's true pose (the
+physics): ``max_command_step`` in /diagnostics is the largest step as a fraction of the URDF velocity
+limit times the period. Another node with this node's name on the domain at start-up: exit 3.
 Domain randomization: ``dynamics`` names a DynamicsParams YAML (sim/config/dynamics/*.yaml).
 
 Camera (``camera_rate_hz``, from the launch YAML's ``/**`` section, shared with perception): > 0
