@@ -65,7 +65,14 @@ def g(ros2, bundles, tmp_path_factory):
     probe.estop = probe.collect(DiagnosticStatus, t + "safety/estop_state", LATCHED_QOS)
     graph.probe, graph.tmp, graph.domain = probe, tmp, domain
     graph.start()
-    ros2.wait_until(lambda: len(_served(graph, ros2, time.time_ns() - 10**9)) >= 5, 30, "policy commands")
+    try:
+        ros2.wait_until(lambda: len(_served(graph, ros2, time.time_ns() - 10**9)) >= 5, 30, "policy commands")
+    except AssertionError as e:
+        seen = {n: (_diag(graph, n).get("message"), _diag(graph, n).get("cycles")) for n in graph.nodes}
+        graph.stop()
+        probe.close()
+        raise AssertionError(f"{e}; commands seen {len(probe.commands)}, states {len(probe.joints)}, "
+                             f"diagnostics {seen}") from None
     time.sleep(1.0)
     graph.call_trigger("safety/reset")  # a start-up stall on the shared machine may have latched the watchdog
     ros2.wait_until(lambda: len(_served(graph, ros2, time.time_ns() - 10**9)) >= 5, 30, "policy commands")
