@@ -16,9 +16,9 @@ Every limit is the SafetyWrapper's (safety/). What the node adds is what only th
   into a live robot), when its stamp lies more than ``max_state_future`` ahead of this node's clock or
   more than ``max_state_age`` behind it, or when it jumps further from the previous state than the
   URDF velocity limit allows in the time between their arrivals (this node's monotonic clock) plus
-  ``state_jump_tolerance``; after such a jump every state is refused for ``state_quarantine`` s. The
-  diagnostic is ERROR and names the topic. When states are trusted again the guard restarts its safe
-  start ramp from the measured pose (an e-stop stays latched).
+  ``state_jump_tolerance``; a second such jump within ``state_quarantine`` s (states from two sources,
+  interleaved) makes every state refused for ``state_quarantine`` s. One jump alone costs one state (a
+  simulator's episode reset teleports the arm). The diagnostic is ERROR and names the topic.
 - **Watchdog on the node's monotonic clock, never on message stamps**: every trusted state opens a
   cycle and arms a one-shot timer; a policy command answering it (same stamp, or no stamp) closes the
   cycle; when ``hold_deadline`` (fraction of the period) passes first, the cycle is missed: hold at
@@ -93,6 +93,7 @@ class StateGate:
         self._prev_q: np.ndarray | None = None
         self._prev_t = 0
         self._quarantine_until = 0
+        self._last_jump = -(1 << 62)
 
     def check(self, q: np.ndarray, stamp: int, publishers: int, now_ns: int, mono_ns: int) -> tuple[str, str]:
         """``("", "")`` when the state can be used; else (kind, why not): kind is ``implausible``,
@@ -105,10 +106,14 @@ class StateGate:
             jump = np.abs(q - prev_q)
             if np.any(jump > allowed):
                 j = int(np.argmax(jump - allowed))
-                self._quarantine_until = mono_ns + self.quarantine_ns
+                repeated = mono_ns - self._last_jump < self.quarantine_ns
+                self._last_jump = mono_ns
+                if repeated:  # states from two sources, interleaved: refuse all of them for a while
+                    self._quarantine_until = mono_ns + self.quarantine_ns
                 return "implausible", (f"{t}: implausible state: joint {j} moved {jump[j]:.3f} rad in "
                                        f"{(mono_ns - prev_t) / 1e6:.1f} ms (velocity limit allows {allowed[j]:.3f} "
-                                       f"rad); states refused for {self.quarantine_ns / 1e9:g} s")
+                                       f"rad)" + (f"; states refused for {self.quarantine_ns / 1e9:g} s" if repeated
+                                                  else ""))
         if stamp > now_ns + self.max_future_ns:
             return "future", (f"{t}: stamp {(stamp - now_ns) / 1e9:.3f} s in the future "
                               f"(max_state_future {self.max_future_ns / 1e9:g} s)")
@@ -157,7 +162,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         p("state_jump_tolerance", 0.2, _descriptor("rad beyond the URDF velocity limit times the time between two "
                                                    "states' arrivals; a larger jump is an implausible state.",
                                                    lo=0.0, hi=3.0, kind=D))
-        p("state_quarantine", 0.5, _descriptor("s during which states are refused after an implausible one.",
+        p("state_quarantine", 0.5, _descriptor("s: two implausible states within this time refuse every state "
+                                               "for this long (two interleaved sources).",
                                                lo=0.0, hi=60.0, kind=D))
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
@@ -183,7 +189,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.namesake = ""
         self._names_checked = 0.0
         self.holds = 0
-        self.ramp_restarts = 0  # safe-start ramps begun by activation, a returning policy or trusted state
+        self.ramp_restarts = 0  # safe-start ramps begun by activation or a returning policy
         self.refused = 0
         self.last_error = ""
         self._subs, self._srvs, self._own_timers = [], [], []
@@ -285,8 +291,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
 
     def on_activate(self, state) -> TransitionCallbackReturn:
         if self._q is not None and not self.guard.estopped:
-            self.guard.reset(self._q, self._qd)  # the start ramp begins at the measured pose
-            self.ramp_restarts += 1
+            self._start_ramp(self._q, self._qd)  # the start ramp begins at the measured pose
         self._restart_ramp = self._q is None
         self._served_seq = self._state_seq
         self._misses_in_row = 0
@@ -340,15 +345,12 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         if why:
             self._refuse_state(kind, why)
             return
-        if self.untrusted:
-            self.get_logger().info(f"{self.gate.topic}: states trusted again; the next command ramps from the "
-                                   f"measured pose")
+        if self.untrusted:  # the guard's limits apply from this measured pose on, as for every command
+            self.get_logger().info(f"{self.gate.topic}: states trusted again")
             self.untrusted = ""
-            self._restart_ramp = True
         self._q, self._qd = q, qd
         if self._restart_ramp and self.active and not self.guard.estopped:
-            self.guard.reset(q, qd)
-            self.ramp_restarts += 1
+            self._start_ramp(q, qd)
             self._restart_ramp = False
         self._state_stamp = stamp
         cyc = msg.header.frame_id.split("=", 1)[-1]
@@ -356,6 +358,13 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self._state_seq += 1
         if self.active:
             self._wd_timer.reset()  # this state's command is due within hold_deadline
+
+    def _start_ramp(self, q: np.ndarray, qd: np.ndarray) -> None:
+        """A new safe start from the measured pose (only while no e-stop is latched: reset would clear it).
+        The guard forgets the last action, so the miss count starts again with the next one."""
+        self.guard.reset(q, qd)
+        self.ramp_restarts += 1
+        self._misses_in_row, self._last_cmd_t = 0, 0.0
 
     def _refuse_state(self, kind: str, why: str) -> None:
         """An untrusted state: not used; the robot holds at the last command sent (never at that state)."""
@@ -406,8 +415,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         if not self.policy_active:  # a command after a missed activation event: the policy is back
             self.policy_active, self._restart_ramp = True, True
         if self._restart_ramp and not self.guard.estopped:
-            self.guard.reset(self._q, self._qd)
-            self.ramp_restarts += 1
+            self._start_ramp(self._q, self._qd)
         self._restart_ramp = False
         # feed + tick: a fresh action answers this cycle and ends a run of missed ones
         self._last_cmd_t = now = time.monotonic()
@@ -445,7 +453,9 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         now = max(time.monotonic(), self._last_cmd_t + self.guard.config.watchdog_timeout + 1e-3)
         cmd, status = self.guard.tick(now, self._q, self._qd)
         limit = self.guard.config.watchdog_misses_to_estop
-        if self._misses_in_row >= limit and self._last_cmd_t and not self.guard.estopped:  # backstop: in a row
+        if self._misses_in_row >= limit and self._last_cmd_t and not self.guard.estopped:
+            # backstop, should the guard stop counting misses after an action it has consumed: the node's count
+            # (in a row, since the last action the guard saw) latches too
             self.guard.estop(f"watchdog: {self._misses_in_row} cycles in a row without a policy command")
         self.holds += status.outcome.name in ("HELD", "ESTOPPED")
         self._publish(cmd, self._state_stamp, self._state_cycle, "", status.outcome.name.lower())
@@ -511,7 +521,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             response.success, response.message = False, f"reset refused: the measured state is not trusted: {self.untrusted}"
             return response
         ok = self.guard.reset(self._q, self._qd)
-        self._misses_in_row = 0
+        if ok:
+            self._misses_in_row, self._last_cmd_t = 0, 0.0
         self._estop_carry = "" if ok else self._estop_carry
         self._publish_estop_state()
         response.success = bool(ok)
