@@ -273,6 +273,7 @@ def test_parameters_are_described_and_a_change_takes_effect_or_is_refused_with_t
     r = set_("safety", "command_topic", "elsewhere")
     assert not r.successful and "read-only" in r.reason.lower(), r.reason
     assert set_("safety", "hold_deadline", 0.5).successful
+    assert set_("safety", "max_state_age", 0.4).successful  # the state checks take it at the next state
     assert set_("sim_robot", "hold_after_cycles", 4).successful
     assert not set_("sim_robot", "hold_after_cycles", 0).successful
     assert not set_("sim_robot", "task", "sort").successful

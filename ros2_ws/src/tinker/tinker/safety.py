@@ -86,14 +86,18 @@ class StateGate:
                  jump_tolerance: float, quarantine_s: float):
         self.vmax = np.asarray(velocity_limits, dtype=np.float64)
         self.topic = topic
-        self.max_age_ns = int(max_age_s * 1e9)
-        self.max_future_ns = int(max_future_s * 1e9)
-        self.jump_tolerance = float(jump_tolerance)
-        self.quarantine_ns = int(quarantine_s * 1e9)
+        self.configure(max_age_s, max_future_s, jump_tolerance, quarantine_s)
         self._prev_q: np.ndarray | None = None
         self._prev_t = 0
         self._quarantine_until = 0
         self._last_jump = -(1 << 62)
+
+    def configure(self, max_age_s: float, max_future_s: float, jump_tolerance: float, quarantine_s: float) -> None:
+        """The limits (s, s, rad, s); takes effect with the next state."""
+        self.max_age_ns = int(max_age_s * 1e9)
+        self.max_future_ns = int(max_future_s * 1e9)
+        self.jump_tolerance = float(jump_tolerance)
+        self.quarantine_ns = int(quarantine_s * 1e9)
 
     def check(self, q: np.ndarray, stamp: int, publishers: int, now_ns: int, mono_ns: int) -> tuple[str, str]:
         """``("", "")`` when the state can be used; else (kind, why not): kind is ``implausible``,
@@ -156,7 +160,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                                             "out (a missed cycle). Takes effect at the next state.",
                                             lo=0.05, hi=0.95, kind=D))
         p("max_state_age", 0.5, _descriptor("s: a JointState stamped further in the past than this (node clock) "
-                                            "is refused and the robot held.", lo=0.01, hi=10.0, kind=D))
+                                            "is refused and the robot held. Takes effect at the next state.",
+                                            lo=0.01, hi=10.0, kind=D))
         p("max_state_future", 0.1, _descriptor("s: a JointState stamped further in the future than this (node "
                                                "clock) is refused and the robot held.", lo=0.0, hi=10.0, kind=D))
         p("state_jump_tolerance", 0.2, _descriptor("rad beyond the URDF velocity limit times the time between two "
@@ -218,6 +223,10 @@ class SafetyNode(NodeRuntime, LifecycleNode):
     def _after_set_parameters(self, params) -> None:
         """hold_deadline takes effect at once: the watchdog's one-shot timer is made anew with it (a running
         executor does not see a changed period of an existing timer)."""
+        if self.gate is not None:  # the state checks take their limits at once
+            g = lambda n: self.get_parameter(n).value  # noqa: E731
+            self.gate.configure(g("max_state_age"), g("max_state_future"), g("state_jump_tolerance"),
+                                g("state_quarantine"))
         if any(prm.name == "hold_deadline" for prm in params) and self._own_timers:
             armed = not self._wd_timer.is_canceled()
             self.destroy_entities(self._own_timers)
