@@ -39,7 +39,6 @@ Every limit is the SafetyWrapper's (safety/). What the node adds is what only th
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -55,7 +54,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from tinker.runtime import ERROR, OK, WARN, NodeRuntime, main_for
 from tinker.wire import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_msg, decode_meta, encode_meta, read_array, stamp_ns
-from tinker_core.errors import ConfigError, TinkerError, ValidationError
+from tinker_core.errors import ConfigError, ValidationError
 
 COMMAND_TYPES = ("float64_array", "joint_trajectory")
 """Command message types: forward_command_controller's Float64MultiArray, joint_trajectory_controller's JointTrajectory."""
