@@ -188,7 +188,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.untrusted = ""  # why the newest state was refused ('' = trusted)
         self.refused_states: dict[str, int] = {}  # by kind (StateGate.check)
         self.policy_active = True  # until the policy's transition_event says otherwise
-        self._restart_ramp = False
+        self._restart_ramp = False  # activated before any state: the first state starts the ramp
+        self._policy_returning = False  # the policy was seen inactive: its next command starts the ramp
         self._estop_carry = ""
         self.namesake = ""
         self._names_checked = 0.0
@@ -393,15 +394,18 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.get_logger().warning(f"input refused, holding: {err}", throttle_duration_sec=1.0)
 
     def _on_policy_transition(self, msg: TransitionEvent) -> None:
-        active = msg.goal_state.id == State.PRIMARY_STATE_ACTIVE
-        if active == self.policy_active:
+        """The policy's primary states only: a late event can then only be followed by the rest of its chain
+        (one reliable writer, in order), and every chain that re-activates ends with ``active``."""
+        goal = msg.goal_state.id
+        if goal not in (State.PRIMARY_STATE_UNCONFIGURED, State.PRIMARY_STATE_INACTIVE, State.PRIMARY_STATE_ACTIVE,
+                        State.PRIMARY_STATE_FINALIZED):
             return
-        self.policy_active = active
+        active = goal == State.PRIMARY_STATE_ACTIVE
         if not active:
-            self._send_hold(f"policy {msg.goal_state.label}")
-        else:
-            self._restart_ramp = True  # its first command starts through the ramp
-            self._misses_in_row = 0
+            self._policy_returning = True  # its next command starts through the ramp
+            if self.policy_active:
+                self._send_hold(f"policy {msg.goal_state.label}")
+        self.policy_active = active
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         if not self.active or self._q is None:
@@ -420,11 +424,11 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         if meta.get("stop") == "1":
             self._send_hold("policy node stopped")
             return
-        if not self.policy_active:  # a command after a missed activation event: the policy is back
-            self.policy_active, self._restart_ramp = True, True
-        if self._restart_ramp and not self.guard.estopped:
+        if not self.policy_active:  # a command before its activation event: the policy is back
+            self.policy_active, self._policy_returning = True, True
+        if self._policy_returning and not self.guard.estopped:
             self._start_ramp(self._q, self._qd)
-        self._restart_ramp = False
+        self._policy_returning = False
         # feed + tick: a fresh action answers this cycle and ends a run of missed ones
         self._last_cmd_t = now = time.monotonic()
         self.guard.feed(target, now)
