@@ -151,6 +151,8 @@ def test_malformed_messages_on_every_input_hold_and_warn_never_crash(g, ros2):
         pubs["sim_robot"].publish(array_msg(nan7))
         pubs["joints"].publish(bad)
         time.sleep(0.15)
+    for k in ("sim_robot", "joints"):  # a second publisher of robot state or commands holds the loop while it exists
+        g.probe.node.destroy_publisher(pubs[k])
     time.sleep(2.5)  # two diagnostics periods
     g.call_trigger("safety/reset")
     since = time.time_ns()

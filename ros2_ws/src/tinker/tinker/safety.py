@@ -1,37 +1,135 @@
 """`safety` (lifecycle): the SafetyWrapper between the policy and the robot; watchdog and e-stop.
 
 Subscribes ``policy/joint_target`` and ``joint_states`` (by joint name); publishes the safe command
-on ``forward_position_controller/commands`` (Float64MultiArray in URDF joint order, meta
-``stamp_ns;cycle;version;status``), the latched e-stop state on ``safety/estop_state``
-(diagnostic_msgs/DiagnosticStatus, transient_local: level ERROR + reason while latched) and
-/diagnostics. Services: ``~/estop`` and ``~/reset`` (std_srvs/Trigger).
+on ``forward_position_controller/commands`` (``command_type``: ``float64_array`` = Float64MultiArray
+in URDF joint order for ros2_control's forward_command_controller, meta ``stamp_ns;cycle;version;status``
+in ``layout.dim[0].label``; ``joint_trajectory`` = trajectory_msgs/JointTrajectory with one point
+reached in one period, for joint_trajectory_controller, the same meta in ``header.frame_id``), the
+latched e-stop state on ``safety/estop_state`` (diagnostic_msgs/DiagnosticStatus, transient_local:
+level ERROR + reason while latched) and /diagnostics. Services: ``~/estop`` and ``~/reset``
+(std_srvs/Trigger).
 
-Every decision is the SafetyWrapper's (safety/): a policy command is guarded as it arrives (lowest
-latency); a malformed one (wrong length, NaN) goes through the guard too, which holds, counts it and
-latches after ``invalid_inputs_to_estop``. Watchdog: every robot state opens a cycle; when no policy
-command for it has arrived ``hold_deadline`` (fraction of the period) after the state (a one-shot
-timer armed by each state and cancelled by its command: no polling wake-ups), the guard's
-``tick`` answers that cycle (hold at the measured pose; ``watchdog_misses_to_estop`` stale ticks in
-a row latch the e-stop), so the robot holds within one cycle of a dead or stuck policy. Limits and
-e-stop rules come from the safety YAML (``config``); its ``control_period`` and ``watchdog_timeout``
-follow this node's ``control_period`` (the launch YAML is the one source of rates). Activation and
-reset start the guard's safe-start ramp from the measured pose; deactivation publishes one hold.
+Every limit is the SafetyWrapper's (safety/). What the node adds is what only the ROS side can see:
+
+- **Trust no state** (`StateGate`): a JointState is refused, and the robot held at the last command
+  sent, when ``joint_states`` has more than one publisher (a spoofer, a second graph, a bag played
+  into a live robot), when its stamp lies more than ``max_state_future`` ahead of this node's clock or
+  more than ``max_state_age`` behind it, or when it jumps further from the previous state than the
+  URDF velocity limit allows in the time between their arrivals (this node's monotonic clock) plus
+  ``state_jump_tolerance``; a second such jump within ``state_quarantine`` s (states from two sources,
+  interleaved) makes every state refused for ``state_quarantine`` s. One jump alone costs one state (a
+  simulator's episode reset teleports the arm). The diagnostic is ERROR and names the topic.
+- **Watchdog on the node's monotonic clock, never on message stamps**: every trusted state opens a
+  cycle and arms a one-shot timer; a policy command answering it (same stamp, or no stamp) closes the
+  cycle; when ``hold_deadline`` (fraction of the period) passes first, the cycle is missed: hold at
+  the measured pose. ``watchdog_misses_to_estop`` (safety YAML, via ``config``) missed cycles **in a
+  row** latch the e-stop; one served cycle resets the count. So a policy stall shorter than
+  ``(watchdog_misses_to_estop - 1)`` periods never latches (the tolerance), a dead policy latches
+  within ``watchdog_misses_to_estop`` periods.
+- **Policy lifecycle**: the policy's ``transition_event`` (the standard lifecycle topic of
+  ``policy_node``) tells a deactivated policy from a dead one: while it is not active, each cycle is
+  held and no miss counted; its first command after re-activation starts through the start ramp.
+- **E-stop**: only ``~/reset`` with a valid measured state clears it. No lifecycle transition does:
+  activate keeps a latched e-stop, and one latched before cleanup is latched again at configure.
+- **One node per name**: another node with this node's fully qualified name on the domain (a second
+  graph) makes configure fail; seen within ``NAME_CHECK_WINDOW_S`` of start-up the process refuses to
+  run (exit 3), seen later it is an ERROR diagnostic (and the second graph's second publishers on
+  ``joint_states`` hold the loop).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticStatus, KeyValue
+from lifecycle_msgs.msg import State, TransitionEvent
+from rcl_interfaces.msg import FloatingPointRange, ParameterDescriptor, ParameterType, SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from tinker.runtime import ERROR, OK, WARN, NodeRuntime, main_for
-from tinker.wire import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_msg, decode_meta, read_array, stamp_ns
-from tinker_core.errors import TinkerError, ValidationError
+from tinker.wire import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_msg, decode_meta, encode_meta, read_array, stamp_ns
+from tinker_core.errors import ConfigError, ValidationError
+
+COMMAND_TYPES = ("float64_array", "joint_trajectory")
+"""Command message types: forward_command_controller's Float64MultiArray, joint_trajectory_controller's JointTrajectory."""
+NAME_CHECK_WINDOW_S = 6.0
+"""Seconds after start-up in which a namesake on the domain makes the process refuse to run. Fast DDS
+re-announces participants every 3 s, so a namesake missed in the first burst shows within this window."""
+TRANSITION_QOS = 10
+"""Depth of the policy's transition_event subscription (reliable, volatile: what rclpy publishes with)."""
+
+
+def _descriptor(description: str, *, lo: float | None = None, hi: float | None = None, read_only: bool = False,
+                kind: int = ParameterType.PARAMETER_NOT_SET) -> ParameterDescriptor:
+    d = ParameterDescriptor(description=description, read_only=read_only, type=kind)
+    if lo is not None:
+        d.floating_point_range = [FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)]
+    return d
+
+
+class StateGate:
+    """Whether a measured joint state may be trusted; ROS-free, one instance per configured node.
+
+    The checks (publisher count, stamp window, plausible motion, quarantine) and their parameters are
+    described in the module docstring. They belong with the SafetyWrapper's own input checks (a
+    candidate to move into ``safety/``); they live here until the wrapper has them.
+    """
+
+    def __init__(self, velocity_limits: np.ndarray, topic: str, max_age_s: float, max_future_s: float,
+                 jump_tolerance: float, quarantine_s: float):
+        self.vmax = np.asarray(velocity_limits, dtype=np.float64)
+        self.topic = topic
+        self.configure(max_age_s, max_future_s, jump_tolerance, quarantine_s)
+        self._prev_q: np.ndarray | None = None
+        self._prev_t = 0
+        self._quarantine_until = 0
+        self._last_jump = -(1 << 62)
+
+    def configure(self, max_age_s: float, max_future_s: float, jump_tolerance: float, quarantine_s: float) -> None:
+        """The limits (s, s, rad, s); takes effect with the next state."""
+        self.max_age_ns = int(max_age_s * 1e9)
+        self.max_future_ns = int(max_future_s * 1e9)
+        self.jump_tolerance = float(jump_tolerance)
+        self.quarantine_ns = int(quarantine_s * 1e9)
+
+    def check(self, q: np.ndarray, stamp: int, publishers: int, now_ns: int, mono_ns: int) -> tuple[str, str]:
+        """``("", "")`` when the state can be used; else (kind, why not): kind is ``implausible``,
+        ``future``, ``too_old``, ``publishers`` or ``quarantine``, the reason names the topic."""
+        t = self.topic
+        prev_q, prev_t = self._prev_q, self._prev_t
+        self._prev_q, self._prev_t = q, mono_ns
+        if prev_q is not None:
+            allowed = self.vmax * ((mono_ns - prev_t) / 1e9) + self.jump_tolerance
+            jump = np.abs(q - prev_q)
+            if np.any(jump > allowed):
+                j = int(np.argmax(jump - allowed))
+                repeated = mono_ns - self._last_jump < self.quarantine_ns
+                self._last_jump = mono_ns
+                if repeated:  # states from two sources, interleaved: refuse all of them for a while
+                    self._quarantine_until = mono_ns + self.quarantine_ns
+                return "implausible", (f"{t}: implausible state: joint {j} moved {jump[j]:.3f} rad in "
+                                       f"{(mono_ns - prev_t) / 1e6:.1f} ms (velocity limit allows {allowed[j]:.3f} "
+                                       f"rad)" + (f"; states refused for {self.quarantine_ns / 1e9:g} s" if repeated
+                                                  else ""))
+        if stamp > now_ns + self.max_future_ns:
+            return "future", (f"{t}: stamp {(stamp - now_ns) / 1e9:.3f} s in the future "
+                              f"(max_state_future {self.max_future_ns / 1e9:g} s)")
+        if stamp < now_ns - self.max_age_ns:
+            return "too_old", (f"{t}: stamp {(now_ns - stamp) / 1e9:.3f} s old "
+                               f"(max_state_age {self.max_age_ns / 1e9:g} s)")
+        if publishers > 1:
+            return "publishers", (f"{t}: {publishers} publishers (expected 1, the robot driver): a second source "
+                                  f"of robot state")
+        if mono_ns < self._quarantine_until:
+            return "quarantine", (f"{t}: {(self._quarantine_until - mono_ns) / 1e9:.2f} s of quarantine left after "
+                                  f"an implausible state")
+        return "", ""
 
 
 class SafetyNode(NodeRuntime, LifecycleNode):
@@ -39,33 +137,130 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         super().__init__("safety", **kwargs)
         self._init_runtime("safety")
         p = self.declare_parameter
-        p("urdf", "")
-        p("config", "")
-        p("policy_command_topic", "policy/joint_target")
-        p("command_topic", "forward_position_controller/commands")
-        p("joint_states_topic", "joint_states")
-        p("estop_state_topic", "safety/estop_state")
-        p("hold_deadline", 0.6)
+        S = ParameterType.PARAMETER_STRING
+        D = ParameterType.PARAMETER_DOUBLE
+        reconf = " Changed only while unconfigured; takes effect at the next configure."
+        p("urdf", "", _descriptor("Robot URDF path; '' = kuka_iiwa/model.urdf from pybullet_data." + reconf, kind=S))
+        p("config", "", _descriptor("Safety YAML (safety.config.SafetyConfig); '' = safety/config/kuka_iiwa.yaml. "
+                                    "Its watchdog_misses_to_estop is the number of missed cycles in a row that "
+                                    "latch the e-stop." + reconf, kind=S))
+        for name, default, what in (("policy_command_topic", "policy/joint_target", "joint targets from the policy"),
+                                    ("command_topic", "forward_position_controller/commands", "safe commands to the robot"),
+                                    ("joint_states_topic", "joint_states", "the robot's measured state"),
+                                    ("estop_state_topic", "safety/estop_state", "latched e-stop state"),
+                                    ("policy_node", "policy", "the policy lifecycle node (its transition_event "
+                                                              "tells a deactivated policy from a dead one)")):
+            p(name, default, _descriptor(f"Topic or node name: {what}. Fixed at start-up.", read_only=True, kind=S))
+        p("command_type", "float64_array",
+          _descriptor("Command message: float64_array (Float64MultiArray, forward_command_controller) or "
+                      "joint_trajectory (JointTrajectory, joint_trajectory_controller). Fixed at start-up.",
+                      read_only=True, kind=S))
+        p("hold_deadline", 0.6, _descriptor("Fraction of the control period after a state before the hold goes "
+                                            "out (a missed cycle). Takes effect at the next state.",
+                                            lo=0.05, hi=0.95, kind=D))
+        p("max_state_age", 0.5, _descriptor("s: a JointState stamped further in the past than this (node clock) "
+                                            "is refused and the robot held. Takes effect at the next state.",
+                                            lo=0.01, hi=10.0, kind=D))
+        p("max_state_future", 0.1, _descriptor("s: a JointState stamped further in the future than this (node "
+                                               "clock) is refused and the robot held.", lo=0.0, hi=10.0, kind=D))
+        p("state_jump_tolerance", 0.2, _descriptor("rad beyond the URDF velocity limit times the time between two "
+                                                   "states' arrivals; a larger jump is an implausible state.",
+                                                   lo=0.0, hi=3.0, kind=D))
+        p("state_quarantine", 0.5, _descriptor("s: two implausible states within this time refuse every state "
+                                               "for this long (two interleaved sources).",
+                                               lo=0.0, hi=60.0, kind=D))
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.add_post_set_parameters_callback(self._after_set_parameters)
+        self.command_type = self.get_parameter("command_type").value
+        if self.command_type not in COMMAND_TYPES:
+            raise ConfigError(f"safety.command_type: expected one of {list(COMMAND_TYPES)}, got {self.command_type!r}")
         self.guard = None
+        self.gate: StateGate | None = None
         self.active = False
-        self._q = self._qd = None
+        self._q = self._qd = None  # the last TRUSTED measured state
         self._state_stamp = 0
         self._state_cycle = 0
-        self._state_t = 0
-        self._served_stamp = -1
+        self._state_seq = 0  # trusted states seen: the watchdog's cycles (never message stamps)
+        self._served_seq = 0
         self._misses_in_row = 0
+        self._last_cmd_t = 0.0
+        self._last_sent: np.ndarray | None = None
+        self.untrusted = ""  # why the newest state was refused ('' = trusted)
+        self.refused_states: dict[str, int] = {}  # by kind (StateGate.check)
+        self.policy_active = True  # until the policy's transition_event says otherwise
+        self._restart_ramp = False  # activated before any state: the first state starts the ramp
+        self._policy_returning = False  # the policy was seen inactive: its next command starts the ramp
+        self._estop_carry = ""
+        self.namesake = ""
+        self._names_checked = 0.0
         self.holds = 0
+        self.ramp_restarts = 0  # safe-start ramps begun by activation or a returning policy
         self.refused = 0
         self.last_error = ""
         self._subs, self._srvs, self._own_timers = [], [], []
         # publishers live for the node's whole life: deactivate keeps them, the stop needs them
-        self.cmd_pub = self.create_publisher(Float64MultiArray, self.get_parameter("command_topic").value, COMMAND_QOS)
+        cmd_type = JointTrajectory if self.command_type == "joint_trajectory" else Float64MultiArray
+        self.cmd_pub = self.create_publisher(cmd_type, self.get_parameter("command_topic").value, COMMAND_QOS)
         self.estop_pub = self.create_publisher(DiagnosticStatus, self.get_parameter("estop_state_topic").value,
                                                LATCHED_QOS)
+        self._name_timer = self.create_timer(0.5, self._check_namesake)
+        self._constructed = time.monotonic()
+
+    # --- parameters ---------------------------------------------------------------------------
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        """Refuse, with the reason, what cannot take effect now (ranges and read-only are rclpy's)."""
+        for prm in params:
+            if prm.name in ("urdf", "config"):
+                if self.guard is not None:
+                    return SetParametersResult(successful=False, reason=(
+                        f"safety.{prm.name}: takes effect at configure; the node is configured: deactivate and "
+                        f"cleanup first"))
+                v = str(prm.value or "")
+                if v and not Path(v).is_file():
+                    return SetParametersResult(successful=False, reason=f"safety.{prm.name}: file not found: {v}")
+        return SetParametersResult(successful=True)
+
+    def _after_set_parameters(self, params) -> None:
+        """hold_deadline takes effect at once: the watchdog's one-shot timer is made anew with it (a running
+        executor does not see a changed period of an existing timer)."""
+        if self.gate is not None:  # the state checks take their limits at once
+            g = lambda n: self.get_parameter(n).value  # noqa: E731
+            self.gate.configure(g("max_state_age"), g("max_state_future"), g("state_jump_tolerance"),
+                                g("state_quarantine"))
+        if any(prm.name == "hold_deadline" for prm in params) and self._own_timers:
+            armed = not self._wd_timer.is_canceled()
+            self.destroy_entities(self._own_timers)
+            self._wd_timer = self.create_timer(self._deadline_s(), self._watchdog)
+            if not armed:
+                self._wd_timer.cancel()
+            self._own_timers = [self._wd_timer]
+
+    def _check_namesake(self) -> None:
+        """Another node with this node's name on the domain: refuse to run while starting, ERROR later."""
+        up = time.monotonic() - self._constructed
+        if up > NAME_CHECK_WINDOW_S and time.monotonic() - self._names_checked < 2.0:
+            return
+        self._names_checked = time.monotonic()
+        me = (self.get_name(), self.get_namespace())
+        twins = sum(1 for n, ns in self.get_node_names_and_namespaces() if (n, ns) == me)
+        if twins <= 1:
+            self.namesake = ""
+            return
+        self.namesake = (f"{twins - 1} other node(s) named {self.get_fully_qualified_name()} on this ROS domain "
+                         f"(a second graph with the same names?)")
+        if up <= NAME_CHECK_WINDOW_S:
+            self.fatal = f"{self.namesake}: refusing to run; give this graph its own namespace or ROS_DOMAIN_ID"
+        else:
+            self.get_logger().error(self.namesake, throttle_duration_sec=5.0)
 
     # --- lifecycle ----------------------------------------------------------------------------
     def on_configure(self, state) -> TransitionCallbackReturn:
         g = lambda n: self.get_parameter(n).value  # noqa: E731
+        self._check_namesake()
+        if self.namesake:
+            self.last_error = f"configure refused: {self.namesake}"
+            self.get_logger().error(self.last_error)
+            return TransitionCallbackReturn.FAILURE
         try:
             from safety.config import DEFAULT_CONFIG_PATH
             from safety.safety_wrapper import SafetyWrapper
@@ -76,28 +271,38 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                 cfg["watchdog_timeout"] = self.period
             cfg["control_period"] = self.period
             self.guard = SafetyWrapper.from_urdf(g("urdf") or None, cfg)
-        except TinkerError as e:
-            self.last_error = str(e)
-            self.get_logger().error(f"configure failed: {e}")
+            self.names = list(self.guard.limits.names)
+            self.jmap = JointMap(self.names, "safety.joint_states")
+            self.gate = StateGate(self.guard.limits.velocity, self.resolve_topic_name(g("joint_states_topic")),
+                                  g("max_state_age"), g("max_state_future"), g("state_jump_tolerance"),
+                                  g("state_quarantine"))
+            if self._estop_carry:  # an e-stop latched before cleanup stays latched: only ~/reset clears it
+                self.guard.estop(f"latched before cleanup ({self._estop_carry})")
+            self._subs = [
+                self.create_subscription(Float64MultiArray, g("policy_command_topic"), self._on_command, COMMAND_QOS),
+                self.create_subscription(JointState, g("joint_states_topic"), self._on_joints, SENSOR_QOS),
+                self.create_subscription(TransitionEvent, f"{g('policy_node')}/transition_event",
+                                         self._on_policy_transition, TRANSITION_QOS)]
+            self._js_sub = self._subs[1]
+            self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
+                          self.create_service(Trigger, "~/reset", self._on_reset)]
+            self._wd_timer = self.create_timer(self._deadline_s(), self._watchdog)
+            self._wd_timer.cancel()  # armed by each state (no ``autostart`` argument: older rclpy lacks it)
+            self._own_timers = [self._wd_timer]
+        except Exception as e:  # a failed configure leaves nothing behind and can be retried
+            self._release()
+            self.last_error = f"configure failed: {e}"
+            self.get_logger().error(self.last_error)
             return TransitionCallbackReturn.FAILURE
-        self.names = list(self.guard.limits.names)
-        self.jmap = JointMap(self.names, "safety.joint_states")
-        self.hold_deadline_ns = int(float(g("hold_deadline")) * self.period * 1e9)
-        self._subs = [self.create_subscription(Float64MultiArray, g("policy_command_topic"), self._on_command, COMMAND_QOS),
-                      self.create_subscription(JointState, g("joint_states_topic"), self._on_joints, SENSOR_QOS)]
-        self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
-                      self.create_service(Trigger, "~/reset", self._on_reset)]
-        self._wd_timer = self.create_timer(self.hold_deadline_ns / 1e9, self._watchdog)
-        self._wd_timer.cancel()  # armed by each state (no ``autostart`` argument: older rclpy lacks it)
-        self._own_timers = [self._wd_timer]
+        self.last_error = ""
         self._publish_estop_state()
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state) -> TransitionCallbackReturn:
-        if self._q is not None:
-            self.guard.reset(self._q, self._qd)  # the start ramp begins at the measured pose
-        self._needs_reset = self._q is None
-        self._served_stamp = self._state_stamp
+        if self._q is not None and not self.guard.estopped:
+            self._start_ramp(self._q, self._qd)  # the start ramp begins at the measured pose
+        self._restart_ramp = self._q is None
+        self._served_seq = self._state_seq
         self._misses_in_row = 0
         self.active = True
         self._publish_estop_state()
@@ -106,6 +311,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
     def on_deactivate(self, state) -> TransitionCallbackReturn:
         self._send_hold("deactivated")
         self.active = False
+        self._wd_timer.cancel()
         return TransitionCallbackReturn.SUCCESS
 
     def on_cleanup(self, state) -> TransitionCallbackReturn:
@@ -120,34 +326,92 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         return TransitionCallbackReturn.SUCCESS
 
     def _release(self) -> None:
+        if self.guard is not None and self.guard.estopped:
+            rep = self.guard.report()
+            self._estop_carry = f"{rep['estop_cause']}: {rep['estop_detail']}"
         self.destroy_entities(self._subs + self._srvs + self._own_timers)
         self._subs, self._srvs, self._own_timers = [], [], []
-        self.guard = None
+        if self.guard is not None:
+            self.guard.close()
+        self.guard = self.gate = None
+        self._q = self._qd = None
+        self._last_sent = None
+        self._last_cmd_t = 0.0
+
+    def _deadline_s(self) -> float:
+        return float(self.get_parameter("hold_deadline").value) * self.period
 
     # --- inputs -------------------------------------------------------------------------------
     def _on_joints(self, msg: JointState) -> None:
         try:
-            self._q, self._qd = self.jmap.read(msg)
+            q, qd = self.jmap.read(msg)
         except ValidationError as e:
             self._refuse(e)
             return
-        if getattr(self, "_needs_reset", False) and self.active:
-            self.guard.reset(self._q, self._qd)
-            self._needs_reset = False
-        self._state_stamp = stamp_ns(msg.header)
+        stamp = stamp_ns(msg.header)
+        kind, why = self.gate.check(q, stamp, self._js_sub.get_publisher_count(),
+                                    self.get_clock().now().nanoseconds, time.monotonic_ns())
+        if why:
+            self._refuse_state(kind, why)
+            return
+        if self.untrusted:  # the guard's limits apply from this measured pose on, as for every command
+            self.get_logger().info(f"{self.gate.topic}: states trusted again")
+            self.untrusted = ""
+        self._q, self._qd = q, qd
+        if self._restart_ramp and self.active and not self.guard.estopped:
+            self._start_ramp(q, qd)
+            self._restart_ramp = False
+        self._state_stamp = stamp
         cyc = msg.header.frame_id.split("=", 1)[-1]
         self._state_cycle = int(cyc) if cyc.isdigit() else self._state_cycle + 1
-        self._state_t = time.monotonic_ns()
-        if self.active and self._served_stamp < self._state_stamp:
+        self._state_seq += 1
+        if self.active:
             self._wd_timer.reset()  # this state's command is due within hold_deadline
+
+    def _start_ramp(self, q: np.ndarray, qd: np.ndarray) -> None:
+        """A new safe start from the measured pose (only while no e-stop is latched: reset would clear it).
+        The guard forgets the last action, so the miss count starts again with the next one."""
+        self.guard.reset(q, qd)
+        self.ramp_restarts += 1
+        self._misses_in_row, self._last_cmd_t = 0, 0.0
+
+    def _refuse_state(self, kind: str, why: str) -> None:
+        """An untrusted state: not used; the robot holds at the last command sent (never at that state)."""
+        self.refused_states[kind] = self.refused_states.get(kind, 0) + 1
+        if not self.untrusted:
+            self.get_logger().error(f"state refused, holding: {why}")
+        self.untrusted = why
+        self._wd_timer.cancel()  # a refused state opens no cycle
+
+    def _hold_untrusted(self) -> None:
+        if self._last_sent is not None and self.active:
+            self.holds += 1
+            self._publish(self._last_sent, self._state_stamp, self._state_cycle, "", "held", why=self.untrusted)
 
     def _refuse(self, err: Exception) -> None:
         self.refused += 1
         self.last_error = str(err)
         self.get_logger().warning(f"input refused, holding: {err}", throttle_duration_sec=1.0)
 
+    def _on_policy_transition(self, msg: TransitionEvent) -> None:
+        """The policy's primary states only: a late event can then only be followed by the rest of its chain
+        (one reliable writer, in order), and every chain that re-activates ends with ``active``."""
+        goal = msg.goal_state.id
+        if goal not in (State.PRIMARY_STATE_UNCONFIGURED, State.PRIMARY_STATE_INACTIVE, State.PRIMARY_STATE_ACTIVE,
+                        State.PRIMARY_STATE_FINALIZED):
+            return
+        active = goal == State.PRIMARY_STATE_ACTIVE
+        if not active:
+            self._policy_returning = True  # its next command starts through the ramp
+            if self.policy_active:
+                self._send_hold(f"policy {msg.goal_state.label}")
+        self.policy_active = active
+
     def _on_command(self, msg: Float64MultiArray) -> None:
         if not self.active or self._q is None:
+            return
+        if self.untrusted:
+            self._hold_untrusted()
             return
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
         meta = decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
@@ -160,11 +424,19 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         if meta.get("stop") == "1":
             self._send_hold("policy node stopped")
             return
-        cmd, status = self.guard(target, self._q, self._qd)
-        self._served_stamp = max(self._served_stamp, stamp or self._state_stamp)
-        if self._served_stamp >= self._state_stamp:
+        if not self.policy_active:  # a command before its activation event: the policy is back
+            self.policy_active, self._policy_returning = True, True
+        if self._policy_returning and not self.guard.estopped:
+            self._start_ramp(self._q, self._qd)
+        self._policy_returning = False
+        # feed + tick: a fresh action answers this cycle and ends a run of missed ones
+        self._last_cmd_t = now = time.monotonic()
+        self.guard.feed(target, now)
+        cmd, status = self.guard.tick(now, self._q, self._qd)
+        if stamp in (0, self._state_stamp):  # the answer to the newest state (a late one does not close it)
+            self._served_seq = self._state_seq
             self._wd_timer.cancel()
-        self._misses_in_row = 0
+            self._misses_in_row = 0
         self._publish(cmd, stamp, int(meta.get("cycle", 0)), meta.get("version", ""), status.outcome.name.lower(),
                       why=status.summary[:240] if status.intervened else "")
         dur = time.perf_counter_ns() - t0
@@ -179,13 +451,24 @@ class SafetyNode(NodeRuntime, LifecycleNode):
     # --- watchdog and stop ---------------------------------------------------------------------
     def _watchdog(self) -> None:
         self._wd_timer.cancel()  # one shot per state
-        if not self.active or self._q is None or self._served_stamp >= self._state_stamp:
+        if not self.active or self._q is None or self.untrusted or self._served_seq >= self._state_seq:
             return
-        self._served_stamp = self._state_stamp  # this cycle is answered by the watchdog
+        self._served_seq = self._state_seq  # this cycle is answered by the watchdog
+        if not self.policy_active:  # a deactivated policy: hold, no miss
+            self._send_hold("policy inactive")
+            return
         self.stats.deadline_misses += 1
         self._misses_in_row += 1
         was = self.guard.estopped
-        cmd, status = self.guard.tick(time.monotonic(), self._q, self._qd)
+        # the node's timer decided the cycle is missed: the tick must see the last action as stale even when
+        # states came close together (never run an action twice)
+        now = max(time.monotonic(), self._last_cmd_t + self.guard.config.watchdog_timeout + 1e-3)
+        cmd, status = self.guard.tick(now, self._q, self._qd)
+        limit = self.guard.config.watchdog_misses_to_estop
+        if self._misses_in_row >= limit and self._last_cmd_t and not self.guard.estopped:
+            # backstop, should the guard stop counting misses after an action it has consumed: the node's count
+            # (in a row, since the last action the guard saw) latches too
+            self.guard.estop(f"watchdog: {self._misses_in_row} cycles in a row without a policy command")
         self.holds += status.outcome.name in ("HELD", "ESTOPPED")
         self._publish(cmd, self._state_stamp, self._state_cycle, "", status.outcome.name.lower())
         if self.guard.estopped != was:
@@ -193,8 +476,12 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             self._publish_estop_state()
 
     def _send_hold(self, why: str) -> None:
-        """The stop: hold at the measured pose (what the guard's hold command is)."""
+        """The stop: hold at the measured pose (what the guard's hold command is), or at the last command
+        sent while the state is not trusted."""
         if self._q is None:
+            return
+        if self.untrusted:
+            self._hold_untrusted()
             return
         self.holds += 1
         status = "estopped" if self.guard is not None and self.guard.estopped else "held"
@@ -204,7 +491,17 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         meta = {"stamp_ns": stamp, "cycle": cycle, "version": version, "status": status}
         if why:
             meta["why"] = why.replace(";", ",").replace("=", ":")
-        self.cmd_pub.publish(array_msg(cmd, meta))
+        self._last_sent = np.array(cmd, dtype=np.float64)
+        if self.command_type == "joint_trajectory":
+            msg = JointTrajectory(joint_names=self.names)  # header.stamp 0: start now
+            msg.header.frame_id = encode_meta(meta)
+            sec, nsec = divmod(int(self.period * 1e9), 1_000_000_000)
+            pt = JointTrajectoryPoint(positions=self._last_sent.tolist())
+            pt.time_from_start.sec, pt.time_from_start.nanosec = sec, nsec
+            msg.points = [pt]
+            self.cmd_pub.publish(msg)
+        else:
+            self.cmd_pub.publish(array_msg(cmd, meta))
 
     def _publish_estop_state(self) -> None:
         latched = self.guard is not None and self.guard.estopped
@@ -232,8 +529,13 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         if self.guard is None or self._q is None:
             response.success, response.message = False, "no joint state yet: reset needs a measured pose"
             return response
+        if self.untrusted:
+            response.success, response.message = False, f"reset refused: the measured state is not trusted: {self.untrusted}"
+            return response
         ok = self.guard.reset(self._q, self._qd)
-        self._misses_in_row = 0
+        if ok:
+            self._misses_in_row, self._last_cmd_t = 0, 0.0
+        self._estop_carry = "" if ok else self._estop_carry
         self._publish_estop_state()
         response.success = bool(ok)
         response.message = ("e-stop cleared; the next targets ramp from the measured pose" if ok
@@ -243,7 +545,12 @@ class SafetyNode(NodeRuntime, LifecycleNode):
     # --- runtime hooks ---------------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
         vals: dict[str, object] = {"active": self.active, "holds": self.holds, "refused_inputs": self.refused,
-                                   "misses_in_row": self._misses_in_row, "last_error": self.last_error}
+                                   "state_refusal": self.untrusted,
+                                   **{f"refused_states.{k}": v for k, v in self.refused_states.items()},
+                                   "policy_active": self.policy_active, "ramp_restarts": self.ramp_restarts,
+                                   "misses_in_row": self._misses_in_row,
+                                   "namesake": self.namesake, "command_type": self.command_type,
+                                   "last_error": self.last_error}
         if self.guard is not None:
             vals["estopped"] = self.guard.estopped
             rep = self.guard.report()
@@ -254,17 +561,26 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         return vals
 
     def diagnostic_level(self):
+        if self.namesake:
+            return ERROR, self.namesake
         if self.guard is not None and self.guard.estopped:
             return ERROR, "e-stop latched"
+        if self.untrusted:
+            return ERROR, f"holding: state refused: {self.untrusted}"
+        if self.guard is None:
+            return WARN, f"unconfigured{': ' + self.last_error if self.last_error else ''}"
         if not self.active:
             return WARN, "inactive: not commanding"
+        if not self.policy_active:
+            return WARN, "holding: the policy is not active"
         if self._misses_in_row:
             return WARN, f"holding: {self._misses_in_row} cycle(s) without a policy command"
         return OK, "guarding"
 
     def on_exit(self) -> None:
-        """SIGINT/SIGTERM: the last command the robot gets is the hold at the measured pose."""
-        if self._q is not None:
+        """SIGINT/SIGTERM: the last command the robot gets is the hold at the measured pose (none when this
+        node refused to run: the command topic may be another graph's)."""
+        if self._q is not None and not self.fatal:
             self._send_hold("shutdown")
         self.active = False
 

@@ -1,12 +1,17 @@
 """`sim_robot`: the PyBullet arm in real time, as a robot driver would present it to ROS 2.
 
-Publishes ``joint_states`` (sensor_msgs/JointState with names, sensor QoS), ``camera/image_raw``
+Publishes ``joint_states`` (sensor_msgs/JointState with names; reliable like joint_state_broadcaster,
+so default subscribers get it), ``camera/image_raw``
 (sensor_msgs/Image rgb8) and ``task`` (Float64MultiArray ``[reward, done, success, distance,
 target...]``, meta ``stamp_ns;cycle;episode``). Takes joint position commands like ros2_control's
 forward position controller: ``forward_position_controller/commands`` as std_msgs/Float64MultiArray
 (in ``joint_names`` order), or trajectory_msgs/JointTrajectory (``command_type: joint_trajectory``;
 the first point's positions, mapped by joint name). When no fresh command arrives within
 ``hold_after_cycles`` cycles the arm holds its measured position (the robot side's own watchdog).
+While the command topic has more than one publisher no command is executed (the arm holds, ERROR
+diagnostic naming the topic). Every executed command is measured against the arm's true pose (the
+physics): ``max_command_step`` in /diagnostics is the largest step as a fraction of the URDF velocity
+limit times the period. Another node with this node's name on the domain at start-up: exit 3.
 Domain randomization: ``dynamics`` names a DynamicsParams YAML (sim/config/dynamics/*.yaml).
 
 Camera (``camera_rate_hz``, from the launch YAML's ``/**`` section, shared with perception): > 0
@@ -24,15 +29,26 @@ import time
 from array import array
 
 import numpy as np
+from rcl_interfaces.msg import IntegerRange, ParameterDescriptor, ParameterType, SetParametersResult
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from tinker.runtime import OK, WARN, NodeRuntime, main_for
+from tinker.runtime import ERROR, OK, WARN, NodeRuntime, main_for
 from tinker.sim_camera import MirrorCamera, snapshot
 from tinker.wire import COMMAND_QOS, SENSOR_QOS, JointMap, array_msg, read_array, set_stamp
 from tinker_core.errors import TinkerError, ValidationError
+
+
+JOINT_STATE_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
+                             durability=DurabilityPolicy.VOLATILE)
+"""``joint_states`` as ros2_control's joint_state_broadcaster publishes it (reliable, volatile, 10): default
+(reliable) subscribers get it, and the graph's best-effort subscribers match it too."""
+NAME_CHECK_WINDOW_S = 6.0
+"""Seconds after start-up in which another node with this node's name makes the process refuse to run
+(Fast DDS re-announces participants every 3 s)."""
 
 
 class SimRobotNode(NodeRuntime, Node):
@@ -41,20 +57,7 @@ class SimRobotNode(NodeRuntime, Node):
     def __init__(self, **kwargs):
         super().__init__("sim_robot", **kwargs)
         self._init_runtime("sim_robot")
-        p = self.declare_parameter
-        p("task", "reach")
-        p("dynamics", "")
-        p("camera", True)
-        p("image_size", 64)
-        p("camera_rate_hz", 20.0)
-        p("seed", 0)
-        p("hold_after_cycles", 3)
-        p("episode_cycles", 0)
-        p("command_type", "float64_array")
-        p("command_topic", "forward_position_controller/commands")
-        p("joint_states_topic", "joint_states")
-        p("image_topic", "camera/image_raw")
-        p("task_topic", "task")
+        self._declare_parameters()
         g = lambda n: self.get_parameter(n).value  # noqa: E731
         from sim.realtime import RealTimeArm
 
@@ -74,7 +77,7 @@ class SimRobotNode(NodeRuntime, Node):
         self.episode_cycles = int(g("episode_cycles"))
         self.seed = int(g("seed"))
         self.camera = bool(g("camera"))
-        self.js_pub = self.create_publisher(JointState, g("joint_states_topic"), SENSOR_QOS)
+        self.js_pub = self.create_publisher(JointState, g("joint_states_topic"), JOINT_STATE_QOS)
         self.img_pub = self.create_publisher(Image, g("image_topic"), SENSOR_QOS) if self.camera else None
         self.mirror: MirrorCamera | None = None
         self._frame_job: tuple | None = None
@@ -86,13 +89,20 @@ class SimRobotNode(NodeRuntime, Node):
             self.mirror = MirrorCamera(scene, self.seed, self._publish_frame)
         self.task_pub = self.create_publisher(Float64MultiArray, g("task_topic"), COMMAND_QOS)
         if g("command_type") == "joint_trajectory":
-            self.create_subscription(JointTrajectory, g("command_topic"), self._on_trajectory, COMMAND_QOS)
+            self.cmd_sub = self.create_subscription(JointTrajectory, g("command_topic"), self._on_trajectory, COMMAND_QOS)
         elif g("command_type") == "float64_array":
-            self.create_subscription(Float64MultiArray, g("command_topic"), self._on_array, COMMAND_QOS)
+            self.cmd_sub = self.create_subscription(Float64MultiArray, g("command_topic"), self._on_array, COMMAND_QOS)
         else:
             raise TinkerError(f"sim_robot.command_type: expected 'float64_array' or 'joint_trajectory', "
                               f"got {g('command_type')!r}")
         self.rejected = 0
+        self.foreign = ""  # why commands are not executed: a second publisher on the command topic
+        self.foreign_holds = 0
+        self.namesake = ""
+        self._vel_step = self.env.robot.velocity_limits * self.period  # the URDF's largest step per cycle
+        self.step_max = 0.0  # largest executed |command - true pose| / (URDF velocity limit * period)
+        self.step_max_window = 0.0  # the same since the last heartbeat
+        self.steps_over_limit = 0
         self.stale = 0
         self._reset_at_ns = 0
         self.last_error = ""
@@ -102,10 +112,100 @@ class SimRobotNode(NodeRuntime, Node):
         self._last_tick_ns = 0
         self._published: dict[int, int] = {}
         self.timer = self.create_timer(self.period, self._tick)
+        self._name_timer = self.create_timer(0.5, self._check_namesake)
+        self._constructed = time.monotonic()
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+
+    def _declare_parameters(self) -> None:
+        """Every parameter with a descriptor: read-only where a change needs a restart."""
+        S, I, B, D = (ParameterType.PARAMETER_STRING, ParameterType.PARAMETER_INTEGER, ParameterType.PARAMETER_BOOL,
+                      ParameterType.PARAMETER_DOUBLE)
+        fixed = " Fixed at start-up."
+
+        def p(name, default, kind, description, read_only=True, lo=None, hi=None):
+            d = ParameterDescriptor(description=description + (fixed if read_only else ""), read_only=read_only,
+                                    type=kind)
+            if lo is not None:
+                d.integer_range = [IntegerRange(from_value=lo, to_value=hi, step=1)]
+            self.declare_parameter(name, default, d)
+
+        p("task", "reach", S, "Task: reach or sort (sim.tasks).")
+        p("dynamics", "", S, "A sim DynamicsParams YAML (domain randomization); '' = nominal.")
+        p("camera", True, B, "Publish camera images.")
+        p("image_size", 64, I, "Camera image width and height, px.", lo=8, hi=1024)
+        p("camera_rate_hz", 20.0, D, "Camera frames per s, rendered off the control path; 0 = every cycle, in line.")
+        p("seed", 0, I, "Seed of the first episode (episode k uses seed + k).")
+        p("hold_after_cycles", 3, I, "Cycles without a fresh command before the arm holds its measured pose.",
+          read_only=False, lo=1, hi=1000)
+        p("episode_cycles", 0, I, "> 0: a new episode (reset) after this many cycles or on success; 0 = never.",
+          read_only=False, lo=0, hi=1_000_000)
+        p("command_type", "float64_array", S, "Command input: float64_array (Float64MultiArray in joint order) or "
+                                              "joint_trajectory (JointTrajectory, first point, by joint name).")
+        p("command_topic", "forward_position_controller/commands", S, "Topic of the joint position commands.")
+        p("joint_states_topic", "joint_states", S, "Topic of the measured joint state.")
+        p("image_topic", "camera/image_raw", S, "Topic of the camera images.")
+        p("task_topic", "task", S, "Topic of the task terms (simulator only).")
+
+    def _on_set_parameters(self, params) -> SetParametersResult:
+        """Ranges and read-only are rclpy's; the dynamic ones take effect at the next cycle."""
+        for prm in params:
+            if prm.name == "hold_after_cycles":
+                self.arm.hold_after_cycles = int(prm.value)
+            elif prm.name == "episode_cycles":
+                self.episode_cycles = int(prm.value)
+        return SetParametersResult(successful=True)
+
+    def _check_namesake(self) -> None:
+        """Another node with this node's name on the domain: refuse to run while starting, ERROR later."""
+        up = time.monotonic() - self._constructed
+        me = (self.get_name(), self.get_namespace())
+        twins = sum(1 for n, ns in self.get_node_names_and_namespaces() if (n, ns) == me)
+        self.namesake = "" if twins <= 1 else (f"{twins - 1} other node(s) named {self.get_fully_qualified_name()} "
+                                               f"on this ROS domain (a second graph with the same names?)")
+        if self.namesake and up <= NAME_CHECK_WINDOW_S:
+            self.fatal = f"{self.namesake}: refusing to run; give this graph its own namespace or ROS_DOMAIN_ID"
+        if up > NAME_CHECK_WINDOW_S:
+            self._name_timer.cancel()
+            self._name_timer = self.create_timer(2.0, self._check_namesake_later)
+
+    def _check_namesake_later(self) -> None:
+        before = self.namesake
+        me = (self.get_name(), self.get_namespace())
+        twins = sum(1 for n, ns in self.get_node_names_and_namespaces() if (n, ns) == me)
+        self.namesake = "" if twins <= 1 else (f"{twins - 1} other node(s) named {self.get_fully_qualified_name()} "
+                                               f"on this ROS domain (a second graph with the same names?)")
+        if self.namesake and not before:
+            self.get_logger().error(self.namesake)
 
     # --- commands ----------------------------------------------------------------------------
     def _accept(self, q: np.ndarray) -> None:
+        """Execute ``q`` at the next cycle, unless the command topic has a second publisher (then hold)."""
+        if self._foreign_publisher():
+            return
+        q_true, _ = self.env.joint_state  # the physics' pose: what a command's step is measured from
+        ratio = float(np.max(np.abs(q - q_true) / self._vel_step))
+        self.step_max = max(self.step_max, ratio)
+        self.step_max_window = max(self.step_max_window, ratio)
+        self.steps_over_limit += ratio > 1.0
         self.arm.set_command(q)  # applied at the next cycle; RealTimeArm holds when commands stop
+
+    def _foreign_publisher(self) -> bool:
+        """True (and the arm held at its pose) while the command topic has more than one publisher:
+        commands from neither are executed, whichever is the safety node."""
+        n = self.cmd_sub.get_publisher_count()
+        if n <= 1:
+            if self.foreign:
+                self.get_logger().info(f"{self.cmd_sub.topic_name}: one publisher again; executing commands")
+            self.foreign = ""
+            return False
+        if not self.foreign:
+            self.foreign = (f"{self.cmd_sub.topic_name}: {n} publishers (expected 1, the safety node): holding, "
+                            f"executing no command")
+            self.get_logger().error(self.foreign)
+            q, _ = self.env.joint_state
+            self.arm.set_command(q)
+            self.foreign_holds += 1
+        return True
 
     def _reject(self, err: Exception) -> None:
         self.rejected += 1
@@ -150,6 +250,8 @@ class SimRobotNode(NodeRuntime, Node):
         if self._last_tick_ns and t0 - self._last_tick_ns > 1.5 * self.period * 1e9:
             self.stats.deadline_misses += 1
         self._last_tick_ns = t0
+        if self.foreign:  # hold while a second command publisher remains (the arm's own hold: its pose)
+            self._foreign_publisher()
         self.arm.step()
         q, qd, stamp = self.arm.state()
         self.cycle += 1
@@ -223,7 +325,11 @@ class SimRobotNode(NodeRuntime, Node):
 
     # --- runtime hooks -----------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
-        vals = {"holding": self.arm.holding, "holds": self.arm.holds,
+        window, self.step_max_window = self.step_max_window, 0.0
+        vals = {"holding": self.arm.holding, "holds": self.arm.holds, "command_publishers_error": self.foreign,
+                "foreign_publisher_holds": self.foreign_holds, "namesake": self.namesake,
+                "max_command_step": f"{self.step_max:.4f}", "max_command_step_window": f"{window:.4f}",
+                "commands_over_velocity_limit": self.steps_over_limit,
                 "rejected_commands": self.rejected, "stale_commands": self.stale, "sim_misses": self.arm.misses,
                 "episode": self.episode, "last_error": self.last_error,
                 **{f"unsafe_states.{k}": v for k, v in self.arm.env.violations.items()}}
@@ -234,6 +340,10 @@ class SimRobotNode(NodeRuntime, Node):
         return vals
 
     def diagnostic_level(self):
+        if self.namesake:
+            return ERROR, self.namesake
+        if self.foreign:
+            return ERROR, self.foreign
         if self.rejected and self.last_error:
             return WARN, f"rejected {self.rejected} command(s): {self.last_error}"
         if self.arm.holding:
@@ -241,6 +351,8 @@ class SimRobotNode(NodeRuntime, Node):
         return OK, "running"
 
     def on_exit(self) -> None:
+        if self.fatal:
+            return
         q, _, _ = self.arm.state()
         self.arm.set_command(q)
 
