@@ -1,0 +1,220 @@
+"""`view`: the graph's observer. It records the run and streams it live, off the control path.
+
+Subscribes (it publishes nothing to the loop, and no loop node waits for it) to the standard topics
+``joint_states``, the command topic, ``camera/image_raw``, ``/diagnostics`` and to the loop's per-cycle
+messages (``task``, ``perception/features``, ``policy/raw_action``, ``policy/joint_target``), which it
+joins into cycle records (`tinker.recording.CycleJoin`). Then, as its parameters ask:
+
+- ``record: RUN.mcap``: `tinker.recording.RunRecorder` writes the standard topics as they came off
+  the wire (CDR, like ``ros2 bag record``), ``/tf`` from the URDF and each joint state, and the cycle
+  records on ``/tinker/cycle``;
+- ``serve: true``: `tinker.live_view.LiveView` streams the same over the Foxglove WebSocket protocol
+  on ``host:port``, and ``http_port`` (>= 0) serves ``web/view.html``, a page speaking that protocol
+  (the arm, a live latency plot, the safety outcome per cycle).
+
+It runs as its own process at ``nice: 10`` without real-time priority (never composed with the loop):
+what it costs the loop is one more subscriber per topic, which ``benchmarks/control_loop.py --view``
+measures.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from functools import partial
+from pathlib import Path
+
+from diagnostic_msgs.msg import DiagnosticArray
+from rclpy.node import Node
+from rclpy.serialization import deserialize_message
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Float32MultiArray, Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
+
+from tinker.recording import CycleJoin, RunRecorder
+from tinker.runtime import OK, WARN, NodeRuntime, main_for
+from tinker.wire import RECORD_QOS, SENSOR_QOS, decode_meta, stamp_ns
+from tinker_core.errors import TinkerError
+
+PAGE = Path(__file__).resolve().parent / "web" / "view.html"
+"""The browser page: a Foxglove-protocol client drawing the arm and live plots (no network needed)."""
+
+
+def type_name(cls) -> str:
+    """``sensor_msgs/msg/JointState`` for the rclpy class ``JointState``."""
+    return f"{cls.__module__.split('.')[0]}/msg/{cls.__name__}"
+
+
+def _meta(msg) -> dict[str, str]:
+    return decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
+
+
+def serve_page(port: int, ws_port: int, host: str = "127.0.0.1"):
+    """A daemon HTTP server for `PAGE` on ``port`` (0: any free port); the page connects to ``ws_port``."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = PAGE.read_text().replace("__WS_PORT__", str(ws_port)).encode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # quiet: a node log is not an access log
+            pass
+
+    httpd = ThreadingHTTPServer((host, port), Handler)
+    threading.Thread(target=httpd.serve_forever, name="tinker-view-http", daemon=True).start()
+    return httpd
+
+
+class ViewNode(NodeRuntime, Node):
+    def __init__(self, **kwargs):
+        super().__init__("view", **kwargs)
+        self._init_runtime("view")
+        p = self.declare_parameter
+        p("record", "")
+        p("serve", True)
+        p("host", "127.0.0.1")
+        p("port", 8765)
+        p("http_port", 8766)
+        p("urdf", "")
+        p("command_type", "float64_array")
+        p("joint_states_topic", "joint_states")
+        p("command_topic", "forward_position_controller/commands")
+        p("image_topic", "camera/image_raw")
+        p("task_topic", "task")
+        p("features_topic", "perception/features")
+        p("raw_action_topic", "policy/raw_action")
+        p("joint_target_topic", "policy/joint_target")
+        g = lambda n: self.get_parameter(n).value  # noqa: E731
+        from tinker.robot_model import RobotModel
+
+        self.model = RobotModel(g("urdf") or None)
+        self.join = CycleJoin()
+        self.recorder: RunRecorder | None = None
+        self.live = None
+        self.httpd = None
+        self.last_error = ""
+        if g("record"):
+            self.recorder = RunRecorder(g("record"), {"namespace": self.get_namespace(),
+                                                      "control_period": str(self.period),
+                                                      "urdf": str(self.model.path)})
+        if g("serve"):
+            from tinker.live_view import LiveView
+
+            self.live = LiveView(g("host"), int(g("port")), self.model.path, name=f"tinker{self.get_namespace()}")
+            if int(g("http_port")) >= 0:
+                self.httpd = serve_page(int(g("http_port")), self.live.port, g("host"))
+            self.get_logger().info(f"live view: ws://{g('host')}:{self.live.port}"
+                                   + (f", page http://{g('host')}:{self.httpd.server_port}/" if self.httpd else ""))
+        if g("command_type") not in ("float64_array", "joint_trajectory"):
+            raise TinkerError(f"view.command_type: expected 'float64_array' or 'joint_trajectory', "
+                              f"got {g('command_type')!r}")
+        cmd_cls = Float64MultiArray if g("command_type") == "float64_array" else JointTrajectory
+        self._subs = {}
+        for key, cls, qos, handler in (
+                ("joint_states_topic", JointState, SENSOR_QOS, self._on_joints),
+                ("image_topic", Image, SENSOR_QOS, self._on_image),
+                ("command_topic", cmd_cls, RECORD_QOS, self._on_command),
+                ("task_topic", Float64MultiArray, RECORD_QOS, self._on_task),
+                ("features_topic", Float32MultiArray, RECORD_QOS, self._on_features),
+                ("raw_action_topic", Float64MultiArray, RECORD_QOS, self._on_raw),
+                ("joint_target_topic", Float64MultiArray, RECORD_QOS, self._on_target),
+                ("/diagnostics", DiagnosticArray, 50, self._on_diag)):
+            topic = self.resolve_topic_name(g(key) if key.endswith("_topic") else key)
+            self._subs[topic] = self.create_subscription(cls, topic, partial(self._on_raw_msg, topic, cls, handler),
+                                                         qos, raw=True)
+
+    # --- every message: record as it came, then decode for the join and the live view ----------------
+    def _on_raw_msg(self, topic: str, cls, handler, data: bytes) -> None:
+        now = time.time_ns()
+        if self.recorder is not None:
+            self.recorder.write_raw(topic, type_name(cls), data, now)
+        try:
+            handler(deserialize_message(data, cls), now)
+        except (TinkerError, ValueError, KeyError) as e:  # a malformed message must not stop the recording
+            self.last_error = f"{topic}: {e}"
+
+    def _on_joints(self, msg: JointState, now: int) -> None:
+        stamp = stamp_ns(msg.header)
+        q = dict(zip(msg.name, msg.position))
+        if self.recorder is not None:
+            self.recorder.write_tf(self.model.transforms(q), stamp, now)
+        if self.live is not None:
+            self.live.joint_state(list(msg.name), list(msg.position), list(msg.velocity), stamp)
+
+    def _on_image(self, msg: Image, now: int) -> None:
+        if self.live is not None:
+            self.live.image(msg.width, msg.height, msg.encoding, msg.step, bytes(msg.data), stamp_ns(msg.header))
+
+    def _on_command(self, msg, now: int) -> None:
+        if isinstance(msg, JointTrajectory):
+            if msg.points and self.live is not None:
+                self.live.command(list(msg.points[0].positions), now, list(msg.joint_names))
+            return
+        meta = _meta(msg)
+        self.join.command(meta, msg.data, now)
+        if self.live is not None:
+            self.live.command(list(msg.data), int(meta.get("stamp_ns", 0) or now))
+
+    def _on_task(self, msg: Float64MultiArray, now: int) -> None:
+        for rec in self.join.task(_meta(msg), msg.data):
+            self._cycle(rec, now)
+
+    def _on_features(self, msg: Float32MultiArray, now: int) -> None:
+        self.join.features(_meta(msg), msg.data, now)
+
+    def _on_raw(self, msg: Float64MultiArray, now: int) -> None:
+        self.join.raw_action(_meta(msg), msg.data, now)
+
+    def _on_target(self, msg: Float64MultiArray, now: int) -> None:
+        self.join.joint_target(_meta(msg), msg.data)
+
+    def _on_diag(self, msg: DiagnosticArray, now: int) -> None:
+        if self.live is not None:
+            self.live.diagnostics([(s.name, int.from_bytes(s.level, "little") if isinstance(s.level, bytes) else int(s.level),
+                                    s.message, {kv.key: kv.value for kv in s.values}) for s in msg.status],
+                                  stamp_ns(msg.header) or now)
+
+    def _cycle(self, rec: dict, now: int) -> None:
+        if self.recorder is not None:
+            self.recorder.write(rec, now)
+        if self.live is not None:
+            self.live.cycle(rec, now)
+
+    # --- runtime hooks ---------------------------------------------------------------------------------
+    def diagnostic_values(self) -> dict[str, object]:
+        vals: dict[str, object] = {"recorded_cycles": self.recorder.count if self.recorder else 0,
+                                   "last_error": self.last_error}
+        if self.live is not None:
+            vals.update({"ws_port": self.live.port, **{f"streamed.{k}": v for k, v in self.live.counts.items()}})
+        return vals
+
+    def diagnostic_level(self):
+        if self.last_error:
+            return WARN, self.last_error
+        return OK, "observing"
+
+    def on_exit(self) -> None:
+        now = time.time_ns()
+        for rec in self.join.flush():
+            self._cycle(rec, now)
+
+    def close_runtime(self) -> None:
+        super().close_runtime()
+        if self.recorder is not None:
+            self.recorder.close()
+        if self.live is not None:
+            self.live.close()
+        if self.httpd is not None:
+            self.httpd.shutdown()
+
+
+main = main_for(ViewNode)
+
+if __name__ == "__main__":
+    raise SystemExit(main())
