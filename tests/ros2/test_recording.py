@@ -31,21 +31,22 @@ def _rec(cycle: int, episode: int, success: bool) -> dict:
 
 def test_a_success_without_a_reset_ends_the_episode_once(tmp_path):
     """`tinker bringup` runs with ``episode_cycles: 0``: the robot does not reset after a success, and the
-    task reports success for every later state at the goal. The episode ended at the first of them."""
+    task reports success for every later state at the goal. The episode ended at the first of them; the
+    next starts when the arm has left the goal (or at a reset)."""
     from tinker.recording import CycleRecorder, cycles_to_transitions, read_cycles
 
     rec = CycleRecorder(tmp_path / "run.mcap")
-    for k in range(1, 11):  # success from cycle 5 on, no reset; then a reset (episode 1) with a success at 13
-        rec.write(_rec(k, 0, k >= 5), k * 10**8)
+    for k in range(1, 11):  # success at cycles 5-7 without a reset, the arm leaves at 8; a reset (episode 1) at 11
+        rec.write(_rec(k, 0, 5 <= k <= 7), k * 10**8)
     for k in range(11, 15):
-        rec.write(_rec(k, 1, k == 13), k * 10**8)
+        rec.write(_rec(k, 1, k >= 13), k * 10**8)
     rec.close()
     recs = list(read_cycles(tmp_path / "run.mcap"))
     assert [r["cycle"] for r in recs if r["terminated"]] == [5, 13]
-    assert [r["cycle"] for r in recs if r["after_end"]] == [6, 7, 8, 9, 10, 14]
+    assert [r["cycle"] for r in recs if r["after_end"]] == [6, 7, 14]
     ts = cycles_to_transitions(recs)
-    assert [t.info["cycle"] for t in ts] == [1, 2, 3, 4, 11, 12]  # nothing from after an episode's end
-    assert [t.terminated for t in ts] == [False, False, False, True, False, True]
+    assert [t.info["cycle"] for t in ts] == [1, 2, 3, 4, 8, 9, 11, 12]  # none from after an episode's end
+    assert [t.terminated for t in ts] == [False, False, False, True, False, False, False, True]
 
 
 def test_bringup_record_opens_in_rosbags_with_every_standard_topic_and_imports(ros2, bundles, tmp_path):

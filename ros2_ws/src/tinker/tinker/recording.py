@@ -11,7 +11,8 @@ the URDF and the measured joint positions), and beside them one message per robo
 
 Episode ends: a cycle is ``terminated``/``truncated`` only where its episode ends. A robot that does not
 reset after a success (``episode_cycles: 0``) stays at the goal, and the task keeps reporting success;
-those later cycles belong to no episode: ``after_end`` is set and they give no transition.
+those later cycles belong to no episode: ``after_end`` is set and they give no transition. The first
+cycle after them that no longer reports success starts the next episode (`EpisodeEnds`).
 
 Held cycles are recorded too: their ``raw_action`` is empty and ``safety_status`` says why. This module
 does not import rclpy: the reader side runs anywhere.
@@ -45,7 +46,7 @@ bool truncated              # episode cut at this state (time limit)
 string policy_version
 string safety_status        # passed / clipped / rate_limited / held / estop ...
 string safety_why           # the SafetyWrapper's reason when it intervened (value, limit, unit)
-bool after_end              # the episode ended at an earlier cycle and the robot did not reset since
+bool after_end              # the episode ended at an earlier cycle; still at the goal, no reset since
 """
 FIELDS = ("cycle", "episode", "state_stamp_ns", "features_recv_ns", "action_recv_ns", "command_recv_ns",
           "policy_input", "raw_action", "joint_target", "safe_command", "reward", "terminated", "truncated",
@@ -77,8 +78,9 @@ class EpisodeEnds:
     """Marks where episodes end in a stream of cycle records (in cycle order).
 
     The robot's ``task`` says success for every state at the goal; without a reset the episode still
-    ended at the first of them. That cycle keeps ``terminated``; later cycles of the same robot episode
-    get ``after_end`` (and no ``terminated``/``truncated``) until the robot's episode counter moves on.
+    ended at the first of them. That cycle keeps ``terminated``; the following cycles of the same robot
+    episode that still report the end get ``after_end`` instead (no ``terminated``/``truncated``). The
+    first cycle that does not (the arm left the goal) starts the next episode, as a reset does.
     """
 
     def __init__(self) -> None:
@@ -87,10 +89,14 @@ class EpisodeEnds:
     def mark(self, rec: dict) -> dict:
         """``rec`` with ``terminated``/``truncated``/``after_end`` as the episode's end implies (a copy)."""
         out = dict(rec)
+        ends = bool(rec["terminated"] or rec["truncated"])
         if self._ended is not None and int(rec["episode"]) == self._ended:
-            out["terminated"] = out["truncated"] = False
-            out["after_end"] = True
-        elif rec["terminated"] or rec["truncated"]:
+            if ends:
+                out["terminated"] = out["truncated"] = False
+                out["after_end"] = True
+                return out
+            self._ended = None  # the task no longer reports the end: a new episode starts here
+        if ends:
             self._ended = int(rec["episode"])
         return out
 
