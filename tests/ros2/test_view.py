@@ -176,11 +176,13 @@ def test_a_foxglove_client_receives_every_channel_with_sensible_content(g):
     assert "<robot" in got["/robot_description"][-1]["data"]
     cycles = got["/tinker/cycle"]
     nums = [r["cycle"] for r in cycles]
-    assert nums == list(range(nums[0], nums[0] + len(nums))), nums  # a status for every cycle, in order
+    # a status per cycle, in order. The loop's publishers keep one sample (KEEP_LAST 1): a view process stalled
+    # by the shared machine can miss a cycle now and then (one in ~30 was seen at load average 15)
+    assert nums == sorted(set(nums)) and len(nums) >= 0.8 * (nums[-1] - nums[0] + 1), str(nums)
     statuses = [r["status"] for r in cycles]
     assert set(statuses) <= STATUSES | {"no_command"}, set(statuses)
     assert sum(s in STATUSES for s in statuses) >= len(statuses) // 2, statuses
-    served = [r for r in cycles if r["status"] != "held"]
+    served = [r for r in cycles if r["status"] in ("passed", "clipped", "rate_limited")]  # the policy's commands
     assert served and all(r["policy_version"] == "1" and 0 < r["latency_ms"] < 1000 for r in served)
     assert all(r["why"] for r in cycles if r["status"] in ("clipped", "rate_limited"))
     names = {s["name"] for d in got["/diagnostics"] for s in d["status"]}

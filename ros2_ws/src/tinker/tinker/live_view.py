@@ -145,19 +145,26 @@ class LiveView:
                                    encoding=encoding, step=int(step), data=bytes(data)), log_time=stamp_ns)
         self.counts["image"] += 1
 
-    def cycle(self, rec: Mapping, log_time_ns: int | None = None) -> None:
-        """One joined cycle record (`tinker.recording` fields)."""
-        stamp = int(rec["state_stamp_ns"])
-        recv = int(rec["command_recv_ns"])
-        status = str(rec["safety_status"]) or "no_command"  # no safe command for this state reached the view
+    def cycle(self, cycle: int, status: str, state_stamp_ns: int, command_ns: int, policy_version: str = "",
+              why: str = "", episode: int | None = None, reward: float | None = None, terminated: bool = False,
+              truncated: bool = False, after_end: bool = False) -> None:
+        """One cycle's outcome: the SafetyWrapper's ``status`` and reason for the state of ``state_stamp_ns``,
+        the command's publish time ``command_ns`` (latency = command_ns - state_stamp_ns), and the task's
+        reward and episode end where known."""
+        status = status or "no_command"  # no safe command for this state reached the view
         self.cycle_ch.log({
-            "cycle": int(rec["cycle"]), "episode": int(rec["episode"]), "status": status,
-            "why": str(rec.get("safety_why", "")), "intervened": int(status not in ("passed", "no_command")),
-            "latency_ms": round((recv - stamp) / 1e6, 3) if recv and stamp else None,
-            "policy_version": str(rec["policy_version"]), "reward": float(rec["reward"]),
-            "terminated": bool(rec["terminated"]), "truncated": bool(rec["truncated"]),
-            "after_end": bool(rec.get("after_end", False))}, log_time=log_time_ns or stamp or time.time_ns())
+            "cycle": int(cycle), "episode": episode, "status": status, "why": why,
+            "intervened": int(status not in ("passed", "no_command")),
+            "latency_ms": round((command_ns - state_stamp_ns) / 1e6, 3) if command_ns and state_stamp_ns else None,
+            "policy_version": str(policy_version), "reward": reward, "terminated": bool(terminated),
+            "truncated": bool(truncated), "after_end": bool(after_end)}, log_time=command_ns or state_stamp_ns or None)
         self.counts["cycle"] += 1
+
+    def cycle_record(self, rec: Mapping) -> None:
+        """A recorded cycle (`tinker.recording` fields), as `cycle` shows a live one."""
+        self.cycle(int(rec["cycle"]), str(rec["safety_status"]), int(rec["state_stamp_ns"]), int(rec["command_recv_ns"]),
+                   str(rec["policy_version"]), str(rec.get("safety_why", "")), int(rec["episode"]), float(rec["reward"]),
+                   bool(rec["terminated"]), bool(rec["truncated"]), bool(rec.get("after_end", False)))
 
     def diagnostics(self, statuses: Iterable[tuple[str, int, str, Mapping[str, str]]], stamp_ns: int) -> None:
         """Each node's (name, level, message, values); the learner's share also goes to ``/tinker/learner``."""
@@ -225,7 +232,7 @@ def replay(path: str | os.PathLike, live: LiveView, speed: float = 1.0, stop=Non
                                               "terminated", "truncated", "policy_version", "safety_status")}
             rec["safety_why"] = getattr(r, "safety_why", "")
             rec["after_end"] = getattr(r, "after_end", False)
-            live.cycle(rec, log)
+            live.cycle_record(rec)
             if len(r.safe_command):
                 live.command(list(r.safe_command), int(r.state_stamp_ns) or log)
         else:

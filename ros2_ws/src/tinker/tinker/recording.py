@@ -33,9 +33,9 @@ MSGDEF = """\
 int64 cycle                 # the robot's cycle counter
 int32 episode               # the robot's episode counter
 int64 state_stamp_ns        # the JointState stamp this cycle started from (robot clock, ns)
-int64 features_recv_ns      # when the policy input reached the recorder (0: never)
-int64 action_recv_ns        # when the raw action reached the recorder (0: none, cycle held)
-int64 command_recv_ns       # when the command after safety reached the recorder (0: none)
+int64 features_recv_ns      # when the policy input was published (view node; the bridge: reached it) (0: never)
+int64 action_recv_ns        # when the raw action was published (0: none, cycle held)
+int64 command_recv_ns       # when the command after safety was published (0: none)
 float32[] policy_input      # the features the actor ran on
 float64[] raw_action        # the actor's output before the action chain
 float64[] joint_target      # the action chain's output (policy command)
@@ -245,23 +245,32 @@ class RunRecorder(CycleRecorder):
 class CycleJoin:
     """Joins the loop's per-cycle messages by the robot's state stamp into cycle records (ROS-free).
 
-    The same rule as the experience bridge's: ``task`` opens cycle k; cycle k is final once the task
-    of k+2 is in (k+1's features have then arrived too). A command for a cycle no longer pending (a
-    stop, or very late) is dropped, as are fragments of a cycle whose task never came.
+    The experience bridge's rule: ``task`` opens cycle k; cycle k is final once the task of k+``pending``-1
+    is in (k+1's features have then arrived too). Cycles come out in stamp order, whatever order the topics'
+    queues were taken in. A message for a cycle already out (a stop, or very late) is dropped, as are
+    fragments of a cycle whose task never came.
     """
 
-    PENDING = 3
-
-    def __init__(self) -> None:
+    def __init__(self, pending: int = 3) -> None:
+        """``pending``: cycles held open before the oldest is final (the bridge's 3; a process that may be
+        scheduled late, like the view node, keeps more so that a cycle's command still finds it)."""
+        self.pending = pending
         self._cycles: dict[int, dict] = {}
+        self._done_ns = -1  # the stamp of the last cycle out
 
     def _rec(self, meta: Mapping[str, str]) -> dict:
         stamp = int(meta.get("stamp_ns", 0) or 0)
+        if stamp <= self._done_ns:
+            return empty_record()  # too late: that cycle is out already (written to a scratch record)
         rec = self._cycles.get(stamp)
         if rec is None:
             rec = self._cycles[stamp] = empty_record()
             rec["state_stamp_ns"] = stamp
         return rec
+
+    def pending_record(self, stamp: int) -> dict | None:
+        """The open cycle of ``stamp`` (None when not open)."""
+        return self._cycles.get(stamp)
 
     def task(self, meta: Mapping[str, str], values) -> list[dict]:
         """The robot's ``task`` message (``[reward, done, success, ...]``); returns the cycles now final."""
@@ -274,7 +283,7 @@ class CycleJoin:
             rec["truncated"] = bool(v[1] > 0.5 and v[2] <= 0.5)
         rec["_task"] = True
         out = []
-        while len(self._cycles) > self.PENDING:
+        while len(self._cycles) > self.pending:
             out += self._pop()
         return out
 
@@ -302,8 +311,9 @@ class CycleJoin:
         rec["safety_why"] = meta.get("why", "")
 
     def _pop(self) -> list[dict]:
-        stamp = next(iter(self._cycles))
+        stamp = min(self._cycles)
         rec = self._cycles.pop(stamp)
+        self._done_ns = stamp
         return [rec] if rec.pop("_task", False) else []
 
     def flush(self) -> list[dict]:

@@ -19,6 +19,7 @@ measures.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from functools import partial
@@ -31,13 +32,18 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from tinker.recording import CycleJoin, RunRecorder
-from tinker.runtime import OK, WARN, NodeRuntime, main_for
+from tinker.recording import CycleJoin, EpisodeEnds, RunRecorder
+from tinker.runtime import EXECUTOR_ENV, OK, WARN, NodeRuntime, main_for
 from tinker.wire import RECORD_QOS, SENSOR_QOS, decode_meta, stamp_ns
 from tinker_core.errors import TinkerError
 
 PAGE = Path(__file__).resolve().parent / "web" / "view.html"
 """The browser page: a Foxglove-protocol client drawing the arm and live plots (no network needed)."""
+
+
+JOIN_PENDING = 12
+"""Cycles the recorder's join keeps open (0.6 s at 20 Hz): this process runs at nice 10 and takes each topic's
+queue in turn, so a cycle's command can come several cycles after its task on a busy machine."""
 
 
 def type_name(cls) -> str:
@@ -94,7 +100,8 @@ class ViewNode(NodeRuntime, Node):
         from tinker.robot_model import RobotModel
 
         self.model = RobotModel(g("urdf") or None)
-        self.join = CycleJoin()
+        self.join = CycleJoin(pending=JOIN_PENDING)
+        self._live_ends = EpisodeEnds()
         self.recorder: RunRecorder | None = None
         self.live = None
         self.httpd = None
@@ -130,15 +137,19 @@ class ViewNode(NodeRuntime, Node):
                                                          qos, raw=True)
 
     # --- every message: record as it came, then decode for the join and the live view ----------------
-    def _on_raw_msg(self, topic: str, cls, handler, data: bytes) -> None:
+    def _on_raw_msg(self, topic: str, cls, handler, data: bytes, info) -> None:
+        """``info``: rclpy's MessageInfo; its ``source_timestamp`` is when the publisher sent the message (the
+        writer's wall clock), which stays right however late this background process gets to it."""
         now = time.time_ns()
+        sent = int(info.get("source_timestamp") or 0) or now
         if self.recorder is not None:
-            self.recorder.write_raw(topic, type_name(cls), data, now)
+            self.recorder.write_raw(topic, type_name(cls), data, now, sent)
         try:
-            handler(deserialize_message(data, cls), now)
+            handler(deserialize_message(data, cls), sent)
         except (TinkerError, ValueError, KeyError) as e:  # a malformed message must not stop the recording
             self.last_error = f"{topic}: {e}"
 
+    # handlers get the message and its publish time (ns)
     def _on_joints(self, msg: JointState, now: int) -> None:
         stamp = stamp_ns(msg.header)
         q = dict(zip(msg.name, msg.position))
@@ -159,7 +170,19 @@ class ViewNode(NodeRuntime, Node):
         meta = _meta(msg)
         self.join.command(meta, msg.data, now)
         if self.live is not None:
-            self.live.command(list(msg.data), int(meta.get("stamp_ns", 0) or now))
+            stamp = int(meta.get("stamp_ns", 0) or 0)
+            self.live.command(list(msg.data), stamp or now)
+            if meta.get("why") == "shutdown" or not stamp:
+                return  # a node's stop, not a cycle's answer
+            rec = self.join.pending_record(stamp)
+            if rec is not None and rec.get("_task"):  # the task came first (it is published first): episode ends too
+                rec = self._live_ends.mark(rec)
+                self.live.cycle(int(meta.get("cycle", 0) or 0), meta.get("status", ""), stamp, now,
+                                meta.get("version", ""), meta.get("why", ""), rec["episode"], rec["reward"],
+                                rec["terminated"], rec["truncated"], rec["after_end"])
+            else:
+                self.live.cycle(int(meta.get("cycle", 0) or 0), meta.get("status", ""), stamp, now,
+                                meta.get("version", ""), meta.get("why", ""))
 
     def _on_task(self, msg: Float64MultiArray, now: int) -> None:
         for rec in self.join.task(_meta(msg), msg.data):
@@ -183,8 +206,6 @@ class ViewNode(NodeRuntime, Node):
     def _cycle(self, rec: dict, now: int) -> None:
         if self.recorder is not None:
             self.recorder.write(rec, now)
-        if self.live is not None:
-            self.live.cycle(rec, now)
 
     # --- runtime hooks ---------------------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
@@ -214,7 +235,12 @@ class ViewNode(NodeRuntime, Node):
             self.httpd.shutdown()
 
 
-main = main_for(ViewNode)
+def main(args: list[str] | None = None) -> int:
+    """Runs the view node until SIGINT/SIGTERM, on the SingleThreadedExecutor: rclpy's EventsExecutor cannot
+    hand a callback its MessageInfo (the publish times), and this process is off the loop's path anyway."""
+    os.environ[EXECUTOR_ENV] = "single"
+    return main_for(ViewNode)(args)
+
 
 if __name__ == "__main__":
     raise SystemExit(main())
