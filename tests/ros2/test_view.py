@@ -176,9 +176,10 @@ def test_a_foxglove_client_receives_every_channel_with_sensible_content(g):
     assert "<robot" in got["/robot_description"][-1]["data"]
     cycles = got["/tinker/cycle"]
     nums = [r["cycle"] for r in cycles]
-    # a status per cycle, in order. The loop's publishers keep one sample (KEEP_LAST 1): a view process stalled
-    # by the shared machine can miss a cycle now and then (one in ~30 was seen at load average 15)
-    assert nums == sorted(set(nums)) and len(nums) >= 0.8 * (nums[-1] - nums[0] + 1), str(nums)
+    # a status per cycle, in order (safety may answer a state twice: a deadline hold, then the late command).
+    # The loop's publishers keep one sample (KEEP_LAST 1): a view process stalled by the shared machine can
+    # miss a cycle now and then (one in ~30 was seen at load average 15)
+    assert nums == sorted(nums) and len(set(nums)) >= 0.8 * (nums[-1] - nums[0] + 1), str(nums)
     statuses = [r["status"] for r in cycles]
     assert set(statuses) <= STATUSES | {"no_command"}, set(statuses)
     assert sum(s in STATUSES for s in statuses) >= len(statuses) // 2, statuses
