@@ -192,7 +192,7 @@ def run_tinker(bundle: Path, period: float, cycles: int, env: dict, tmp: Path, r
     from tinker.bringup import Graph
     from tinker_core.tracer import read_trace
 
-    tag = f"{period}_{camera}_{'composed' if composed else 'procs'}_{'rt' if realtime else 'nort'}"
+    tag = f"{period}_{camera}_{'composed' if composed else 'procs'}_{'rt' if realtime else 'nort'}" + ("_view" if view else "")
     trace = tmp / f"trace_{tag}"
     overrides = {"perception": {"bundle": str(bundle)}, "policy": {"bundle": str(bundle)},
                  "/**": {"control_period": period, "trace_dir": str(trace)}, "sim_robot": {"camera": camera}}
@@ -208,7 +208,6 @@ def run_tinker(bundle: Path, period: float, cycles: int, env: dict, tmp: Path, r
             sk.bind(("127.0.0.1", 0))
             ws_port = sk.getsockname()[1]
         overrides["view"] = {"port": ws_port, "http_port": -1}
-        tag += "_view"
     g = Graph(overrides=overrides,
               record=(tmp / f"run_{tag}.mcap") if record else None, run_dir=tmp / f"logs_{tag}", env=env,
               composed=composed, view=view)
