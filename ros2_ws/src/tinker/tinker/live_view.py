@@ -31,8 +31,6 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-import numpy as np
-
 from tinker.robot_model import RobotModel
 
 CYCLE_SCHEMA = {
@@ -181,15 +179,6 @@ class LiveView:
 
     def close(self) -> None:
         self.server.stop()
-
-
-def joint_names_of(model: RobotModel, n: int) -> list[str]:
-    """The movable joint names a command of ``n`` values is in (the URDF's order, as the robot's)."""
-    return list(model.movable[:n]) if n <= len(model.movable) else [f"joint_{i}" for i in range(n)]
-
-
-def as_array(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.float64).reshape(-1)
 
 
 def replay(path: str | os.PathLike, live: LiveView, speed: float = 1.0, stop=None) -> int:
