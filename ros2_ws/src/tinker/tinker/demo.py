@@ -387,6 +387,7 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> dict:
         "experience_bridge": {"learner_endpoint": lconf["transitions_endpoint"],
                               "weights_endpoint": lconf["weights_endpoint"],
                               "bundle_dir": str(out / "received")},
+        "view": {"learner_control": lconf["control_endpoint"]},
     }
     progress(f"starting the learner (fine-tunes {cfg.checkpoint}) ...")
     learner.start()

@@ -27,6 +27,7 @@ subscribed a log costs a channel check. Nothing here touches the control loop.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
@@ -83,7 +84,8 @@ class LiveView:
                                             asset_handler=self._asset)
         self.port = self.server.port
         self.joint_names: list[str] = list(self.model.movable)
-        self._learner_state: dict[str, str] = {}
+        self._learner_state: dict[str, object] = {}
+        self._learner_lock = threading.Lock()  # diagnostics (executor) and learner_status (its thread) both update it
         self._last_robot_ns = 0
         self.counts = {"joint_states": 0, "command": 0, "image": 0, "cycle": 0, "diagnostics": 0}
 
@@ -169,13 +171,30 @@ class LiveView:
         rows = []
         for name, level, message, values in statuses:
             rows.append({"name": name, "level": int(level), "message": message, "values": dict(values)})
-            for k, v in values.items():
-                if k in LEARNER_KEYS:
-                    self._learner_state[f"{name.rsplit('/', 1)[-1]}.{k}"] = v
+            with self._learner_lock:
+                for k, v in values.items():
+                    if k in LEARNER_KEYS:
+                        self._learner_state[f"{name.rsplit('/', 1)[-1]}.{k}"] = v
         self.diag.log({"status": rows}, log_time=stamp_ns)
-        if self._learner_state:
-            self.learner.log(dict(self._learner_state), log_time=stamp_ns)
+        with self._learner_lock:
+            state = dict(self._learner_state)
+        if state:
+            self.learner.log(state, log_time=stamp_ns)
         self.counts["diagnostics"] += 1
+
+    def learner_status(self, status: Mapping) -> None:
+        """The learner's ``status`` (``tinker learner ctl status``): updates, policy version, the last training
+        step's scalars (the curve, over time) and the last gate's result, on ``/tinker/learner``."""
+        now = time.time_ns()
+        with self._learner_lock:
+            self._learner_state.update({
+                "learner.updates": status.get("updates"), "learner.version": status.get("version"),
+                "learner.paused": status.get("paused"),
+                **{f"learner.train.{k}": v for k, v in (status.get("last_train") or {}).items()},
+                **{f"learner.gate.{k}": v for k, v in (status.get("last_gate") or {}).items()
+                   if isinstance(v, (int, float, str, bool)) or v is None}})
+            state = dict(self._learner_state)
+        self.learner.log(state, log_time=now)
 
     def close(self) -> None:
         self.server.stop()

@@ -88,6 +88,8 @@ class ViewNode(NodeRuntime, Node):
         p("port", 8765)
         p("http_port", 8766)
         p("urdf", "")
+        p("learner_control", "")
+        p("learner_poll_s", 2.0)
         p("command_type", "float64_array")
         p("joint_states_topic", "joint_states")
         p("command_topic", "forward_position_controller/commands")
@@ -99,6 +101,9 @@ class ViewNode(NodeRuntime, Node):
         g = lambda n: self.get_parameter(n).value  # noqa: E731
         from tinker.robot_model import RobotModel
 
+        if g("command_type") not in ("float64_array", "joint_trajectory"):
+            raise TinkerError(f"view.command_type: expected 'float64_array' or 'joint_trajectory', "
+                              f"got {g('command_type')!r}")
         self.model = RobotModel(g("urdf") or None)
         self.join = CycleJoin(pending=JOIN_PENDING)
         self._live_ends = EpisodeEnds()
@@ -118,9 +123,10 @@ class ViewNode(NodeRuntime, Node):
                 self.httpd = serve_page(int(g("http_port")), self.live.port, g("host"))
             self.get_logger().info(f"live view: ws://{g('host')}:{self.live.port}"
                                    + (f", page http://{g('host')}:{self.httpd.server_port}/" if self.httpd else ""))
-        if g("command_type") not in ("float64_array", "joint_trajectory"):
-            raise TinkerError(f"view.command_type: expected 'float64_array' or 'joint_trajectory', "
-                              f"got {g('command_type')!r}")
+        self._stop = threading.Event()
+        if self.live is not None and g("learner_control"):
+            threading.Thread(target=self._poll_learner, args=(g("learner_control"), float(g("learner_poll_s"))),
+                             name="tinker-view-learner", daemon=True).start()
         cmd_cls = Float64MultiArray if g("command_type") == "float64_array" else JointTrajectory
         self._subs = {}
         for key, cls, qos, handler in (
@@ -207,6 +213,23 @@ class ViewNode(NodeRuntime, Node):
         if self.recorder is not None:
             self.recorder.write(rec, now)
 
+    def _poll_learner(self, endpoint: str, period: float) -> None:
+        """The learner's training curve and gate results: its ``status`` over the control socket (the one
+        ``tinker learner ctl status`` asks), every ``period`` s, in a thread of this background process."""
+        from tinker_core.transport import ControlClient
+
+        cli = ControlClient(endpoint, timeout_ms=int(period * 1000))
+        try:
+            while not self._stop.wait(period):
+                try:
+                    self.live.learner_status(cli.request({"cmd": "status", "timeout_s": period}))
+                except TinkerError as e:  # the learner not up yet, or busy gating: try again next time
+                    self.last_error = f"learner status: {e}"
+                    cli.close()
+                    cli = ControlClient(endpoint, timeout_ms=int(period * 1000))
+        finally:
+            cli.close()
+
     # --- runtime hooks ---------------------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
         vals: dict[str, object] = {"recorded_cycles": self.recorder.count if self.recorder else 0,
@@ -226,6 +249,7 @@ class ViewNode(NodeRuntime, Node):
             self._cycle(rec, now)
 
     def close_runtime(self) -> None:
+        self._stop.set()
         super().close_runtime()
         if self.recorder is not None:
             self.recorder.close()
