@@ -214,3 +214,27 @@ def test_tinker_view_replays_the_recording_into_the_same_channels(g, tmp_path):
     assert [j.name for j in got["/joint_states"][-1].joints] == JOINTS
     assert got["/camera/image"][-1].width == 64
     assert {r["status"] for r in got["/tinker/cycle"]} <= STATUSES | {"no_command"}
+
+
+def test_the_transforms_from_the_urdf_put_every_link_where_pybullet_does():
+    """The view's /tf and arm drawing come from `RobotModel` (URDF + joint positions); PyBullet's forward
+    kinematics of the same URDF is the reference."""
+    import pybullet as pb
+
+    from tinker.robot_model import RobotModel
+
+    m = RobotModel()
+    client = pb.connect(pb.DIRECT)
+    try:
+        robot = pb.loadURDF(str(m.path), useFixedBase=True, physicsClientId=client)
+        for seed in range(3):
+            q = np.random.default_rng(seed).uniform(-2.0, 2.0, len(m.movable))
+            for i in range(len(q)):
+                pb.resetJointState(robot, i, q[i], physicsClientId=client)
+            ours = m.world_positions(dict(zip(m.movable, q)))
+            for i in range(pb.getNumJoints(robot, physicsClientId=client)):
+                link = pb.getJointInfo(robot, i, physicsClientId=client)[12].decode()
+                ref = pb.getLinkState(robot, i, computeForwardKinematics=True, physicsClientId=client)[4]
+                assert np.allclose(ours[link], ref, atol=1e-6), (seed, link, ours[link], ref)
+    finally:
+        pb.disconnect(client)

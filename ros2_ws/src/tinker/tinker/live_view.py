@@ -122,7 +122,7 @@ class LiveView:
             translation=Vector3(x=float(t["translation"][0]), y=float(t["translation"][1]), z=float(t["translation"][2])),
             rotation=Quaternion(x=float(t["rotation"][0]), y=float(t["rotation"][1]), z=float(t["rotation"][2]),
                                 w=float(t["rotation"][3]))) for t in tfs]), log_time=stamp_ns)
-        pos = self.model.world_positions(q)
+        pos = self.model.world_positions(q, tfs)
         self.arm.log({"links": [[round(float(v), 4) for v in pos[ln]] for ln in [self.model.root] +
                                 [j.child for j in self.model.joints]],
                       "joints": {n: round(v, 4) for n, v in q.items()}}, log_time=stamp_ns)

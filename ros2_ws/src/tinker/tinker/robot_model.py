@@ -41,8 +41,11 @@ def _qmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _qrot(q: np.ndarray, v: np.ndarray) -> np.ndarray:
-    u, w = q[:3], q[3]
-    return v + 2.0 * np.cross(u, np.cross(u, v) + w * v)
+    """``v`` rotated by ``q`` (plain arithmetic: np.cross costs ~100 us on 3-vectors)."""
+    x, y, z, w = (float(c) for c in q)
+    vx, vy, vz = (float(c) for c in v)
+    tx, ty, tz = y * vz - z * vy + w * vx, z * vx - x * vz + w * vy, x * vy - y * vx + w * vz
+    return np.array([vx + 2.0 * (y * tz - z * ty), vy + 2.0 * (z * tx - x * tz), vz + 2.0 * (x * ty - y * tx)])
 
 
 @dataclass(frozen=True)
@@ -112,10 +115,11 @@ class RobotModel:
             out.append({"parent": j.parent, "child": j.child, "translation": xyz, "rotation": quat})
         return out
 
-    def world_positions(self, positions: Mapping[str, float]) -> dict[str, np.ndarray]:
-        """Each link frame's origin in the root link's frame (m)."""
+    def world_positions(self, positions: Mapping[str, float], transforms: list[dict] | None = None) -> dict[str, np.ndarray]:
+        """Each link frame's origin in the root link's frame (m); ``transforms``: `transforms(positions)` if
+        already made."""
         pose = {self.root: (np.zeros(3), np.array([0.0, 0.0, 0.0, 1.0]))}
-        for t in self.transforms(positions):
+        for t in transforms if transforms is not None else self.transforms(positions):
             p, r = pose[t["parent"]]
             pose[t["child"]] = (p + _qrot(r, np.asarray(t["translation"])), _qmul(r, np.asarray(t["rotation"])))
         return {k: v[0] for k, v in pose.items()}
