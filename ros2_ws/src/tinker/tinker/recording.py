@@ -248,7 +248,7 @@ class CycleJoin:
     The experience bridge's rule: ``task`` opens cycle k; cycle k is final once the task of k+``pending``-1
     is in (k+1's features have then arrived too). Cycles come out in stamp order, whatever order the topics'
     queues were taken in. A message for a cycle already out (a stop, or very late) is dropped, as are
-    fragments of a cycle whose task never came.
+    fragments of a cycle whose task never came (a node's stop, for one).
     """
 
     def __init__(self, pending: int = 3) -> None:
@@ -302,9 +302,7 @@ class CycleJoin:
         self._rec(meta)["joint_target"] = np.asarray(values, dtype=np.float64)
 
     def command(self, meta: Mapping[str, str], values, recv_ns: int) -> None:
-        rec = self._cycles.get(int(meta.get("stamp_ns", 0) or 0))
-        if rec is None:
-            return
+        rec = self._rec(meta)  # it may come before the cycle's task: queues are taken in turn
         rec["safe_command"] = np.asarray(values, dtype=np.float64)
         rec["command_recv_ns"] = recv_ns
         rec["safety_status"] = meta.get("status", "")

@@ -24,6 +24,7 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
+from typing import Mapping
 
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.node import Node
@@ -175,24 +176,35 @@ class ViewNode(NodeRuntime, Node):
             return
         meta = _meta(msg)
         self.join.command(meta, msg.data, now)
-        if self.live is not None:
-            stamp = int(meta.get("stamp_ns", 0) or 0)
-            self.live.command(list(msg.data), stamp or now)
-            if meta.get("why") == "shutdown" or not stamp:
-                return  # a node's stop, not a cycle's answer
-            rec = self.join.pending_record(stamp)
-            if rec is not None and rec.get("_task"):  # the task came first (it is published first): episode ends too
-                rec = self._live_ends.mark(rec)
-                self.live.cycle(int(meta.get("cycle", 0) or 0), meta.get("status", ""), stamp, now,
-                                meta.get("version", ""), meta.get("why", ""), rec["episode"], rec["reward"],
-                                rec["terminated"], rec["truncated"], rec["after_end"])
-            else:
-                self.live.cycle(int(meta.get("cycle", 0) or 0), meta.get("status", ""), stamp, now,
-                                meta.get("version", ""), meta.get("why", ""))
+        if self.live is None:
+            return
+        stamp = int(meta.get("stamp_ns", 0) or 0)
+        self.live.command(list(msg.data), stamp or now)
+        if meta.get("why") == "shutdown" or not stamp:
+            return  # a node's stop, not a cycle's answer
+        rec = self.join.pending_record(stamp)
+        if rec is None:
+            return
+        if rec.get("_task"):
+            self._live_cycle(rec, meta, now)
+        else:  # shown once the cycle's task is in (its reward and episode end)
+            rec.setdefault("_live_wait", []).append((meta, now))
+
+    def _live_cycle(self, rec: dict, meta: Mapping[str, str], sent_ns: int) -> None:
+        """One safe command's cycle on the live view: the SafetyWrapper's outcome with the task's outcome."""
+        ends = self._live_ends.mark(rec)
+        self.live.cycle(int(meta.get("cycle", 0) or 0), meta.get("status", ""), int(rec["state_stamp_ns"]), sent_ns,
+                        meta.get("version", ""), meta.get("why", ""), ends["episode"], ends["reward"],
+                        ends["terminated"], ends["truncated"], ends["after_end"])
 
     def _on_task(self, msg: Float64MultiArray, now: int) -> None:
-        for rec in self.join.task(_meta(msg), msg.data):
+        meta = _meta(msg)
+        for rec in self.join.task(meta, msg.data):
             self._cycle(rec, now)
+        rec = self.join.pending_record(int(meta.get("stamp_ns", 0) or 0))
+        if self.live is not None and rec is not None:
+            for cmd_meta, sent in rec.pop("_live_wait", []):
+                self._live_cycle(rec, cmd_meta, sent)
 
     def _on_features(self, msg: Float32MultiArray, now: int) -> None:
         self.join.features(_meta(msg), msg.data, now)
