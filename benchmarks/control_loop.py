@@ -26,6 +26,9 @@ has it, the floor included):
   the loop's own latency (e2e p50).
 
 ``python benchmarks/control_loop.py`` (full) or ``--quick`` (~2 min; same code path, fewer cycles).
+``--view`` instead compares the graph with the live view on (the ``view`` node serving the Foxglove
+WebSocket, a client subscribed to every channel, recording too) and off, in alternating runs, and
+writes ``control_loop_view.json``: e2e p99 with the view on over off (goal <= 1.05).
 """
 
 from __future__ import annotations
@@ -146,22 +149,71 @@ def run_floor(period: float, cycles: int, env: dict, tmp: Path, realtime: int = 
 
 # -- tinker ------------------------------------------------------------------------------------------
 
+def view_client(port: int, stop) -> dict:
+    """A Foxglove-protocol client subscribed to every channel of the view (in a thread), as a viewer is."""
+    import threading
+
+    from websockets.sync.client import connect
+
+    got = {"frames": 0}
+
+    def run():
+        end = time.monotonic() + 30
+        while not stop.is_set():
+            try:
+                ws = connect(f"ws://127.0.0.1:{port}", subprotocols=["foxglove.sdk.v1"], max_size=None)
+                break
+            except OSError:
+                if time.monotonic() > end:
+                    return
+                time.sleep(0.2)
+        subs = 0
+        with ws:
+            while not stop.is_set():
+                try:
+                    frame = ws.recv(timeout=0.2)
+                except TimeoutError:
+                    continue
+                if isinstance(frame, str):
+                    msg = json.loads(frame)
+                    if msg.get("op") == "advertise":
+                        chans = [{"id": subs + i + 1, "channelId": c["id"]} for i, c in enumerate(msg["channels"])]
+                        subs += len(chans)
+                        ws.send(json.dumps({"op": "subscribe", "subscriptions": chans}))
+                else:
+                    got["frames"] += 1
+
+    threading.Thread(target=run, daemon=True).start()
+    return got
+
+
 def run_tinker(bundle: Path, period: float, cycles: int, env: dict, tmp: Path, record: bool = False,
-               camera: bool = True, composed: bool = False, realtime: bool = True) -> dict:
+               camera: bool = True, composed: bool = False, realtime: bool = True, view: bool = False) -> dict:
     from tinker.bringup import Graph
     from tinker_core.tracer import read_trace
 
-    tag = f"{period}_{camera}_{'composed' if composed else 'procs'}_{'rt' if realtime else 'nort'}"
+    tag = f"{period}_{camera}_{'composed' if composed else 'procs'}_{'rt' if realtime else 'nort'}" + ("_view" if view else "")
     trace = tmp / f"trace_{tag}"
     overrides = {"perception": {"bundle": str(bundle)}, "policy": {"bundle": str(bundle)},
                  "/**": {"control_period": period, "trace_dir": str(trace)}, "sim_robot": {"camera": camera}}
     if not realtime:  # the launch YAML's scheduling, less the real-time priority
         for n in ("/**", "sim_robot", "perception", "policy", "safety"):
             overrides.setdefault(n, {})["realtime_priority"] = 0
+    import threading
+
+    if view:
+        import socket
+
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            ws_port = sk.getsockname()[1]
+        overrides["view"] = {"port": ws_port, "http_port": -1}
     g = Graph(overrides=overrides,
               record=(tmp / f"run_{tag}.mcap") if record else None, run_dir=tmp / f"logs_{tag}", env=env,
-              composed=composed)
+              composed=composed, view=view)
     g.start()
+    stop_client = threading.Event() if view else None
+    client = view_client(ws_port, stop_client) if view else {}
     try:
         g.call_trigger("safety/reset")  # a start-up stall may have latched the watchdog
         time.sleep(2.0)
@@ -169,6 +221,8 @@ def run_tinker(bundle: Path, period: float, cycles: int, env: dict, tmp: Path, r
         time.sleep(cycles * period)
         t1 = time.time_ns()
     finally:
+        if stop_client is not None:
+            stop_client.set()
         g.stop()
     ev = [e for e in read_trace(sorted(trace.glob("*.jsonl"))) if t0 <= e["start_ns"] <= t1]
     ticks = sorted((e["cycle"], e["start_ns"]) for e in ev if e["module"] == "sim_robot")
@@ -184,7 +238,7 @@ def run_tinker(bundle: Path, period: float, cycles: int, env: dict, tmp: Path, r
               for m in ("perception", "policy", "safety")}
     starts["command_arrives_us"] = list(np.asarray(list(e2e.values())) / 1e3)
     return {"e2e_us": np.asarray(list(e2e.values())) / 1e3, "period_us": per, "cycles": len(cyc),
-            "misses": misses, "spans_us": spans, "frame_age_us": frame_age, "stage_starts_us": starts}
+            "misses": misses, "view_frames": client.get("frames", 0), "spans_us": spans, "frame_age_us": frame_age, "stage_starts_us": starts}
 
 
 # -- per-cycle costs ------------------------------------------------------------------------------------
@@ -238,9 +292,12 @@ def main(argv=None) -> int:
     ap.add_argument("--period", type=float, default=0.05, help=argparse.SUPPRESS)
     ap.add_argument("--out", help=argparse.SUPPRESS)
     ap.add_argument("--realtime", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--view", action="store_true", help="only the live view on/off comparison (control_loop_view.json)")
     args = ap.parse_args(argv)
     if args.floor_node:
         return floor_node(args.floor_node, args.period, args.out, args.realtime)
+    if args.view:
+        return view_comparison(args)
 
     from tinker.reach_bundle import build_reach_bundle
 
@@ -351,6 +408,53 @@ def main(argv=None) -> int:
                        "the loop's processes and the floor's run SCHED_FIFO at realtime_priority (launch "
                        "YAML), *_normal_sched_* the same without it"}
     out = write_result("control_loop", args.quick, result)
+    print(json.dumps(result["figures"], indent=2))
+    print(f"goals met: {met}\nwrote {out}")
+    return 0
+
+
+def view_comparison(args) -> int:
+    """The graph with the live view on and off, alternating (off, on, off, on ...), same bundle and period."""
+    from tinker.reach_bundle import build_reach_bundle
+
+    load_before = os.getloadavg()
+    cycles, pairs = (200, 3) if args.quick else (1000, 4)
+    tmp = Path(tempfile.mkdtemp(prefix="tinker-bench-view-"))
+    env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(120, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    bundle = build_reach_bundle(tmp / "bundle", control_period=0.05)
+    runs = {False: [], True: []}
+    for i in range(pairs):
+        for view in (False, True):
+            print(f"pair {i + 1}/{pairs}: view {'on' if view else 'off'}, {cycles} cycles at 20 Hz ...", flush=True)
+            r = run_tinker(bundle, 0.05, cycles, env, tmp / f"{i}", view=view, record=view)
+            runs[view].append(r)
+            print(f"  e2e p50 {pct(r['e2e_us'], 50):.0f} us, p99 {pct(r['e2e_us'], 99):.0f} us, misses {r['misses']}"
+                  + (f", view frames to the client {r['view_frames']}" if view else ""), flush=True)
+    off = np.concatenate([r["e2e_us"] for r in runs[False]])
+    on = np.concatenate([r["e2e_us"] for r in runs[True]])
+    figures = {
+        "view_off_e2e_us_p50": pct(off, 50), "view_off_e2e_us_p99": pct(off, 99),
+        "view_on_e2e_us_p50": pct(on, 50), "view_on_e2e_us_p99": pct(on, 99),
+        "view_on_vs_off_p99_ratio": pct(on, 99) / pct(off, 99),
+        "view_on_vs_off_p50_ratio": pct(on, 50) / pct(off, 50),
+        "per_run_p99_us_off": [round(pct(r["e2e_us"], 99), 1) for r in runs[False]],
+        "per_run_p99_us_on": [round(pct(r["e2e_us"], 99), 1) for r in runs[True]],
+        "deadline_misses_off": sum(r["misses"] for r in runs[False]),
+        "deadline_misses_on": sum(r["misses"] for r in runs[True]),
+        "view_frames_to_client": [r["view_frames"] for r in runs[True]],
+        "cycles_per_run": cycles, "pairs": pairs,
+    }
+    goals = {"view_on_vs_off_p99_ratio": "<= 1.05"}
+    met = {k: bool(eval(f"{figures[k]} {g}")) for k, g in goals.items()}  # noqa: S307 (our own literals)
+    result = {**header("control_loop_view", args.quick, machine(),
+                        command="python benchmarks/control_loop.py --view" + (" --quick" if args.quick else "")),
+              "figures": {k: (round(v, 3) if isinstance(v, float) else v) for k, v in figures.items()},
+              "goals": goals, "goals_met": met,
+              "load_average_1min": {"before": round(load_before[0], 2), "after": round(os.getloadavg()[0], 2)},
+              "notes": "view on: the view node (nice 10, normal scheduling) records the run and serves the Foxglove "
+                       "WebSocket with a client subscribed to every channel; view off: the same graph without it. "
+                       "Runs alternate off/on; percentiles over all cycles of each side."}
+    out = write_result("control_loop_view", args.quick, result)
     print(json.dumps(result["figures"], indent=2))
     print(f"goals met: {met}\nwrote {out}")
     return 0

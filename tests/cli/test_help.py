@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-COMMANDS = ["demo", "train", "eval", "export", "doctor", "deploy", "learner", "bringup", "record", "replay"]
+COMMANDS = ["demo", "train", "eval", "export", "doctor", "deploy", "learner", "bringup", "record", "replay", "view"]
 
 
 def test_top_level_help_lists_every_command():

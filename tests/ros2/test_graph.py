@@ -114,7 +114,7 @@ def test_every_node_publishes_diagnostics_with_latency_and_model_identity(g, ros
         assert {"heartbeat_s", "cycle_latency_p50_us", "cycle_latency_p99_us", "overruns", "deadline_misses"} <= d.keys()
     assert pol["model_version"] == "1" and len(pol["actor_sha256"]) == 64
     assert saf["estopped"] in ("False", "True") and "interventions.clipped" in saf and "estop_cause" in saf
-    assert int(_diag(g, "experience_bridge")["recorded_cycles"]) > 0
+    assert int(_diag(g, "view")["recorded_cycles"]) > 0  # the graph records with its view node (tinker.view)
     # scheduling from the launch YAML: the loop's processes real-time where the host allows it
     # (root or an rtprio limit; the node says "refused" otherwise), the bridge never
     for d in (saf, pol):
@@ -308,7 +308,7 @@ def test_sigterm_publishes_a_stop_before_exit(g, ros2):
 
 
 def test_stop_leaves_no_process_and_the_recording_reads_back_and_imports(g, ros2, tmp_path):
-    from tinker.recording import read_cycles
+    from tinker.recording import cycles_to_transitions, read_cycles
     from tinker_core.cli import main as tinker
     from tinker_core.replay import ReplayBuffer
 
@@ -321,7 +321,11 @@ def test_stop_leaves_no_process_and_the_recording_reads_back_and_imports(g, ros2
     assert full[-1]["action_recv_ns"] >= full[-1]["features_recv_ns"] > 0
     assert tinker(["replay", "import", str(g.tmp / "run.mcap"), "-o", str(tmp_path / "replay")]) == 0
     buf = ReplayBuffer.load(tmp_path / "replay")
-    assert len(buf) > 20
+    # This graph's robot never resets (episode_cycles 0): the reaching policy ends its one episode within a
+    # few cycles and the arm stays at the goal, so few cycles are transitions (`tinker.recording.EpisodeEnds`;
+    # before it, every cycle at the goal was imported as another terminal transition)
+    want = cycles_to_transitions(recs)
+    assert len(buf) == len(want) >= 1 and sum(t.terminated for t in want) >= 1
     batch = buf.sample(8)
     assert batch.action.shape == (8, 7) and np.isfinite(batch.reward).all()
 

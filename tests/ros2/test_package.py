@@ -27,11 +27,11 @@ def _literal(tree: ast.Module, name: str):
 def test_launch_file_parses_and_names_every_installed_node_and_parameter_file():
     launch = ast.parse((PKG / "launch" / "bringup.launch.py").read_text())
     assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in launch.body)
-    nodes = set(_literal(launch, "NODES"))
+    nodes = set(_literal(launch, "NODES")) | {_literal(launch, "VIEW_NODE")}
     setup = ast.parse((PKG / "setup.py").read_text())
     scripts = {c.value.split("=")[0].strip() for c in ast.walk(setup)
                if isinstance(c, ast.Constant) and isinstance(c.value, str) and " = tinker." in c.value}
-    assert nodes == scripts == {"sim_robot", "perception", "policy", "safety", "experience_bridge"}
+    assert nodes == scripts == {"sim_robot", "perception", "policy", "safety", "experience_bridge", "view"}
     for n in nodes:
         assert (PKG / "tinker" / f"{n}.py").is_file()
     params_file = _literal(launch, "PARAMS_FILE")
@@ -39,9 +39,10 @@ def test_launch_file_parses_and_names_every_installed_node_and_parameter_file():
     assert params_file in installed_yaml == {"config/bringup.yaml"}
     doc = yaml.safe_load((PKG / params_file).read_text())
     assert {k.split("/")[-1] for k in doc if k != "/**"} == nodes  # every node has its section
-    from tinker.bringup import LIFECYCLE, NODES
+    from tinker.bringup import LIFECYCLE, NODES, VIEW_NODE
 
     assert tuple(NODES) == _literal(launch, "NODES") and tuple(LIFECYCLE) == _literal(launch, "LIFECYCLE")
+    assert VIEW_NODE == _literal(launch, "VIEW_NODE")
     xml = (PKG / "package.xml").read_text()
     assert 'format="3"' in xml and "<build_type>ament_python</build_type>" in xml
     for dep in ("rclpy", "lifecycle_msgs", "std_srvs", "sensor_msgs", "trajectory_msgs", "diagnostic_msgs"):
@@ -59,7 +60,7 @@ def test_colcon_builds_the_package_and_installs_launch_config_and_node_scripts(t
     assert (share / "launch" / "bringup.launch.py").is_file() and (share / "config" / "bringup.yaml").is_file()
     assert (share / "package.xml").is_file()
     assert (tmp_path / "install" / "tinker" / "share" / "ament_index" / "resource_index" / "packages" / "tinker").is_file()
-    for n in ("sim_robot", "perception", "policy", "safety", "experience_bridge"):
+    for n in ("sim_robot", "perception", "policy", "safety", "experience_bridge", "view"):
         assert (tmp_path / "install" / "tinker" / "lib" / "tinker" / n).is_file()
 
 

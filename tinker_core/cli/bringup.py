@@ -11,6 +11,7 @@ EPILOG = """\
 examples:
   tinker bringup --bundle runs/arm_reach/bundle
   tinker bringup --namespace robot1 --bundle B --record run1.mcap
+  tinker bringup --view          # then open http://127.0.0.1:8766/ or connect Foxglove to ws://127.0.0.1:8765
   tinker bringup --composed --set policy.on_overrun=stop --set /**.trace_dir=/tmp/trace
   tinker bringup --set /**.realtime_priority=0   # normal scheduling: no SCHED_FIFO (see tinker doctor)
 
@@ -34,7 +35,10 @@ def add_graph_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", metavar="FILE", help="parameter file (default: the package's config/bringup.yaml)")
     p.add_argument("--namespace", default="", help="robot namespace, e.g. robot1 (topics become /robot1/...)")
     p.add_argument("--composed", action="store_true", help="all nodes in one process and one executor")
-    p.add_argument("--record", metavar="RUN.mcap", help="record every cycle to this MCAP file")
+    p.add_argument("--record", metavar="RUN.mcap", help="record the standard topics, /tf and every cycle to this MCAP file")
+    p.add_argument("--view", action="store_true",
+                   help="live view: Foxglove WebSocket on ws://127.0.0.1:8765 and a page on http://127.0.0.1:8766/ "
+                        "(ports: --set view.port=P, view.http_port=P)")
     p.add_argument("--bundle", metavar="DIR", help="deploy bundle for perception and policy (overrides the YAML)")
     p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                    help="override one parameter (YAML value syntax); NODE may be /** for all nodes")
@@ -66,7 +70,7 @@ def graph_from_args(args: argparse.Namespace):
 
     bundle = str(Path(args.bundle).resolve()) if args.bundle else None
     return Graph(params_file=args.params, namespace=args.namespace, composed=args.composed, record=args.record,
-                 overrides=parse_overrides(args.set, bundle), run_dir=args.run_dir)
+                 overrides=parse_overrides(args.set, bundle), run_dir=args.run_dir, view=getattr(args, "view", False))
 
 
 def run(args: argparse.Namespace) -> int:

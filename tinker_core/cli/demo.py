@@ -39,6 +39,8 @@ def register(sub: Any) -> None:
     p.add_argument("--episodes-after", type=int, default=20)
     p.add_argument("--out", default="runs/demo", help="output directory (default runs/demo)")
     p.add_argument("--record", action="store_true", help="also record every cycle to OUT/run.mcap")
+    p.add_argument("--view", action="store_true",
+                   help="live view while it runs: http://127.0.0.1:8766/ (Foxglove WebSocket ws://127.0.0.1:8765)")
     p.add_argument("--learner-set", nargs="*", default=[], metavar="NAME=VALUE",
                    help="LearnerConfig overrides, e.g. gate_min_success=0.9 publish_every=200")
     p.set_defaults(func=run)
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         bundle=args.bundle or str(pre / "bundle"), checkpoint=args.checkpoint or str(pre / "checkpoint"),  # type: ignore[operator]
         dynamics=args.dynamics or str(REPO / "sim" / "config" / "dynamics" / "shifted_miscalibrated.yaml"),
         out=args.out, episodes_before=args.episodes_before, finetune_episodes=args.finetune_episodes,
-        episodes_after=args.episodes_after, learner=overrides, record=args.record)
+        episodes_after=args.episodes_after, learner=overrides, record=args.record,
+        view=args.view)
     run_demo(cfg)
     return 0

@@ -12,10 +12,14 @@ def register(sub: Any) -> None:
     from tinker_core.cli.bringup import add_graph_arguments
 
     p = sub.add_parser("record", help="run the ROS 2 graph and record every control cycle to MCAP",
-                       description="Same as 'tinker bringup --record OUT': every cycle's policy input, raw action, "
-                                   "command after safety, timestamps, policy version and safety status go to an "
-                                   "MCAP file (schema tinker_msgs/msg/CycleRecord, readable by standard MCAP tools). "
-                                   "Turn it into replay data with 'tinker replay import OUT'.")
+                       description="Same as 'tinker bringup --record OUT': the view node records the standard topics "
+                                   "(sensor_msgs/JointState, the command, sensor_msgs/Image, diagnostic_msgs/"
+                                   "DiagnosticArray, tf2_msgs/TFMessage from the URDF) and one "
+                                   "tinker_msgs/msg/CycleRecord per cycle (policy input, raw action, command after "
+                                   "safety, timestamps, policy version, safety status and reason, episode ends) to an "
+                                   "MCAP file that ros2 bag, rosbags and Foxglove read (every schema is in the file). "
+                                   "Replay it with 'tinker view OUT'; turn it into replay data with "
+                                   "'tinker replay import OUT'.")
     p.add_argument("out", metavar="RUN.mcap", help="the MCAP file to write")
     add_graph_arguments(p)
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until Ctrl-C)")

@@ -8,6 +8,7 @@ setup(
     name=package_name,
     version="0.1.0",
     packages=find_packages(exclude=["test"]),
+    package_data={package_name: ["web/*.html"]},
     data_files=[
         ("share/ament_index/resource_index/packages", ["resource/" + package_name]),
         ("share/" + package_name, ["package.xml"]),
@@ -26,5 +27,6 @@ setup(
         "policy = tinker.policy:main",
         "safety = tinker.safety:main",
         "experience_bridge = tinker.experience_bridge:main",
+        "view = tinker.view:main",
     ]},
 )

@@ -5,7 +5,9 @@ pip-only hosts), starts every node in ``namespace``, and drives the lifecycle no
 policy) through configure -> activate with the standard lifecycle_msgs transitions.
 
 Arguments: ``namespace:=robot1``, ``params_file:=/path/other.yaml``, ``bundle:=/path/bundle``
-(perception and policy), ``record:=/path/run.mcap`` (experience_bridge). Empty = the file's value.
+(perception and policy), ``record:=/path/run.mcap`` and ``view:=true`` (both start the ``view`` node: it
+records the run, and with ``view:=true`` serves the live view on ws://127.0.0.1:8765 and
+http://127.0.0.1:8766/). Empty = the file's value.
 """
 
 import os
@@ -25,7 +27,9 @@ LIFECYCLE = ("safety", "policy")
 """The nodes that command the robot: lifecycle nodes, configured then activated in this order."""
 PARAMS_FILE = "config/bringup.yaml"
 """The one parameter file, relative to the package share."""
-OVERRIDES = {"bundle": ("perception", "policy"), "record": ("experience_bridge",)}
+VIEW_NODE = "view"
+"""The observer (records, streams the live view): started when ``record`` or ``view`` is given."""
+OVERRIDES = {"bundle": ("perception", "policy"), "record": (VIEW_NODE,)}
 """Launch arguments that, when not empty, override one parameter of these nodes."""
 
 
@@ -38,12 +42,16 @@ def _graph(context):
     namespace = context.launch_configurations["namespace"]
     params_file = context.launch_configurations["params_file"]
     actions = []
-    for name in NODES:
+    view = context.launch_configurations.get("view", "false").lower() in ("true", "1", "yes")
+    observers = (VIEW_NODE,) if view or context.launch_configurations.get("record", "") else ()
+    for name in NODES + observers:
         params = [params_file]
         for arg, nodes in OVERRIDES.items():
             value = context.launch_configurations.get(arg, "")
             if value and name in nodes:
                 params.append({arg: value})
+        if name == VIEW_NODE:
+            params.append({"serve": view})
         if name in LIFECYCLE:
             node = LifecycleNode(package="tinker", executable=name, name=name, namespace=namespace,
                                  parameters=params, output="screen")
@@ -67,6 +75,8 @@ def generate_launch_description():
         DeclareLaunchArgument("params_file", default_value=os.path.join(share, PARAMS_FILE),
                               description="the graph's parameter file (ros__parameters per node)"),
         DeclareLaunchArgument("bundle", default_value="", description="deploy bundle dir for perception and policy"),
-        DeclareLaunchArgument("record", default_value="", description="MCAP file to record every cycle to"),
+        DeclareLaunchArgument("record", default_value="", description="MCAP file to record the run to (view node)"),
+        DeclareLaunchArgument("view", default_value="false",
+                              description="true: live view (Foxglove WebSocket :8765, browser page :8766)"),
         OpaqueFunction(function=_graph),
     ])

@@ -48,7 +48,10 @@ NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
 """Every node of the graph, in start order; the same list as the launch file's."""
 LIFECYCLE = ("safety", "policy")
 """Commanding nodes: configured and activated in this order."""
-RECORD_NODE = "experience_bridge"
+VIEW_NODE = "view"
+"""The observer (`tinker.view`): records (``record``) and streams the live view (``view``). Started only when
+asked for, always as a process of its own (never composed with the loop)."""
+RECORD_NODE = VIEW_NODE
 
 
 class BringupError(TinkerError):
@@ -95,22 +98,26 @@ class Graph:
                  overrides: Mapping[str, Mapping[str, Any]] | None = None, composed: bool = False,
                  record: str | os.PathLike | None = None, nodes: Sequence[str] = NODES,
                  run_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
-                 python: str = sys.executable):
+                 python: str = sys.executable, view: bool = False):
         self.params_file = Path(params_file) if params_file else default_params_file()
         if not self.params_file.is_file():
             raise ConfigError(f"bringup --params: file not found: {self.params_file}")
-        unknown = [n for n in nodes if n not in NODES]
+        unknown = [n for n in nodes if n not in (*NODES, VIEW_NODE)]
         if unknown:
-            raise ConfigError(f"bringup nodes: unknown {unknown}; known: {list(NODES)}")
+            raise ConfigError(f"bringup nodes: unknown {unknown}; known: {[*NODES, VIEW_NODE]}")
         self.namespace = namespace.strip("/")
         self.nodes = list(nodes)
+        if (view or record) and VIEW_NODE not in self.nodes:
+            self.nodes.append(VIEW_NODE)
         self.composed = composed
         self.overrides: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
-        bad = [k for k in self.overrides if k not in NODES and k != "/**"]
+        bad = [k for k in self.overrides if k not in (*NODES, VIEW_NODE) and k != "/**"]
         if bad:
-            raise ConfigError(f"bringup overrides: unknown node(s) {bad}; known: {list(NODES)}")
+            raise ConfigError(f"bringup overrides: unknown node(s) {bad}; known: {[*NODES, VIEW_NODE]}")
         if record:
             self.overrides.setdefault(RECORD_NODE, {})["record"] = str(Path(record).resolve())
+        if VIEW_NODE in self.nodes:
+            self.overrides.setdefault(VIEW_NODE, {}).setdefault("serve", bool(view))
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="tinker-bringup-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.env = dict(os.environ if env is None else env)
@@ -153,13 +160,14 @@ class Graph:
 
     def command(self, node: str | None) -> list[str]:
         if node is None:
-            return [self.python, "-m", "tinker.composed", "--nodes", ",".join(self.nodes), *self.ros_args(None)]
+            loop = [n for n in self.nodes if n != VIEW_NODE]
+            return [self.python, "-m", "tinker.composed", "--nodes", ",".join(loop), *self.ros_args(None)]
         return [self.python, "-m", f"tinker.{node}", *self.ros_args(node)]
 
     # --- processes -----------------------------------------------------------------------------------
     def start(self, activate: bool = True, timeout: float = 60.0) -> "Graph":
         """Start the processes, wait for every node, then configure and activate the lifecycle nodes."""
-        groups = [None] if self.composed else self.nodes
+        groups = ([None] + [n for n in self.nodes if n == VIEW_NODE]) if self.composed else self.nodes
         self._connect()
         try:
             self._refuse_name_clash()
@@ -186,10 +194,10 @@ class Graph:
 
     def pid(self, node: str) -> int:
         """The process id of ``node`` (the composed process's in composed mode)."""
-        return self.procs["composed" if self.composed else node].pid
+        return self.procs["composed" if self.composed and node != VIEW_NODE else node].pid
 
     def log(self, node: str) -> str:
-        path = self.run_dir / f"{'composed' if self.composed else node}.log"
+        path = self.run_dir / f"{'composed' if self.composed and node != VIEW_NODE else node}.log"
         return path.read_text(errors="replace") if path.is_file() else ""
 
     def _check_alive(self) -> None:

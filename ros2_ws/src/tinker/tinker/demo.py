@@ -69,6 +69,8 @@ class DemoConfig:
     """first episode seed of the robot"""
     record: bool = False
     """record every cycle to out/run.mcap"""
+    view: bool = False
+    """serve the live view (tinker.view: Foxglove WebSocket on :8765, the page on :8766)"""
 
     def __post_init__(self) -> None:
         for k in ("episodes_before", "finetune_episodes", "episodes_after", "episode_cycles"):
@@ -385,11 +387,13 @@ def run_demo(cfg: DemoConfig, progress: Callable[[str], None] = print) -> dict:
         "experience_bridge": {"learner_endpoint": lconf["transitions_endpoint"],
                               "weights_endpoint": lconf["weights_endpoint"],
                               "bundle_dir": str(out / "received")},
+        "view": {"learner_control": lconf["control_endpoint"]},
     }
     progress(f"starting the learner (fine-tunes {cfg.checkpoint}) ...")
     learner.start()
     monitor = None
-    graph = Graph(overrides=overrides, run_dir=out / "nodes", record=out / "run.mcap" if cfg.record else None)
+    graph = Graph(overrides=overrides, run_dir=out / "nodes", record=out / "run.mcap" if cfg.record else None,
+                  view=cfg.view)
     report: dict[str, Any] = {}
     try:
         ready = learner.wait_ready()
