@@ -194,6 +194,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.namesake = ""
         self._names_checked = 0.0
         self.holds = 0
+        self.no_command = 0
         self.ramp_restarts = 0  # safe-start ramps begun by activation or a returning policy
         self.refused = 0
         self.last_error = ""
@@ -487,7 +488,10 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         status = "estopped" if self.guard is not None and self.guard.estopped else "held"
         self._publish(self._q, self._state_stamp, self._state_cycle, "", status, why=why)
 
-    def _publish(self, cmd: np.ndarray, stamp: int, cycle: int, version, status: str, why: str = "") -> None:
+    def _publish(self, cmd: np.ndarray | None, stamp: int, cycle: int, version, status: str, why: str = "") -> None:
+        if cmd is None:  # the guard has no valid measured state yet: nothing may be commanded
+            self.no_command += 1
+            return
         meta = {"stamp_ns": stamp, "cycle": cycle, "version": version, "status": status}
         if why:
             meta["why"] = why.replace(";", ",").replace("=", ":")
@@ -544,7 +548,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
 
     # --- runtime hooks ---------------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
-        vals: dict[str, object] = {"active": self.active, "holds": self.holds, "refused_inputs": self.refused,
+        vals: dict[str, object] = {"active": self.active, "holds": self.holds, "no_command": self.no_command, "refused_inputs": self.refused,
                                    "state_refusal": self.untrusted,
                                    **{f"refused_states.{k}": v for k, v in self.refused_states.items()},
                                    "policy_active": self.policy_active, "ramp_restarts": self.ramp_restarts,
