@@ -125,6 +125,14 @@ class ActorPool:
         elif not all(t.is_alive() for t in self._threads):
             raise TransportError("IMPALA actor thread stopped while the learner still waits for trajectories")
 
+    def wait_ready(self, timeout_s: float = 300.0) -> list[dict]:
+        """Block until every actor is built (Ray actors start a process and import torch: seconds)."""
+        if self.ray:
+            import ray
+
+            return ray.get([a.stats.remote() for a in self.actors], timeout=timeout_s)
+        return self.stats()
+
     def qsize(self) -> int:
         return int(self.queue.qsize())
 
