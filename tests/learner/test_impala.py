@@ -69,7 +69,7 @@ def test_full_queue_blocks_the_actors_threads():
     algo = IMPALA("CartPole-v1", cfg)
     pool = ActorPool(algo.env_factory, (algo.obs_spec, algo.action_spec), cfg)
     try:
-        pool.publish(0, algo.weights())
+        pool.publish(0, algo.actor_payload())
         check_full_queue_blocks(pool, 3, 2)
     finally:
         pool.close()

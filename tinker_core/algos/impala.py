@@ -116,7 +116,10 @@ def _env_factory(src: Any, env_kwargs: dict) -> Callable[[], Any] | None:
     import gymnasium as gym
 
     if isinstance(src, str):
-        return functools.partial(gym.make, src, **env_kwargs)
+        try:  # the spec names its entry point as "module:Class": a fresh Ray process imports it (tinker/ ids too)
+            return functools.partial(gym.make, gym.spec(src), **env_kwargs)
+        except gym.error.Error:
+            return functools.partial(gym.make, src, **env_kwargs)
     if isinstance(src, gym.Env):
         if src.spec is None:
             raise ConfigError("IMPALA: the actors need an env id or a factory to make their envs, got an env without a spec")
@@ -141,6 +144,7 @@ class IMPALA(Algorithm):
         self.lag = LagStats()
         self.pool: Any = None
         self.actor_stats: list[dict] = []
+        self.env_params: dict[str, float] = {}
 
     def _build_networks(self) -> None:
         c = self.config
@@ -205,8 +209,20 @@ class IMPALA(Algorithm):
 
     # -- the learner --------------------------------------------------------------------------------
     def weights(self) -> dict[str, np.ndarray]:
-        """The state the actors load (CPU numpy copies)."""
+        """The network state the actors load (CPU numpy copies)."""
         return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+
+    def set_env_param(self, name: str, value: float) -> None:
+        """Set ``name`` on every actor's envs (``env.unwrapped.set_curriculum`` or the attribute): a
+        curriculum's level. It travels with the next weights the actors pull."""
+        self.env_params[str(name)] = float(value)
+
+    def actor_payload(self) -> dict:
+        """What the actors pull: {"state": weights, "env_params": the curriculum's settings}."""
+        return {"state": self.weights(), "env_params": dict(self.env_params)}
+
+    def _publish(self) -> None:
+        self.pool.publish(self.num_updates, self.actor_payload())
 
     def update_from_trajectories(self, trajs: list) -> dict:
         """One V-trace actor-critic update from trajectories (`tinker_core.impala.Trajectory`)."""
@@ -264,7 +280,7 @@ class IMPALA(Algorithm):
         if self.pool is None:
             self.pool = ActorPool(self.env_factory, (self.obs_spec, self.action_spec), self.config,
                                   seed=self.config.seed + 1000 * self.num_updates)
-            self.pool.publish(self.num_updates, self.weights())
+            self._publish()
         return self.pool
 
     def stop_actors(self) -> list[dict]:
@@ -294,9 +310,8 @@ class IMPALA(Algorithm):
         eps = [EpisodeInfo(r, n, s) for t in trajs for (r, n, s) in t.episodes]
         self.update_from_trajectories(trajs)
         if c.mode == "sync" or self.num_updates % c.publish_every == 0:
-            self.pool.publish(self.num_updates, self.weights())
-        if eps:
-            self._record_episodes(eps)
+            self._publish()
+        self.vec_env.finished.extend(eps)  # learn() records them and hands them to its callback
         self._last_obs = None
 
     def _log_point(self) -> None:
@@ -322,9 +337,11 @@ class IMPALA(Algorithm):
         return self.perception, ClippedMeanHead(self.pi.mean, self.act_low, self.act_high)
 
     def _extra_state(self) -> tuple[dict, dict[str, np.ndarray]]:
-        return {"lag_histogram": {str(k): int(v) for k, v in self.lag.counts.items()}}, {}
+        return {"lag_histogram": {str(k): int(v) for k, v in self.lag.counts.items()},
+                "env_params": dict(self.env_params)}, {}
 
     def _load_extra_state(self, meta: dict, tensors: Any) -> None:
+        self.env_params = {str(k): float(v) for k, v in meta.get("env_params", {}).items()}
         self.lag.counts.clear()
         self.lag.counts.update({int(k): int(v) for k, v in meta.get("lag_histogram", {}).items()})
 

@@ -18,7 +18,10 @@ examples:
   tinker train --config configs/bc_arm_sort.yaml --out runs/arm_sort      (behaviour cloning + DAgger)
 
 The config YAML holds 'algo', 'env', 'env_kwargs', 'total_timesteps' and a section named after the
-algorithm with its hyperparameters (see configs/). Command-line flags override the file. The run
+algorithm with its hyperparameters (see configs/). An optional 'curriculum' section (CurriculumConfig:
+param, levels, promote_at, demote_at, window) moves an env setting through its levels on the measured
+success rate, e.g. param: success_distance, levels: [0.15, 0.1, 0.05] on tinker/ArmReach-v0; the
+changes are in the run's curriculum.json. Command-line flags override the file. The run
 directory gets TensorBoard logs (tb/), metrics.jsonl, checkpoints/, final/ and learning_curve.png.
 BC imitates an expert: 'expert' (or --expert) names it as module:Class, built once per env as
 Class(env) and called as obs -> action (default for tinker/ArmSort-v0 and ArmReach-v0: the scripted
@@ -31,7 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Train a policy with PPO, SAC, DQN or BC (behaviour cloning + DAgger from an "
                                    "expert); log to TensorBoard; checkpoint; plot.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--algo", choices=["ppo", "sac", "dqn", "bc"], help="algorithm (default: from --config)")
+    p.add_argument("--algo", choices=["ppo", "sac", "dqn", "bc", "impala"], help="algorithm (default: from --config)")
     p.add_argument("--env", help="gymnasium id, e.g. Pendulum-v1 or tinker/ArmReach-v0 (default: from --config)")
     p.add_argument("--config", help="YAML with algo, env, env_kwargs, total_timesteps and the algorithm's section")
     p.add_argument("--expert", help="BC only: the expert as module:Class (default: from --config, else the "
@@ -59,10 +62,11 @@ def run(args: argparse.Namespace) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     data = read_yaml(args.config) if args.config else {}
-    unknown = sorted(set(data) - {"algo", "env", "env_kwargs", "total_timesteps", "expert", *ALGOS})
+    unknown = sorted(set(data) - {"algo", "env", "env_kwargs", "total_timesteps", "expert", "curriculum", *ALGOS})
     if unknown:
         raise ConfigError(f"{args.config}: unknown top-level key(s) {unknown}; expected algo, env, env_kwargs, "
-                          "total_timesteps, expert (BC) and a section named after the algorithm")
+                          "total_timesteps, expert (BC), curriculum and a section named after the algorithm")
+    curriculum = _curriculum(data.get("curriculum"))
     env_id = args.env or data.get("env")
     if env_id and env_id.startswith("tinker/"):
         import sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
@@ -75,8 +79,9 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out) if args.out else Path(args.resume).parent.parent
         t0 = time.perf_counter()
         algo.learn(max(total, algo._learn_target), progress=not args.no_progress, out_dir=out,
-                   checkpoint_every=args.checkpoint_every, resume=True, callback=_time_limit(args.max_minutes))
-        return _report(algo, out, t0)
+                   checkpoint_every=args.checkpoint_every, resume=True,
+                   callback=_callbacks(_time_limit(args.max_minutes), _bound(curriculum, algo)))
+        return _report(algo, out, t0, curriculum)
 
     name = args.algo or data.get("algo")
     if name not in ALGOS:
@@ -106,8 +111,8 @@ def run(args: argparse.Namespace) -> int:
         algo.set_expert(_expert_factory(args.expert or data.get("expert"), env_id))
     t0 = time.perf_counter()
     algo.learn(int(total), progress=not args.no_progress, out_dir=out, checkpoint_every=args.checkpoint_every,
-               callback=_time_limit(args.max_minutes))
-    return _report(algo, out, t0)
+               callback=_callbacks(_time_limit(args.max_minutes), _bound(curriculum, algo)))
+    return _report(algo, out, t0, curriculum)
 
 
 SCRIPTED_EXPERTS = {"tinker/ArmReach-v0": "sim.scripted:ScriptedReachController",
@@ -133,6 +138,31 @@ def _expert_factory(spec: str | None, env_id: str | None):
     return cls
 
 
+def _curriculum(section):
+    """The config's 'curriculum' section as a `Curriculum` (None without one)."""
+    if section is None:
+        return None
+    from tinker_core.config import load_config
+    from tinker_core.curriculum import Curriculum, CurriculumConfig
+
+    return Curriculum(load_config(CurriculumConfig, section))
+
+
+def _bound(curriculum, algo):
+    """The curriculum bound to the algorithm's envs (the first level applies before the first step)."""
+    if curriculum is not None:
+        curriculum.bind(algo)
+    return curriculum
+
+
+def _callbacks(*cbs):
+    """One ``learn`` callback calling each given one; stops when any returns False."""
+    cbs = [cb for cb in cbs if cb is not None]
+    if not cbs:
+        return None
+    return lambda algo, info: all([cb(algo, info) is not False for cb in cbs])
+
+
 def _time_limit(minutes: float):
     if not minutes:
         return None
@@ -140,7 +170,7 @@ def _time_limit(minutes: float):
     return lambda algo, info: time.perf_counter() < end
 
 
-def _report(algo, out: Path, t0: float) -> int:
+def _report(algo, out: Path, t0: float, curriculum=None) -> int:
     import numpy as np
 
     wall = time.perf_counter() - t0
@@ -151,6 +181,11 @@ def _report(algo, out: Path, t0: float) -> int:
         summary["success_rate_last50"] = float(np.mean(algo.success_history[-50:]))
     if algo.algo_name == "bc":
         summary.update(episodes_labelled=algo.episodes_labelled, expert_calls=algo.expert_calls, rounds=algo.round_log)
+    if curriculum is not None:
+        summary["curriculum"] = {"param": curriculum.config.param, "level": curriculum.level,
+                                 "value": curriculum.value, "changes": len(curriculum.history)}
+        (out / "curriculum.json").write_text(json.dumps({"config": curriculum.config.__dict__,
+                                                         "history": curriculum.history}, indent=1))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
     return 0

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from tinker_core.algos.vec_env import VecEnv
+from tinker_core.curriculum import apply_env_param
 from tinker_core.errors import ConfigError
 from tinker_core.impala.trajectory import Trajectory, stack_obs
 
@@ -47,6 +48,7 @@ class ImpalaActor:
         self.vec.action_space.seed(self.seed)
         self._obs = self.vec.reset(seed=self.seed)
         self.version = -2
+        self.env_params: dict[str, float] = {}
         self._stop = threading.Event()
         self.steps = self.unrolls = self.sent = 0
         self.blocked_s = self.wait_params_s = 0.0
@@ -55,8 +57,13 @@ class ImpalaActor:
     def _load(self, got: tuple[int, Any] | None) -> bool:
         if got is None:
             return False
-        version, weights = got
-        self.algo.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in weights.items()})
+        version, payload = got
+        self.algo.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in payload["state"].items()})
+        for name, value in payload.get("env_params", {}).items():
+            if self.env_params.get(name) != value:
+                for env in self.vec.envs:
+                    apply_env_param(env, name, value)
+                self.env_params[name] = value
         self.version = int(version)
         return True
 
@@ -136,7 +143,7 @@ class ImpalaActor:
     def stats(self) -> dict:
         return {"actor": self.actor_id, "steps": self.steps, "unrolls": self.unrolls, "sent": self.sent,
                 "version": self.version, "blocked_s": round(self.blocked_s, 3),
-                "wait_params_s": round(self.wait_params_s, 3)}
+                "wait_params_s": round(self.wait_params_s, 3), "env_params": dict(self.env_params)}
 
     def close(self) -> None:
         self.vec.close()

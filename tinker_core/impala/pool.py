@@ -88,8 +88,9 @@ class ActorPool:
         self._runs = [a.run.remote() for a in self.actors]
 
     # -- the learner's side --------------------------------------------------------------------
-    def publish(self, version: int, weights: dict[str, np.ndarray]) -> None:
-        self.params.publish(version, weights)
+    def publish(self, version: int, payload: dict) -> None:
+        """Make ``payload`` (`IMPALA.actor_payload`: weights and env settings) version ``version``."""
+        self.params.publish(version, payload)
 
     def get(self, n: int, timeout_s: float = 120.0) -> list[Trajectory]:
         """``n`` trajectories in arrival order, waiting for them; TransportError when an actor failed
