@@ -116,6 +116,16 @@ def test_threads_async_then_sync_and_checkpoint_round_trips(tmp_path):
     assert back.lag.summary() == algo.lag.summary()
     obs = np.random.default_rng(0).normal(size=(64, 4)).astype(np.float32)
     assert np.array_equal(back.predict(obs), algo.predict(obs))
+    # the deployed graph (ONNX, onnxruntime) acts as predict does
+    import onnxruntime as ort
+    import torch
+
+    parts = back.deployable_parts()
+    model = torch.nn.Sequential(parts["perception"], parts["actor"])
+    torch.onnx.export(model, (torch.as_tensor(obs),), str(tmp_path / "p.onnx"), opset_version=17, dynamo=False,
+                      input_names=["obs"], output_names=["action"], dynamic_axes={"obs": {0: "b"}, "action": {0: "b"}})
+    sess = ort.InferenceSession(str(tmp_path / "p.onnx"), providers=["CPUExecutionProvider"])
+    assert np.array_equal(sess.run(None, {"obs": obs})[0], back.predict(obs))
     back.learn(4000, progress=False)  # training goes on from the checkpoint
     assert back.num_updates > algo.num_updates and back.num_timesteps >= 4000 + algo.num_timesteps
 
