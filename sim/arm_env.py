@@ -144,6 +144,13 @@ class ArmEnv(gym.Env):
         _, success, task_info = self.task.evaluate(self._ee)
         return self._observe(), self._info(success, task_info)
 
+    def set_curriculum(self, param: str, value: float) -> None:
+        """A curriculum level (`tinker_core.curriculum`): sets the task's ``param``, e.g. the reach task's
+        ``success_distance``; the task must have it."""
+        if not hasattr(self.task, param):
+            raise ConfigError(f"ArmEnv.set_curriculum: the {self.task.name!r} task has no parameter {param!r}")
+        setattr(self.task, param, type(getattr(self.task, param))(value))
+
     def apply_dynamics(self, params: DynamicsParams) -> None:
         """Put a dynamics set in force (normally done by `reset`)."""
         self.dynamics = params

@@ -7,7 +7,8 @@ moves to the next level (and back one level below ``demote_at``). Each change is
 flags, ``info["is_success"]``), or call ``record(success)`` yourself.
 
 How a level reaches the env: ``env.unwrapped.set_curriculum(param, value)`` when the env has it,
-else ``setattr(env.unwrapped, param, value)``.
+else ``setattr(env.unwrapped, param, value)``. An algorithm whose envs live elsewhere (IMPALA's
+actors) takes it through its ``set_env_param(param, value)``, which the callback uses when present.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Curriculum:
         self.recent: deque[bool] = deque(maxlen=self.config.window)
         self.history: list[dict] = []
         self.episodes = 0
+        self.sink: Any = None
         self._apply()
 
     @property
@@ -96,18 +98,34 @@ class Curriculum:
 
     def _apply(self) -> None:
         for env in self.envs:
-            u = getattr(env, "unwrapped", env)
-            if hasattr(u, "set_curriculum"):
-                u.set_curriculum(self.config.param, self.value)
-            else:
-                setattr(u, self.config.param, self.value)
+            apply_env_param(env, self.config.param, self.value)
+        if self.sink is not None:
+            self.sink(self.config.param, self.value)
+
+    def bind(self, algo: Any) -> None:
+        """Send levels to ``algo``'s envs, starting with the current one: through
+        ``algo.set_env_param`` when it has one (IMPALA's actors), else to ``algo.vec_env.envs``."""
+        if hasattr(algo, "set_env_param"):
+            self.sink = algo.set_env_param
+            self._apply()
+        elif getattr(algo, "vec_env", None) is not None:
+            self.attach(algo.vec_env.envs)
 
     def __call__(self, algo: Any, info: dict) -> None:
-        """``learn`` callback: attaches to the algorithm's envs on first call, records each episode."""
-        if not self.envs and getattr(algo, "vec_env", None) is not None:
-            self.attach(algo.vec_env.envs)
+        """``learn`` callback: binds to the algorithm on first call (if not bound), records each episode."""
+        if self.sink is None and not self.envs:
+            self.bind(algo)
         for ep in info.get("episodes", ()):
             if ep.success is not None and self.record(ep.success):
                 logger = getattr(algo, "_logger", None)
                 if logger is not None:
                     logger.scalars(algo.num_timesteps, {"curriculum/level": self.level, "curriculum/value": self.value})
+
+
+def apply_env_param(env: Any, param: str, value: float) -> None:
+    """``env.unwrapped.set_curriculum(param, value)`` when the env has it, else set the attribute."""
+    u = getattr(env, "unwrapped", env)
+    if hasattr(u, "set_curriculum"):
+        u.set_curriculum(param, value)
+    else:
+        setattr(u, param, value)

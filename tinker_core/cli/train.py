@@ -19,7 +19,11 @@ examples:
 
 The config YAML holds 'algo', 'env', 'env_kwargs', 'env_import', 'env_wrappers', 'total_timesteps'
 and a section named after the algorithm with its hyperparameters (see configs/), or 'rlzoo': an RL Zoo
-entry pasted as it is written (see configs/rlzoo/). Command-line flags override the file. The run
+entry pasted as it is written (see configs/rlzoo/). An optional 'curriculum' section (CurriculumConfig:
+param, levels, promote_at, demote_at, window) moves an env setting through its levels on the measured
+success rate, e.g. param: success_distance, levels: [0.15, 0.1, 0.05] on tinker/ArmReach-v0; the
+changes are in the run's curriculum.json. An 'agents' file trains several agents (see configs/agents_*.yaml).
+Command-line flags override the file. The run
 directory gets TensorBoard logs (tb/), metrics.jsonl, checkpoints/, final/ and learning_curve.png.
   env: any registered gymnasium id, 'package:Id-v0' (imports package first) or 'package.module:EnvClass'
   env_import: [package, ...]      modules to import first (packages that register their ids)
@@ -36,10 +40,11 @@ controllers in sim/scripted.py). BC stops when its episode schedule is done; tot
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a policy (PPO, SAC, DQN, BC)",
-                       description="Train a policy with PPO, SAC, DQN or BC (behaviour cloning + DAgger from an "
-                                   "expert); log to TensorBoard; checkpoint; plot.",
+                       description="Train a policy with PPO, SAC, DQN, IMPALA or BC (behaviour cloning + DAgger from "
+                                   "an expert), or several agents from an agents file; log to TensorBoard; "
+                                   "checkpoint; plot.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--algo", choices=["ppo", "sac", "dqn", "bc"], help="algorithm (default: from --config)")
+    p.add_argument("--algo", choices=["ppo", "sac", "dqn", "bc", "impala"], help="algorithm (default: from --config)")
     p.add_argument("--env", help="gymnasium id, e.g. Pendulum-v1, tinker/ArmReach-v0, panda_gym:PandaReach-v3 or "
                                   "package.module:EnvClass (default: from --config)")
     p.add_argument("--config", help="YAML with algo, env, env_kwargs, env_import, env_wrappers, total_timesteps and "
@@ -78,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
     if unknown:
         raise ConfigError(f"{args.config}: unknown top-level key(s) {unknown}; expected {', '.join(TOP_LEVEL)} "
                           "and a section named after the algorithm")
+    curriculum = _curriculum(data.get("curriculum"))
     env_id = args.env or data.get("env")
     if args.resume and not env_id:
         env_id = _recorded_env_id(Path(args.resume))
@@ -92,8 +98,9 @@ def run(args: argparse.Namespace) -> int:
         out = Path(args.out) if args.out else Path(args.resume).parent.parent
         t0 = time.perf_counter()
         algo.learn(max(total, algo._learn_target), progress=not args.no_progress, out_dir=out,
-                   checkpoint_every=args.checkpoint_every, resume=True, callback=_time_limit(args.max_minutes))
-        return _report(algo, out, t0)
+                   checkpoint_every=args.checkpoint_every, resume=True,
+                   callback=_callbacks(_time_limit(args.max_minutes), _bound(curriculum, algo)))
+        return _report(algo, out, t0, curriculum)
 
     name = args.algo or data.get("algo") or (algo_of_file(args.rlzoo) if args.rlzoo else None)
     if name not in ALGOS:
@@ -146,11 +153,12 @@ def run(args: argparse.Namespace) -> int:
         algo.set_expert(_expert_factory(args.expert or data.get("expert"), env_id))
     t0 = time.perf_counter()
     algo.learn(int(total), progress=not args.no_progress, out_dir=out, checkpoint_every=args.checkpoint_every,
-               callback=_time_limit(args.max_minutes))
-    return _report(algo, out, t0)
+               callback=_callbacks(_time_limit(args.max_minutes), _bound(curriculum, algo)))
+    return _report(algo, out, t0, curriculum)
 
 
-TOP_LEVEL = ("algo", "env", "env_kwargs", "env_import", "env_wrappers", "total_timesteps", "expert", "rlzoo")
+TOP_LEVEL = ("algo", "env", "env_kwargs", "env_import", "env_wrappers", "total_timesteps", "expert", "rlzoo",
+             "curriculum")
 """the config file's own keys (besides one section per algorithm)"""
 
 
@@ -185,6 +193,31 @@ def _expert_factory(spec: str | None, env_id: str | None):
     return cls
 
 
+def _curriculum(section):
+    """The config's 'curriculum' section as a `Curriculum` (None without one)."""
+    if section is None:
+        return None
+    from tinker_core.config import load_config
+    from tinker_core.curriculum import Curriculum, CurriculumConfig
+
+    return Curriculum(load_config(CurriculumConfig, section))
+
+
+def _bound(curriculum, algo):
+    """The curriculum bound to the algorithm's envs (the first level applies before the first step)."""
+    if curriculum is not None:
+        curriculum.bind(algo)
+    return curriculum
+
+
+def _callbacks(*cbs):
+    """One ``learn`` callback calling each given one; stops when any returns False."""
+    cbs = [cb for cb in cbs if cb is not None]
+    if not cbs:
+        return None
+    return lambda algo, info: all([cb(algo, info) is not False for cb in cbs])
+
+
 def _time_limit(minutes: float):
     if not minutes:
         return None
@@ -192,7 +225,7 @@ def _time_limit(minutes: float):
     return lambda algo, info: time.perf_counter() < end
 
 
-def _report(algo, out: Path, t0: float) -> int:
+def _report(algo, out: Path, t0: float, curriculum=None) -> int:
     import numpy as np
 
     wall = time.perf_counter() - t0
@@ -203,6 +236,11 @@ def _report(algo, out: Path, t0: float) -> int:
         summary["success_rate_last50"] = float(np.mean(algo.success_history[-50:]))
     if algo.algo_name == "bc":
         summary.update(episodes_labelled=algo.episodes_labelled, expert_calls=algo.expert_calls, rounds=algo.round_log)
+    if curriculum is not None:
+        summary["curriculum"] = {"param": curriculum.config.param, "level": curriculum.level,
+                                 "value": curriculum.value, "changes": len(curriculum.history)}
+        (out / "curriculum.json").write_text(json.dumps({"config": curriculum.config.__dict__,
+                                                         "history": curriculum.history}, indent=1))
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps(summary))
     return 0

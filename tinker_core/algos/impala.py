@@ -1,0 +1,353 @@
+"""IMPALA (Espeholt et al. 2018): actors collect trajectories with a possibly stale policy and send them
+through a bounded queue; the learner corrects the policy lag with V-trace and updates one actor-critic.
+
+``IMPALA("CartPole-v1", IMPALAConfig(num_actors=2)).learn(100_000)`` starts the actors (threads here,
+or Ray actors with ``backend="ray"``, on a cluster with ``ray_address``), takes ``batch_trajectories``
+trajectories per update, publishes the new weights, and stops the actors when done. ``mode="sync"``
+makes the actors wait for the newest weights every round (policy lag 0); ``mode="async"`` lets them
+run ahead, pulling weights every ``pull_every`` unrolls. The lag of every trajectory is kept in
+``algo.lag`` (`LagStats`) and logged. Save/load, export and deploy are the other algorithms'
+(`Algorithm`): the networks are PPO's (a categorical or Gaussian actor and a value MLP).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from tinker_core.algos.base import Algorithm, AlgoConfig, Callback, backward_in_caller_thread, make_adam
+from tinker_core.algos.networks import ArgmaxHead, CategoricalActor, ClippedMeanHead, GaussianActor, seq_forward
+from tinker_core.algos.vec_env import EpisodeInfo
+from tinker_core.algos.vtrace import vtrace
+from tinker_core.errors import ConfigError
+from tinker_core.nn import build_perception, mlp
+
+MODES = ("async", "sync")
+BACKENDS = ("local", "ray")
+
+
+@dataclass
+class IMPALAConfig(AlgoConfig):
+    learning_rate: float = 1e-3
+    """Adam learning rate."""
+    net_arch: list[int] = None  # type: ignore[assignment]
+    """Hidden widths of the policy and value MLPs (default [64, 64])."""
+    activation: str = "tanh"
+    """Nonlinearity of the MLPs."""
+    mode: str = "async"
+    """"async": actors never wait for weights (lag > 0, corrected by V-trace); "sync": before each
+    round actors wait for the weights of the learner's last update (lag 0)."""
+    backend: str = "local"
+    """"local": actors on threads in this process; "ray": Ray actors (local Ray or ``ray_address``)."""
+    ray_address: str | None = None
+    """Ray cluster address when Ray is not initialized yet (None: start a local Ray)."""
+    num_actors: int = 2
+    """Actors collecting experience."""
+    actor_cpus: float = 1.0
+    """Ray CPUs reserved per actor (below 1 to run more actors than cores)."""
+    envs_per_actor: int = 1
+    """Envs each actor steps in lockstep (batched acting)."""
+    unroll_length: int = 32
+    """Env steps per trajectory (per env)."""
+    batch_trajectories: int = 4
+    """Trajectories per learner update (sync mode: a multiple of num_actors)."""
+    queue_size: int = 8
+    """Trajectories the queue holds; a full queue blocks the actors (nothing is dropped)."""
+    pull_every: int = 1
+    """Async mode: unrolls between two pulls of the newest weights."""
+    publish_every: int = 1
+    """Learner updates between two weight publishes (async mode; sync publishes every update)."""
+    rho_bar: float = 1.0
+    """V-trace truncation of the importance weights in the value targets."""
+    c_bar: float = 1.0
+    """V-trace truncation of the trace coefficients."""
+    pg_rho_bar: float = 1.0
+    """V-trace truncation of the importance weights in the policy-gradient advantages."""
+    vtrace_lambda: float = 1.0
+    """V-trace lambda (the paper's remark 5)."""
+    vf_coef: float = 0.5
+    """Value loss coefficient (on 0.5 * squared error)."""
+    ent_coef: float = 0.01
+    """Entropy bonus coefficient."""
+    max_grad_norm: float = 40.0
+    """Gradient clipping (global norm)."""
+    get_timeout_s: float = 120.0
+    """Learner: seconds without a trajectory before it gives up (TransportError naming the actors)."""
+
+    def __post_init__(self) -> None:
+        if self.net_arch is None:
+            self.net_arch = [64, 64]
+        super().__post_init__()
+        if self.mode not in MODES:
+            raise ConfigError(f"IMPALAConfig.mode: expected one of {MODES}, got {self.mode!r}")
+        if self.backend not in BACKENDS:
+            raise ConfigError(f"IMPALAConfig.backend: expected one of {BACKENDS}, got {self.backend!r}")
+        for name in ("num_actors", "envs_per_actor", "unroll_length", "batch_trajectories", "queue_size",
+                     "pull_every", "publish_every"):
+            if int(getattr(self, name)) < 1:
+                raise ConfigError(f"IMPALAConfig.{name}: expected >= 1, got {getattr(self, name)!r}")
+        if self.mode == "sync" and self.batch_trajectories % self.num_actors:
+            raise ConfigError(f"IMPALAConfig.batch_trajectories: sync mode needs a multiple of num_actors="
+                              f"{self.num_actors} (each actor gives the same share per round), got {self.batch_trajectories}")
+        if self.actor_cpus < 0:
+            raise ConfigError(f"IMPALAConfig.actor_cpus: expected >= 0, got {self.actor_cpus}")
+        for name in ("rho_bar", "c_bar", "pg_rho_bar"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"IMPALAConfig.{name}: expected > 0, got {getattr(self, name)!r}")
+        if not 0.0 <= self.vtrace_lambda <= 1.0:
+            raise ConfigError(f"IMPALAConfig.vtrace_lambda: expected 0..1, got {self.vtrace_lambda}")
+        if self.normalize_obs:
+            raise ConfigError("IMPALAConfig.normalize_obs: not supported (actors and learner would need one shared "
+                              "running statistic); normalize in the env instead")
+        if self.n_envs != 1:
+            raise ConfigError(f"IMPALAConfig.n_envs: the learner steps no envs (set envs_per_actor), got {self.n_envs}")
+
+
+def _env_factory(src: Any, env_kwargs: dict) -> Callable[[], Any] | None:
+    """A picklable factory the actors build their envs with, from what the learner was given."""
+    import gymnasium as gym
+
+    if isinstance(src, str):
+        try:  # the spec names its entry point as "module:Class": a fresh Ray process imports it (tinker/ ids too)
+            return functools.partial(gym.make, gym.spec(src), **env_kwargs)
+        except gym.error.Error:
+            return functools.partial(gym.make, src, **env_kwargs)
+    if isinstance(src, gym.Env):
+        if src.spec is None:
+            raise ConfigError("IMPALA: the actors need an env id or a factory to make their envs, got an env without a spec")
+        return functools.partial(gym.make, src.spec.id, **{**src.spec.kwargs, **env_kwargs})
+    if callable(src) and not isinstance(src, tuple):
+        return src
+    return None
+
+
+class IMPALA(Algorithm):
+    """Importance-weighted actor-learner: V-trace actor-critic fed by asynchronous actors."""
+
+    algo_name = "impala"
+    config_class = IMPALAConfig
+    config: IMPALAConfig
+
+    def __init__(self, env_or_specs: Any, config: IMPALAConfig | None = None, **kw: Any):
+        super().__init__(env_or_specs, config, **kw)
+        self.env_factory = _env_factory(env_or_specs, self.env_kwargs)
+        from tinker_core.impala.pool import LagStats
+
+        self.lag = LagStats()
+        self.pool: Any = None
+        self.actor_stats: list[dict] = []
+        self.env_params: dict[str, float] = {}
+
+    def _build_networks(self) -> None:
+        c = self.config
+        self.perception = build_perception(self.obs_spec, c.perception)
+        fdim = self.perception.features_dim
+        if self.discrete:
+            self.pi = CategoricalActor(fdim, c.net_arch, self.n_actions, c.activation)
+            out = self.pi.logits[-1]
+        else:
+            self.act_dim = int(np.prod(self.action_spec.shape))
+            self.pi = GaussianActor(fdim, c.net_arch, self.act_dim, c.activation, 0.0)
+            out = self.pi.mean[-1]
+        self.vf = mlp(fdim, c.net_arch, 1, c.activation)
+        for m in list(self.pi.modules()) + list(self.vf.modules()):
+            if isinstance(m, nn.Linear):
+                nn.init.orthogonal_(m.weight, math.sqrt(2))
+                nn.init.zeros_(m.bias)
+        nn.init.orthogonal_(out.weight, 0.01)
+        nn.init.orthogonal_(self.vf[-1].weight, 1.0)
+
+    def _build_optimizers(self) -> None:
+        self.opt = make_adam([p for p in self.parameters() if p.requires_grad], self.config.learning_rate)
+
+    def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"policy": self.opt}
+
+    def _settable(self) -> dict[str, Callable[[float], None]]:
+        return {"lr": self.set_learning_rate, "ent_coef": lambda v: setattr(self.config, "ent_coef", float(v))}
+
+    # -- acting -------------------------------------------------------------------------------------
+    def _act(self, obs: Any, deterministic: bool) -> np.ndarray:
+        feat = self.perception(obs)
+        if deterministic:
+            a = self.pi.logits(feat).argmax(-1) if self.discrete else self.pi.mean(feat)
+        else:
+            a = self._sample(feat)[0]
+        return self._to_env(a)
+
+    def _sample(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """An exploring action (0-based index, or unclipped) and its log-probability."""
+        if self.discrete:
+            logits = seq_forward(self.pi.logits, feat)
+            u = torch.rand(logits.shape, generator=self.gen).to(logits.device)
+            a = torch.argmax(logits - torch.log(-torch.log(u.clamp_min(1e-20))), dim=-1)  # Gumbel-max
+            return a, torch.log_softmax(logits, -1).gather(-1, a.unsqueeze(-1)).squeeze(-1)
+        mu = self.pi.mean_action(feat)
+        eps = torch.randn(mu.shape, generator=self.gen).to(mu.device)
+        log_std = self.pi.log_std
+        logp = (-0.5 * eps.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return mu + log_std.exp() * eps, logp
+
+    def _to_env(self, a: torch.Tensor) -> np.ndarray:
+        if self.discrete:
+            return self._env_action(a)
+        return self._env_action(torch.minimum(torch.maximum(a, self.act_low), self.act_high))
+
+    def act_logp(self, obs: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For a batch of raw observations: (env actions, sampled actions as stored, their log-probs)."""
+        with torch.no_grad():
+            a, logp = self._sample(self.perception(self._obs_to_tensor(obs)))
+            return self._to_env(a), a.cpu().numpy(), logp.cpu().numpy()
+
+    # -- the learner --------------------------------------------------------------------------------
+    def weights(self) -> dict[str, np.ndarray]:
+        """The network state the actors load (CPU numpy copies)."""
+        return {k: v.detach().cpu().numpy().copy() for k, v in self.state_dict().items()}
+
+    def set_env_param(self, name: str, value: float) -> None:
+        """Set ``name`` on every actor's envs (``env.unwrapped.set_curriculum`` or the attribute): a
+        curriculum's level. It travels with the next weights the actors pull."""
+        self.env_params[str(name)] = float(value)
+
+    def actor_payload(self) -> dict:
+        """What the actors pull: {"state": weights, "env_params": the curriculum's settings}."""
+        return {"state": self.weights(), "env_params": dict(self.env_params)}
+
+    def _publish(self) -> None:
+        self.pool.publish(self.num_updates, self.actor_payload())
+
+    def update_from_trajectories(self, trajs: list) -> dict:
+        """One V-trace actor-critic update from trajectories (`tinker_core.impala.Trajectory`)."""
+        from tinker_core.impala.trajectory import TrajectoryBatch
+
+        c = self.config
+        b = TrajectoryBatch.of(trajs)
+        T, B = b.shape
+        lags = self.num_updates - b.policy_versions
+        self.lag.add([self.num_updates - t.policy_version for t in trajs])
+        flat = lambda x: (({k: v.reshape(T * B, *v.shape[2:]) for k, v in x.items()}) if isinstance(x, dict)
+                          else x.reshape(T * B, *x.shape[2:]))
+        obs = self._obs_to_tensor(flat(b.obs))
+        nxt = self._obs_to_tensor(flat(b.next_obs))
+        dev = self.device
+        if self.discrete:
+            act = torch.as_tensor(b.actions.reshape(T * B), dtype=torch.long, device=dev)
+        else:
+            act = torch.as_tensor(b.actions.reshape(T * B, -1), dtype=torch.float32, device=dev)
+        tt = lambda x: torch.as_tensor(np.asarray(x, np.float32), device=dev)
+        term, trunc = tt(b.terminated), tt(b.truncated)
+        self.train(True)
+        with backward_in_caller_thread():
+            feat = self.perception(obs)
+            logp, ent = self.pi.log_prob_entropy(feat, act)
+            values = seq_forward(self.vf, feat).reshape(T, B)
+            with torch.no_grad():
+                next_values = seq_forward(self.vf, self.perception(nxt)).reshape(T, B)
+            vt = vtrace(tt(b.behaviour_log_probs), logp.detach().reshape(T, B), tt(b.rewards), values.detach(),
+                        next_values, c.gamma * (1.0 - term), torch.maximum(term, trunc), rho_bar=c.rho_bar,
+                        c_bar=c.c_bar, pg_rho_bar=c.pg_rho_bar, lambda_=c.vtrace_lambda)
+            pg_loss = -(logp.reshape(T, B) * vt.pg_advantages).mean()
+            v_loss = 0.5 * (vt.vs - values).square().mean()
+            entropy = ent.mean()
+            loss = pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
+            gn = torch.nn.utils.clip_grad_norm_(self.parameters(), c.max_grad_norm)
+            self.opt.step()
+        self.num_updates += 1
+        self.num_timesteps += T * B
+        self._metrics = {"policy_loss": float(pg_loss.detach()), "value_loss": float(v_loss.detach()),
+                         "entropy": float(entropy.detach()),
+                         "grad_norm": float(gn), "rho_mean": float(vt.rhos.mean()),
+                         "lag_mean": float(lags.mean()), "lag_max": float(lags.max())}
+        return dict(self._metrics)
+
+    # -- the learn loop -----------------------------------------------------------------------------
+    def start_actors(self) -> Any:
+        """Start the actor pool (threads or Ray actors) and publish the current weights to it."""
+        from tinker_core.impala.pool import ActorPool
+
+        if self.env_factory is None:
+            raise ConfigError("IMPALA: built from specs only; give it an env id, an env or an env factory for the actors")
+        if self.pool is None:
+            self.pool = ActorPool(self.env_factory, (self.obs_spec, self.action_spec), self.config,
+                                  seed=self.config.seed + 1000 * self.num_updates)
+            self._publish()
+        return self.pool
+
+    def stop_actors(self) -> list[dict]:
+        if self.pool is None:
+            return []
+        pool, self.pool = self.pool, None
+        self.actor_stats = pool.close()
+        return self.actor_stats
+
+    def learn(self, total_timesteps: int, callback: Callback | None = None, progress: bool = True, *,
+              out_dir: str | Path | None = None, checkpoint_every: int = 0, resume: bool = False,
+              tensorboard: bool = True) -> "IMPALA":
+        """Train on ``total_timesteps`` env steps of actor experience (see `Algorithm.learn`); the
+        actors run for the call and are stopped at its end."""
+        self.start_actors()
+        self._last_obs = None  # the learner steps no env; checkpoints hold no env state
+        try:
+            super().learn(total_timesteps, callback, progress, out_dir=out_dir, checkpoint_every=checkpoint_every,
+                          resume=resume, tensorboard=tensorboard)
+        finally:
+            self.stop_actors()
+        return self
+
+    def _iteration(self) -> None:
+        c = self.config
+        trajs = self.pool.get(c.batch_trajectories, c.get_timeout_s)
+        eps = [EpisodeInfo(r, n, s) for t in trajs for (r, n, s) in t.episodes]
+        self.update_from_trajectories(trajs)
+        if c.mode == "sync" or self.num_updates % c.publish_every == 0:
+            self._publish()
+        self.vec_env.finished.extend(eps)  # learn() records them and hands them to its callback
+        self._last_obs = None
+
+    def _log_point(self) -> None:
+        s = self.lag.summary()
+        if s.get("count"):
+            self._metrics.update({"lag_p50": s["p50"], "lag_p99": s["p99"]})
+        super()._log_point()
+
+    # -- deploy, checkpoints ------------------------------------------------------------------------
+    def _diagnose(self, m: dict[str, float]) -> None:
+        if "entropy" in m:
+            floor = 0.01 * math.log(self.n_actions) if self.discrete else -2.0 * self.act_dim
+            self.diagnostics.entropy(m["entropy"], floor=floor)
+        if "value_loss" in m:
+            self.diagnostics.value_loss(m["value_loss"])
+
+    def _actor_net(self) -> nn.Module:
+        return nn.ModuleDict({"perception": self.perception, "pi": self.pi})
+
+    def _deploy_modules(self) -> tuple[nn.Module, nn.Module]:
+        if self.discrete:
+            return self.perception, ArgmaxHead(self.pi.logits, self.action_offset)
+        return self.perception, ClippedMeanHead(self.pi.mean, self.act_low, self.act_high)
+
+    def _extra_state(self) -> tuple[dict, dict[str, np.ndarray]]:
+        return {"lag_histogram": {str(k): int(v) for k, v in self.lag.counts.items()},
+                "env_params": dict(self.env_params)}, {}
+
+    def _load_extra_state(self, meta: dict, tensors: Any) -> None:
+        self.env_params = {str(k): float(v) for k, v in meta.get("env_params", {}).items()}
+        self.lag.counts.clear()
+        self.lag.counts.update({int(k): int(v) for k, v in meta.get("lag_histogram", {}).items()})
+
+    def close(self) -> None:
+        self.stop_actors()
+        super().close()
+
+
+__all__ = ["IMPALA", "IMPALAConfig"]
