@@ -139,6 +139,8 @@ class IMPALA(Algorithm):
     def __init__(self, env_or_specs: Any, config: IMPALAConfig | None = None, **kw: Any):
         super().__init__(env_or_specs, config, **kw)
         self.env_factory = _env_factory(env_or_specs, self.env_kwargs)
+        if self.env_factory is None and self.env_config is not None:  # reloaded: the env the checkpoint records
+            self.env_factory = self.env_config.make
         from tinker_core.impala.pool import LagStats
 
         self.lag = LagStats()

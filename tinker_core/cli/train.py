@@ -39,7 +39,7 @@ controllers in sim/scripted.py). BC stops when its episode schedule is done; tot
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a policy (PPO, SAC, DQN, BC)",
+    p = sub.add_parser("train", help="train a policy (PPO, SAC, DQN, IMPALA, BC) or several agents",
                        description="Train a policy with PPO, SAC, DQN, IMPALA or BC (behaviour cloning + DAgger from "
                                    "an expert), or several agents from an agents file; log to TensorBoard; "
                                    "checkpoint; plot.",
