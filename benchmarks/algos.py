@@ -90,7 +90,7 @@ def run_tinker(name: str, s: dict, steps: int, seed: int, double_q: bool = True)
     wall = time.perf_counter() - t0
     final = _eval(lambda o: algo.predict(o, deterministic=True), s["env"], 10, seed)
     return {"steps_per_s": algo.num_timesteps / wall, "wall_s": wall, "final_return": final,
-            "curve": list(algo.episode_history)}
+            "curve": list(algo.episode_history), "update_path": getattr(algo, "update_path", "autograd")}
 
 
 def run_sb3(name: str, s: dict, steps: int, seed: int) -> dict:
@@ -230,6 +230,7 @@ def main() -> int:
         goals[f"{name}_return_diff_vs_sb3"] = ">= 0 (equal or better final return at equal timesteps)"
         per_setup[name] = {"env": s["env"], "timesteps": steps, "seeds": seeds, "threshold": s["threshold"],
                            "hyperparameters": s["common"], "normalize": s["normalize"], "n_envs": s["n_envs"]}
+        per_setup[name]["tinker_update_path"] = sorted({r["update_path"] for r in rows["tinker"]})
         if name.startswith("sac"):
             per_setup[name]["tinker_products"] = native.gemm() or "python step"
         if name.startswith("dqn"):

@@ -110,6 +110,18 @@ def _build_lock(d: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+_slow_paths: set[tuple[str, str]] = set()
+
+
+def note_update_path(algo: str, path: str, why: str) -> None:
+    """Say once per process and reason that ``algo``'s update runs outside the compiled step (its other paths
+    are 3-6x slower at the same sizes), so a configuration that turns the fast path off never goes unnoticed.
+    Benchmarks record the path too (``Algorithm.update_path``)."""
+    if path != "compiled" and (algo, why) not in _slow_paths:
+        _slow_paths.add((algo, why))
+        log.warning("%s: the update runs on the %s path, not the compiled step: %s", algo, path, why)
+
+
 GEMMS = ("blas", "onednn")
 
 

@@ -24,6 +24,7 @@ from tinker_core.algos.fused_ac import FusedActorCritic
 from tinker_core.algos.networks import ArgmaxHead, CategoricalActor, ClippedMeanHead, GaussianActor, seq_forward
 from tinker_core.algos.normalize import RewardNormalizer
 from tinker_core.algos.np_mlp import NumpyMLP
+from tinker_core.algos import native as native_mod
 from tinker_core.algos.ppo_native import NativePPOUpdate
 from tinker_core.errors import ConfigError
 from tinker_core.nn import build_perception, mlp
@@ -167,6 +168,17 @@ class PPO(Algorithm):
         self.opt = make_adam([self.flat.flat], self.config.learning_rate, eps=1e-5)
         self._native = (NativePPOUpdate.create(self.fused, self.discrete, self.sde, self.device)
                         if self.config.compiled_update else None)
+        why = ("" if self._native is not None else "compiled_update=False" if not self.config.compiled_update
+               else "discrete actions" if self.discrete
+               else "the networks are not a fused MLP pair (image, dict or encoder observations)" if self.fused is None
+               else "not on the CPU in float32, or TINKER_NATIVE=0")
+        native_mod.note_update_path("PPO", self.update_path, why)
+
+    @property
+    def update_path(self) -> str:
+        """Which update trains: ``compiled`` (each update one C++ call; the very first one is autograd, as it
+        creates Adam's state) or ``autograd``."""
+        return "compiled" if self._native is not None else "autograd"
 
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"policy": self.opt}

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from tinker_core.algos import native as native_mod
 from tinker_core.algos.base import make_adam
 from tinker_core.algos.buffers import ReplaySamples
 from tinker_core.algos.networks import LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, ScaledTanhHead, SquashedGaussianActor
@@ -87,10 +88,24 @@ class SAC(OffPolicyAlgorithm):
         self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
         plain = type(self.actor_perception) is Flatten and type(self.critic_perception) is Flatten
         self._update: SACUpdate | NativeSACUpdate | None = None
-        if plain and SACUpdate.supports(self.actor, self.critic):
+        why = ("the perception is not a plain Flatten (image or encoder observations)" if not plain else
+               "the networks are not what the written-out step supports (an MLP of Linear layers "
+               "with ReLU or Tanh)" if not SACUpdate.supports(self.actor, self.critic) else "")
+        if not why:
             native = (NativeSACUpdate.create(self.actor, self.critic, self.critic_target, self.device)
                       if c.compiled_step else None)
             self._update = native or SACUpdate(self.actor, self.critic, self.critic_target)
+            why = ("" if native else "compiled_step=False" if not c.compiled_step
+                   else "not on the CPU in float32, or TINKER_NATIVE=0")
+        native_mod.note_update_path("SAC", self.update_path, why)
+
+    @property
+    def update_path(self) -> str:
+        """Which step trains: ``compiled`` (one C++ call), ``python step`` (the written-out backward) or
+        ``autograd``; ``python step`` too when the compiled step could not be built on this machine."""
+        if isinstance(self._update, NativeSACUpdate):
+            return "python step" if self._update._ops is False else "compiled"
+        return "python step" if self._update is not None else "autograd"
 
     def _build_optimizers(self) -> None:
         c = self.config
