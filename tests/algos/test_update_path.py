@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import logging
 
-from tinker_core.algos import PPO, SAC, PPOConfig, SACConfig
+import pytest
+
+from tinker_core.algos import PPO, SAC, PPOConfig, SACConfig, native
+
+
+@pytest.fixture(autouse=True)
+def fresh_process_memory(monkeypatch):
+    """What was already said in this test process (other tests build such algorithms too) is forgotten."""
+    monkeypatch.setattr(native, "_slow_paths", set())
 
 
 def test_sac_says_when_its_networks_leave_the_compiled_step(caplog):
