@@ -2,10 +2,15 @@
 
 Loads ``config/bringup.yaml`` (the one parameter file; `tinker bringup` reads the same file on
 pip-only hosts), starts every node in ``namespace``, and drives the lifecycle nodes (safety,
-policy) through configure -> activate with the standard lifecycle_msgs transitions.
+policy) through configure -> activate with the standard lifecycle_msgs transitions. With no
+arguments: the simulated robot and the shipped default policy (``pretrained/arm_reach/bundle``, which
+perception and policy take when ``bundle`` is empty).
 
-Arguments: ``namespace:=robot1``, ``params_file:=/path/other.yaml``, ``bundle:=/path/bundle``
-(perception and policy), ``record:=/path/run.mcap`` (experience_bridge). Empty = the file's value.
+Arguments: ``sim:=false`` (no simulated robot: a ros2_control driver publishes ``joint_states`` and
+takes ``forward_position_controller/commands``; perception then runs on every joint state with the
+newest ``goal``, geometry_msgs/PointStamped), ``namespace:=robot1``, ``params_file:=/path/other.yaml``,
+``bundle:=/path/bundle`` (perception and policy), ``record:=/path/run.mcap`` (experience_bridge).
+Empty = the file's value.
 """
 
 import os
@@ -27,6 +32,8 @@ PARAMS_FILE = "config/bringup.yaml"
 """The one parameter file, relative to the package share."""
 OVERRIDES = {"bundle": ("perception", "policy"), "record": ("experience_bridge",)}
 """Launch arguments that, when not empty, override one parameter of these nodes."""
+WITHOUT_SIM = {"perception": {"task_synced": False}}
+"""What ``sim:=false`` changes besides not starting sim_robot: no per-state task terms, a goal instead."""
 
 
 def _change(node, transition_id):
@@ -37,13 +44,18 @@ def _change(node, transition_id):
 def _graph(context):
     namespace = context.launch_configurations["namespace"]
     params_file = context.launch_configurations["params_file"]
+    sim = context.launch_configurations["sim"].strip().lower() not in ("false", "0", "no", "off")
     actions = []
     for name in NODES:
+        if name == "sim_robot" and not sim:
+            continue
         params = [params_file]
         for arg, nodes in OVERRIDES.items():
             value = context.launch_configurations.get(arg, "")
             if value and name in nodes:
                 params.append({arg: value})
+        if not sim and name in WITHOUT_SIM:
+            params.append(WITHOUT_SIM[name])
         if name in LIFECYCLE:
             node = LifecycleNode(package="tinker", executable=name, name=name, namespace=namespace,
                                  parameters=params, output="screen")
@@ -63,10 +75,13 @@ def _graph(context):
 def generate_launch_description():
     share = get_package_share_directory("tinker")
     return launch.LaunchDescription([
+        DeclareLaunchArgument("sim", default_value="true",
+                              description="true: the simulated robot (sim_robot); false: none, a real driver"),
         DeclareLaunchArgument("namespace", default_value="", description="robot namespace, e.g. robot1"),
         DeclareLaunchArgument("params_file", default_value=os.path.join(share, PARAMS_FILE),
                               description="the graph's parameter file (ros__parameters per node)"),
-        DeclareLaunchArgument("bundle", default_value="", description="deploy bundle dir for perception and policy"),
+        DeclareLaunchArgument("bundle", default_value="",
+                              description="deploy bundle dir for perception and policy (empty: the shipped default)"),
         DeclareLaunchArgument("record", default_value="", description="MCAP file to record every cycle to"),
         OpaqueFunction(function=_graph),
     ])
