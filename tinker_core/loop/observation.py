@@ -66,14 +66,19 @@ class ObservationAssembly:
         return self.scaled(raw)
 
     def from_sources(self, sources: Mapping[str, np.ndarray]) -> np.ndarray:
-        """The observation of raw terms by name; a missing term or a wrong size is named."""
-        parts = []
-        for name, n in zip(self.names, self.sizes):
+        """The observation of raw terms by name (1-D arrays); a missing term or a wrong size is named."""
+        try:
+            parts = [sources[n] for n in self.names]
+            if [len(v) for v in parts] == self.sizes:  # the per-cycle path: one concatenate, one scale and clip
+                return self.scaled(np.concatenate(parts) if parts else np.zeros(0))
+        except (KeyError, TypeError):
+            pass
+        for name, n in zip(self.names, self.sizes):  # say which term is wrong
             v = sources.get(name)
             if v is None:
                 raise ValidationError(f"obs.{name}", f"{n} values", "no value", "no source gave this term")
-            v = np.asarray(v, dtype=np.float64).reshape(-1)
-            if v.shape[0] != n:
-                raise ValidationError(f"obs.{name}", f"{n} values", f"{v.shape[0]} values")
-            parts.append(v)
-        return self.scaled(np.concatenate(parts) if parts else np.zeros(0))
+            got = np.asarray(v, dtype=np.float64).reshape(-1).shape[0]
+            if got != n or np.ndim(v) != 1:
+                raise ValidationError(f"obs.{name}", f"{n} values", f"{got} values" + ("" if np.ndim(v) == 1 else
+                                                                                         f" in {np.ndim(v)} dims"))
+        raise ValidationError("obs", f"1-D terms {self.names}", "values that do not concatenate")

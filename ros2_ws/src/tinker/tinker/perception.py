@@ -98,7 +98,11 @@ class PerceptionNode(NodeRuntime, Node):
                 self.fatal = f"perception refuses to start: {err}"
                 return
             self._checked = True
-        self._run(lambda: self.cycle.on_state(stamp_ns(msg.header), *self.jmap.read(msg), state_cycle(msg)))
+        try:
+            q, qd = self.jmap.read(msg)
+        except ValidationError as e:
+            return self._refuse(e)
+        self._run(lambda: self.cycle.on_state(stamp_ns(msg.header), q, qd, state_cycle(msg)))
 
     def _on_image(self, msg: Image) -> None:
         if msg.encoding != "rgb8" or len(msg.data) != msg.height * msg.width * 3:
@@ -108,11 +112,11 @@ class PerceptionNode(NodeRuntime, Node):
         self._run(lambda: self.cycle.on_frame(stamp_ns(msg.header), img))
 
     def _on_task(self, msg: Float64MultiArray) -> None:
-        def step():
+        try:
             t = read_task(msg, "perception.task")
-            return self.cycle.on_task(t.stamp_ns, t.terms, t.episode)
-
-        self._run(step)
+        except ValidationError as e:
+            return self._refuse(e)
+        self._run(lambda: self.cycle.on_task(t.stamp_ns, t.terms, t.episode))
 
     def _on_goal(self, msg: PointStamped) -> None:
         goal = np.array([msg.point.x, msg.point.y, msg.point.z])
