@@ -171,6 +171,13 @@ class PolicyBundle:
         self.on_swap, self.reloads = on_swap, 0
         self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256
 
+    def reload(self, path: str | os.PathLike) -> None:
+        """Validate bundle ``path`` in the background and swap it in between two calls (`ActorRunner`); raises
+        BundleError at once where there is no bundle (the running one stays)."""
+        if not (Path(path) / "manifest.json").is_file():
+            raise BundleError(f"bundle {path}: no manifest.json there; keeping the running bundle")
+        self.runner.request_reload(str(path))
+
     def new_chain(self) -> ActionChain:
         """A fresh chain: its first command starts from the measured pose of the next cycle."""
         return ActionChain(self.runner.chain_config, *self.limits)

@@ -23,7 +23,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
 from tinker.bundle_io import write_bundle
 from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
-from tinker.wire import LATCHED_QOS, RECORD_QOS, meta_of, read_task
+from tinker.wire import RECORD_QOS, meta_of, read_task, topic_params
 from tinker_core.errors import TinkerError, ValidationError
 from tinker_core.loop.cycle_join import CycleJoiner
 
@@ -34,10 +34,8 @@ PARAMS = {
     "record": Param("", "RUN.mcap: record every cycle (empty: off)", read_only=True),
     "policy_node": Param("policy", "the policy node to hand bundles to (relative to the namespace)", read_only=True),
     "perception_node": Param("perception", "the perception node to hand a new perception model to", read_only=True),
-    **{f"{k}_topic": Param(v, f"the {k.replace('_', ' ')} topic", read_only=True) for k, v in (
-        ("task", "task"), ("features", "perception/features"), ("raw_action", "policy/raw_action"),
-        ("joint_target", "policy/joint_target"), ("command", "forward_position_controller/commands"),
-        ("estop_state", "safety/estop_state"))},
+    **topic_params(task_topic="task", features_topic="features", raw_action_topic="raw_action",
+                   joint_target_topic="joint_target", command_topic="command", estop_state_topic="estop_state"),
 }
 
 
@@ -73,13 +71,10 @@ class ExperienceBridgeNode(NodeRuntime, Node):
             from tinker.recording import CycleRecorder
 
             self.recorder = CycleRecorder(g("record"), {"namespace": self.get_namespace(), "control_period": str(self.period)})
-        sub = self.create_subscription
-        sub(Float64MultiArray, g("task_topic"), self._on_task, RECORD_QOS)
-        sub(Float32MultiArray, g("features_topic"), self._on_features, RECORD_QOS)
-        sub(Float64MultiArray, g("raw_action_topic"), self._on_raw, RECORD_QOS)
-        sub(Float64MultiArray, g("joint_target_topic"), self._on_target, RECORD_QOS)
-        sub(Float64MultiArray, g("command_topic"), self._on_command, RECORD_QOS)
-        sub(DiagnosticStatus, g("estop_state_topic"), self._on_estop, LATCHED_QOS)
+        for role, callback in (("task", self._on_task), ("features", self._on_features), ("raw_action", self._on_raw),
+                               ("joint_target", self._on_target), ("command", self._on_command)):
+            self.subscribe(f"{role}_topic", role, callback, RECORD_QOS)
+        self.subscribe("estop_state_topic", "estop_state", self._on_estop)
 
     # --- message conversion: each stream into the joiner -----------------------------------------
     def _on_features(self, msg: Float32MultiArray) -> None:

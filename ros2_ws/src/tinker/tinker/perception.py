@@ -23,7 +23,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
 from tinker.bundle_io import open_perception, resolve_bundle
 from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
-from tinker.wire import GOAL_TERM, TOPICS, JointMap, array_msg, read_array, read_task, stamp_ns, state_cycle
+from tinker.wire import GOAL_TERM, JointMap, array_msg, read_array, read_task, stamp_ns, state_cycle, topic_params
 from tinker_core.errors import TinkerError, ValidationError
 
 PARAMS = {
@@ -31,12 +31,8 @@ PARAMS = {
     "task_synced": Param(True, "true: wait for the task terms of each state's stamp (the simulated robot); "
                                "false: the newest goal/task terms serve every state", read_only=True),
     "urdf": Param("", "robot model for forward kinematics when task_synced is false (empty: the KUKA iiwa)", read_only=True),
-    "image_topic": Param("camera/image_raw", "camera frames (sensor_msgs/Image rgb8)", read_only=True),
-    "joint_states_topic": Param("joint_states", "the robot's state (sensor_msgs/JointState)", read_only=True),
-    "task_topic": Param("task", "task terms (Float64MultiArray, tinker.wire.TASK_FIELDS then terms)", read_only=True),
-    "goal_topic": Param("goal", "goal position (geometry_msgs/PointStamped, base frame, m)", read_only=True),
-    "raw_action_topic": Param("policy/raw_action", "the policy's raw action (last_action term)", read_only=True),
-    "features_topic": Param("perception/features", "output features (Float32MultiArray)", read_only=True),
+    **topic_params(image_topic="image", joint_states_topic="joint_states", task_topic="task", goal_topic="goal",
+                   raw_action_topic="raw_action", features_topic="features"),
     "warmup_iterations": Param(100, "model runs before the first cycle", (0, 100000), True),
     "camera_rate_hz": Param(20.0, "camera frames per s; 0: every cycle waits for the frame of its state", (0.0, 1000.0), True),
     "max_frame_age": Param(0.25, "s; an older camera frame is refused and the cycle held", (0.0, 10.0)),
@@ -52,13 +48,11 @@ class PerceptionNode(NodeRuntime, Node):
             self.set_parameters([Parameter("bundle", value=str(resolve_bundle("")))])
         self._load(self.param("bundle"))
         self.add_on_set_parameters_callback(self._on_params)
-        self.pub = self.create_publisher(Float32MultiArray, self.param("features_topic"), TOPICS["perception/features"].qos)
-        sub = self.create_subscription
-        sub(Image, self.param("image_topic"), self._on_image, TOPICS["camera/image_raw"].qos)
-        sub(JointState, self.param("joint_states_topic"), self._on_joints, TOPICS["joint_states"].qos)
-        sub(Float64MultiArray, self.param("task_topic"), self._on_task, TOPICS["task"].qos)
-        sub(PointStamped, self.param("goal_topic"), self._on_goal, TOPICS["goal"].qos)
-        sub(Float64MultiArray, self.param("raw_action_topic"), self._on_action, TOPICS["policy/raw_action"].qos)
+        self.pub = self.advertise("features_topic", "features")
+        for param, role, callback in (("image_topic", "image", self._on_image), ("task_topic", "task", self._on_task),
+                                      ("joint_states_topic", "joint_states", self._on_joints),
+                                      ("goal_topic", "goal", self._on_goal), ("raw_action_topic", "raw_action", self._on_action)):
+            self.subscribe(param, role, callback)
 
     def _load(self, path: str) -> None:
         from tinker_core.loop.kinematics import ForwardKinematics

@@ -12,7 +12,6 @@ Lifecycle: configure loads, verifies and warms up; activate starts commanding; d
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
@@ -23,16 +22,14 @@ from std_srvs.srv import Trigger
 
 from tinker.bundle_io import PolicyBundle, resolve_bundle
 from tinker.runtime import ERROR, OK, WARN, NodeRuntime, Param, main_for
-from tinker.wire import TOPICS, JointMap, array_msg, read_array, stamp_ns
+from tinker.wire import JointMap, array_msg, read_array, stamp_ns, topic_params
 from tinker_core.errors import TinkerError, ValidationError
 
 PARAMS = {
     "bundle": Param("", "deploy bundle directory (actor.onnx runs here); empty: the shipped default policy"),
     "urdf": Param("", "robot model for the joint limits (empty: kuka_iiwa/model.urdf from pybullet_data)", read_only=True),
-    "features_topic": Param("perception/features", "input features (Float32MultiArray)", read_only=True),
-    "joint_states_topic": Param("joint_states", "the robot's state (sensor_msgs/JointState)", read_only=True),
-    "command_topic": Param("policy/joint_target", "output joint target (Float64MultiArray, to safety)", read_only=True),
-    "raw_action_topic": Param("policy/raw_action", "the actor's raw action (to perception and the bridge)", read_only=True),
+    **topic_params(features_topic="features", joint_states_topic="joint_states", command_topic="joint_target",
+                   raw_action_topic="raw_action"),
     "on_overrun": Param("hold", "a cycle over its budget: 'hold' drops the late command, 'stop' stops commanding"),
     "warmup_iterations": Param(200, "actor runs at configure before the first cycle", (0, 100000), True),
 }
@@ -62,13 +59,10 @@ class PolicyNode(NodeRuntime, LifecycleNode):
             return TransitionCallbackReturn.FAILURE
         self.get_logger().info(f"bundle {self.param('bundle')} v{self.core.version} verified; actor p99 {p99:.1f} us, "
                                f"max {mx:.1f} us after warm-up; providers {self.core.runner.providers}")
-        pub, sub = self.create_publisher, self.create_subscription
-        self.cmd_pub = pub(Float64MultiArray, self.param("command_topic"), TOPICS["policy/joint_target"].qos)
-        self.raw_pub = pub(Float64MultiArray, self.param("raw_action_topic"), TOPICS["policy/raw_action"].qos)
+        self.cmd_pub, self.raw_pub = self.advertise("command_topic", "joint_target"), self.advertise("raw_action_topic", "raw_action")
         self._entities = [self.cmd_pub, self.raw_pub, self.create_service(Trigger, "~/reload", self._on_reload),
-                          sub(Float32MultiArray, self.param("features_topic"), self._on_features,
-                              TOPICS["perception/features"].qos),
-                          sub(JointState, self.param("joint_states_topic"), self._on_joints, TOPICS["joint_states"].qos)]
+                          self.subscribe("features_topic", "features", self._on_features),
+                          self.subscribe("joint_states_topic", "joint_states", self._on_joints)]
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state) -> TransitionCallbackReturn:
@@ -91,20 +85,17 @@ class PolicyNode(NodeRuntime, LifecycleNode):
     on_shutdown = on_cleanup
 
     def _on_params(self, params) -> SetParametersResult:
-        for prm in params:
-            if prm.name == "bundle" and self.core is not None:
-                if not (Path(str(prm.value)) / "manifest.json").is_file():
-                    return SetParametersResult(successful=False, reason=f"bundle {prm.value}: no manifest.json there; "
-                                                                        f"keeping the running bundle")
-                try:
-                    self.core.runner.request_reload(str(prm.value))
-                except TinkerError as e:
-                    return SetParametersResult(successful=False, reason=str(e))
+        try:
+            for prm in params:
+                if prm.name == "bundle" and self.core is not None:
+                    self.core.reload(str(prm.value))
+        except TinkerError as e:
+            return SetParametersResult(successful=False, reason=str(e))
         return SetParametersResult(successful=True)
 
     def _on_reload(self, request, response):
         try:
-            self.core.runner.request_reload(str(self.param("bundle")))
+            self.core.reload(str(self.param("bundle")))
             response.success, response.message = True, "reload requested; the new bundle is validated first"
         except TinkerError as e:
             response.success, response.message = False, str(e)

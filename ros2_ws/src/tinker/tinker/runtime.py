@@ -182,6 +182,21 @@ class NodeRuntime:
     def param(self, name: str) -> Any:
         return self.get_parameter(name).value
 
+    def subscribe(self, param: str, role: str, callback: Callable, qos=None):
+        """Subscribe the topic named by parameter ``param``, with the type and QoS `tinker.wire.TOPICS` declares
+        for ``role`` (``qos``: another QoS, e.g. the recorder's deeper queue)."""
+        from tinker.wire import TOPICS
+
+        t = TOPICS[role]
+        return self.create_subscription(t.type, self.param(param), callback, qos or t.qos)
+
+    def advertise(self, param: str, role: str):
+        """A publisher on the topic named by parameter ``param``, as `tinker.wire.TOPICS` declares ``role``."""
+        from tinker.wire import TOPICS
+
+        t = TOPICS[role]
+        return self.create_publisher(t.type, self.param(param), t.qos)
+
     # --- overridden by nodes -------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
         return {}

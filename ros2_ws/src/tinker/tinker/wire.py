@@ -52,7 +52,7 @@ class Topic:
     """One topic's wire format."""
 
     name: str
-    """default name, relative to the namespace (each node's ``*_topic`` parameter may rename it)"""
+    """default name, relative to the namespace (a node's ``*_topic`` parameter may rename it)"""
     type: type
     qos: QoSProfile
     meta: tuple[str, ...] = ()
@@ -60,23 +60,38 @@ class Topic:
     doc: str = ""
 
 
-TOPICS: dict[str, Topic] = {t.name: t for t in (
-    Topic("joint_states", JointState, SENSOR_QOS, (),
-          "the robot's state by joint name; header.stamp is the state's stamp. A best-effort subscription: "
-          "it takes reliable and best-effort publishers (a ros2_control joint_state_broadcaster, the simulator)"),
-    Topic("camera/image_raw", Image, SENSOR_QOS, (), "rgb8; header.stamp is the stamp of the state it shows"),
-    Topic("task", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "episode", "terms"),
-          "the simulated robot's outcome and task terms per state: TASK_FIELDS, then the terms named in 'terms'"),
-    Topic("goal", PointStamped, COMMAND_QOS, (),
-          "a goal position (base frame, m) that a real system publishes when it changes: the GOAL_TERM of the bundle"),
-    Topic("perception/features", Float32MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "episode", "perception_sha256")),
-    Topic("policy/raw_action", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version")),
-    Topic("policy/joint_target", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version")),
-    Topic("forward_position_controller/commands", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version", "status"),
-          "the safe joint position command, in the robot's joint order (forward_command_controller)"),
-    Topic("safety/estop_state", DiagnosticStatus, LATCHED_QOS, (), "latched e-stop state (key 'estopped')"),
-)}
-"""every topic of the graph by its default name"""
+TOPICS: dict[str, Topic] = {
+    "joint_states": Topic("joint_states", JointState, SENSOR_QOS, (),
+                          "the robot's state by joint name (sensor_msgs/JointState; header.stamp: the state's stamp; a "
+                          "best-effort subscription takes reliable and best-effort publishers)"),
+    "image": Topic("camera/image_raw", Image, SENSOR_QOS, (), "camera frames (sensor_msgs/Image rgb8; header.stamp: "
+                   "the stamp of the state it shows)"),
+    "task": Topic("task", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "episode", "terms"),
+                  "the simulated robot's outcome and task terms per state (TASK_FIELDS, then the terms named in 'terms')"),
+    "goal": Topic("goal", PointStamped, COMMAND_QOS, (),
+                  "a goal position a real system publishes when it changes (geometry_msgs/PointStamped, base frame, m)"),
+    "features": Topic("perception/features", Float32MultiArray, COMMAND_QOS,
+                      ("stamp_ns", "cycle", "episode", "perception_sha256"), "perception's features (Float32MultiArray)"),
+    "raw_action": Topic("policy/raw_action", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version"),
+                        "the actor's raw action, before the action chain (Float64MultiArray)"),
+    "joint_target": Topic("policy/joint_target", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version"),
+                          "the policy's joint target, manifest joint order (Float64MultiArray, to safety)"),
+    "command": Topic("forward_position_controller/commands", Float64MultiArray, COMMAND_QOS,
+                     ("stamp_ns", "cycle", "version", "status"),
+                     "the safe joint position command, the robot's joint order (forward_command_controller)"),
+    "estop_state": Topic("safety/estop_state", DiagnosticStatus, LATCHED_QOS, (),
+                         "the latched e-stop state (diagnostic_msgs/DiagnosticStatus, key 'estopped')"),
+}
+"""every topic of the graph, by its role"""
+
+
+def topic_params(**param_roles: str) -> dict:
+    """Node parameters naming topics (``features_topic="features"``): default and description from `TOPICS`;
+    read-only, as a subscription is made once."""
+    from tinker.runtime import Param
+
+    return {k: Param(TOPICS[r].name, TOPICS[r].doc, read_only=True) for k, r in param_roles.items()}
+
 
 TASK_FIELDS = ("reward", "done", "success", "distance")
 """the values at the head of a ``task`` message, in this order; the task terms follow"""
