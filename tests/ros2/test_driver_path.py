@@ -44,8 +44,9 @@ def test_joint_states_and_a_goal_alone_run_the_loop_on_the_default_policy(ros2, 
             js_pub.publish(js)
             time.sleep(period)
 
-    g = Graph(nodes=["perception", "policy", "safety"], run_dir=tmp_path, env=ros2.graph_env(domain),
-              overrides={"perception": {"task_synced": False}})  # what the launch file's sim:=false sets
+    g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], sim=False, run_dir=tmp_path,
+              env=ros2.graph_env(domain))  # sim=False: what the launch file's sim:=false does
+    assert g.nodes == ["perception", "policy", "safety"] and g.parameters("perception")["task_synced"] is False
     thread = threading.Thread(target=driver, daemon=True)
     try:
         thread.start()

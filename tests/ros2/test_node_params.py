@@ -78,7 +78,9 @@ def test_a_change_out_of_range_or_to_a_read_only_parameter_is_refused_with_the_r
     r = perception.set_parameters([Parameter("control_period", value=0.001)])[0]
     assert not r.successful and "read-only" in r.reason
     r = perception.set_parameters([Parameter("max_frame_age", value=0.5)])[0]
-    assert r.successful and perception.cycle.max_frame_age_ns == 500_000_000
+    assert r.successful and perception.cycle.max_frame_age_ns == 500_000_000  # took effect
+    r = nodes["policy"].set_parameters([Parameter("on_overrun", value="panic")])[0]
+    assert not r.successful and "expected 'hold' or 'stop', got 'panic'" in r.reason
 
 
 def test_an_empty_bundle_runs_the_shipped_default_and_says_which(nodes):

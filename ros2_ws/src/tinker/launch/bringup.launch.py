@@ -23,6 +23,7 @@ from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
+from tinker.bringup import WITHOUT_SIM
 
 NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
 """Every node the package installs (one console script each)."""
@@ -32,8 +33,6 @@ PARAMS_FILE = "config/bringup.yaml"
 """The one parameter file, relative to the package share."""
 OVERRIDES = {"bundle": ("perception", "policy"), "record": ("experience_bridge",)}
 """Launch arguments that, when not empty, override one parameter of these nodes."""
-WITHOUT_SIM = {"perception": {"task_synced": False}}
-"""What ``sim:=false`` changes besides not starting sim_robot: no per-state task terms, a goal instead."""
 
 
 def _change(node, transition_id):

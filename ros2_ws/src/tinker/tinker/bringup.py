@@ -49,6 +49,9 @@ NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
 LIFECYCLE = ("safety", "policy")
 """Commanding nodes: configured and activated in this order."""
 RECORD_NODE = "experience_bridge"
+WITHOUT_SIM = {"perception": {"task_synced": False}}
+"""What running without the simulated robot changes besides not starting sim_robot (``sim:=false`` in the
+launch file, ``Graph(sim=False)``): no per-state task terms, perception takes the newest ``goal``."""
 
 
 class BringupError(TinkerError):
@@ -95,7 +98,7 @@ class Graph:
                  overrides: Mapping[str, Mapping[str, Any]] | None = None, composed: bool = False,
                  record: str | os.PathLike | None = None, nodes: Sequence[str] = NODES,
                  run_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
-                 python: str = sys.executable):
+                 python: str = sys.executable, sim: bool = True):
         self.params_file = Path(params_file) if params_file else default_params_file()
         if not self.params_file.is_file():
             raise ConfigError(f"bringup --params: file not found: {self.params_file}")
@@ -103,9 +106,11 @@ class Graph:
         if unknown:
             raise ConfigError(f"bringup nodes: unknown {unknown}; known: {list(NODES)}")
         self.namespace = namespace.strip("/")
-        self.nodes = list(nodes)
+        self.nodes = [n for n in nodes if sim or n != "sim_robot"]
         self.composed = composed
         self.overrides: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
+        for node, params in ({} if sim else WITHOUT_SIM).items():  # a real driver publishes joint_states only
+            self.overrides[node] = {**params, **self.overrides.get(node, {})}
         bad = [k for k in self.overrides if k not in NODES and k != "/**"]
         if bad:
             raise ConfigError(f"bringup overrides: unknown node(s) {bad}; known: {list(NODES)}")

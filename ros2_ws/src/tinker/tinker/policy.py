@@ -89,6 +89,8 @@ class PolicyNode(NodeRuntime, LifecycleNode):
             for prm in params:
                 if prm.name == "bundle" and self.core is not None:
                     self.core.reload(str(prm.value))
+                if prm.name == "on_overrun" and prm.value not in ("hold", "stop"):
+                    raise TinkerError(f"policy.on_overrun: expected 'hold' or 'stop', got {prm.value!r}")
         except TinkerError as e:
             return SetParametersResult(successful=False, reason=str(e))
         return SetParametersResult(successful=True)

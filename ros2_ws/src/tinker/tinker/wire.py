@@ -134,6 +134,15 @@ def read_task(msg: Float64MultiArray, where: str = "task") -> TaskMsg:
     return TaskMsg(stamp, cycle, episode, float(v[0]), bool(v[1] > 0.5), bool(v[2] > 0.5), terms)
 
 
+def task_msg(stamp_ns: int, cycle: int, episode: int, reward: float, done: bool, success: bool, distance: float,
+             terms: Sequence[tuple[str, np.ndarray]]) -> Float64MultiArray:
+    """A ``task`` message: TASK_FIELDS, then ``terms`` (name, raw values) in order, their layout in the label."""
+    values = np.concatenate([[float(reward), float(done), float(success), float(distance)],
+                             *[np.asarray(v, dtype=np.float64).reshape(-1) for _, v in terms]])
+    layout = ",".join(f"{n}:{np.size(v)}" for n, v in terms)
+    return array_msg(values, {"stamp_ns": stamp_ns, "cycle": cycle, "episode": episode, "terms": layout})
+
+
 def meta_of(msg) -> dict[str, str]:
     """The label metadata of a MultiArray ({} when it has none)."""
     return decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
