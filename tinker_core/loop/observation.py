@@ -42,8 +42,6 @@ class ObservationAssembly:
                                      for t, n in zip(terms, self.sizes)]) if terms else np.zeros(0)
         self.low = None if low is None else np.broadcast_to(np.asarray(low, np.float64), (self.size,)).copy()
         self.high = None if high is None else np.broadcast_to(np.asarray(high, np.float64), (self.size,)).copy()
-        self._lo = -np.inf if self.low is None else self.low
-        self._hi = np.inf if self.high is None else self.high
 
     @classmethod
     def from_spec(cls, terms: Sequence[Any], spec: Any) -> "ObservationAssembly":
@@ -56,7 +54,13 @@ class ObservationAssembly:
 
     def scaled(self, raw: np.ndarray) -> np.ndarray:
         """The observation of the raw vector (all terms, in order): scaled, clipped, float32."""
-        return np.clip((raw - self.offset) * self.scale, self._lo, self._hi).astype(np.float32)
+        x = raw - self.offset  # a new array: the in-place steps below never touch ``raw``
+        x *= self.scale
+        if self.low is not None:  # maximum/minimum in place: a third of np.clip's cost on vectors this short
+            np.maximum(x, self.low, out=x)
+        if self.high is not None:
+            np.minimum(x, self.high, out=x)
+        return x.astype(np.float32)
 
     def assemble(self, parts: Sequence[np.ndarray]) -> np.ndarray:
         """The observation of raw parts given in term order (several terms may share one part)."""

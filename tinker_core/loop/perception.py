@@ -28,7 +28,7 @@ STATE_TERMS = ("joint_pos", "joint_vel", "last_action")
 """terms that come from the joint state and the policy, not from the task input"""
 
 
-@dataclass
+@dataclass(slots=True)
 class PerceivedCycle:
     """One cycle's output: the features, and what the cycle was made of."""
 

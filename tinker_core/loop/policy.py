@@ -16,7 +16,7 @@ import numpy as np
 from tinker_core.action_chain import ActionChain
 
 
-@dataclass
+@dataclass(slots=True)
 class PolicyStep:
     stamp_ns: int
     cycle: int

@@ -112,23 +112,22 @@ class PolicyNode(NodeRuntime, LifecycleNode):
             q, _ = self.jmap.read(msg)
         except ValidationError as e:
             return self._refuse(e)
-        self._run(lambda: self.core.cycle.on_state(stamp_ns(msg.header), q))
+        t_wall, t0 = time.time_ns(), time.perf_counter_ns()
+        self._send(self.core.cycle.on_state(stamp_ns(msg.header), q), t_wall, t0)  # features that waited for it
 
     def _on_features(self, msg: Float32MultiArray) -> None:
-        def step():
-            feats, meta = read_array(msg, None, "policy.features")
-            return self.core.cycle.on_features(int(meta.get("stamp_ns", 0)), feats, int(meta.get("cycle", 0)),
-                                               meta.get("episode", ""), meta.get("perception_sha256", ""))
-
-        if self.active and self.core is not None:
-            self._run(step)
-
-    def _run(self, step) -> None:
+        if not self.active or self.core is None:
+            return
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
         try:
-            out = step()
+            feats, meta = read_array(msg, None, "policy.features")
+            out = self.core.cycle.on_features(int(meta.get("stamp_ns", 0)), feats, int(meta.get("cycle", 0)),
+                                              meta.get("episode", ""), meta.get("perception_sha256", ""))
         except ValidationError as e:
             return self._refuse(e)
+        self._send(out, t_wall, t0)
+
+    def _send(self, out, t_wall: int, t0: int) -> None:
         if out is None or not self.active:
             return
         dur = time.perf_counter_ns() - t0
