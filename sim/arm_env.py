@@ -6,7 +6,8 @@ the SafetyWrapper here), then through ``action_latency_steps`` control periods o
 position motors; the physics advances one control period (``control_period / timestep`` substeps).
 
 Observation (``camera=False``): a flat float32 vector of named terms, ``value = (raw - offset) * scale``
-(see ``obs_terms``), clipped to +-OBS_BOUND. With ``camera=True``: ``{"image": uint8 (S, S, 3), "state": that vector}``.
+(see ``obs_terms``), clipped to +-OBS_BOUND
+(`tinker_core.loop.observation`, the assembly perception runs too). With ``camera=True``: ``{"image": uint8 (S, S, 3), "state": that vector}``.
 Each episode's dynamics are: the fixed set ``dynamics`` if given, else a draw from ``randomize``'s
 ranges (from the env's seeded RNG), else nominal; ``reset(options={"dynamics": ...})`` overrides one episode.
 """
@@ -29,10 +30,9 @@ from sim.robot import ArmRobot
 from sim.tasks import TASKS, Task, term
 from tinker_core.action_chain import ActionChain, ActionChainConfig
 from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
 
 CommandFilter = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, Any]]
-OBS_BOUND = 10.0
-"""scaled observation terms are clipped to [-OBS_BOUND, OBS_BOUND] (every term is scaled to about unit range)"""
 HOME_NOISE_RAD = 0.1
 """half-width of the uniform noise added to the home pose at reset, rad"""
 
@@ -89,9 +89,9 @@ class ArmEnv(gym.Env):
             *self.task.obs_terms(),
             term("last_action", n_act, "normalized", 1.0, 0.0, "action"),
         ]
-        self._offset = np.concatenate([t["offset"] for t in self.obs_terms])
-        self._scale = np.concatenate([t["scale"] for t in self.obs_terms])
-        n_obs = self._offset.shape[0]
+        self.obs_assembly = ObservationAssembly(self.obs_terms, -OBS_BOUND, OBS_BOUND)
+        """the one observation assembly (perception on the robot runs the same, from the bundle's terms)"""
+        n_obs = self.obs_assembly.size
         state_space = spaces.Box(-OBS_BOUND, OBS_BOUND, (n_obs,), np.float32)
         if self.use_camera:
             s = self.camera.size
@@ -226,8 +226,7 @@ class ArmEnv(gym.Env):
         if std > 0:
             noise = self.np_random.normal(0.0, std, 2 * self.robot.dof)
             q, qd = q + noise[: self.robot.dof], qd + noise[self.robot.dof:]
-        raw = np.concatenate([q, qd, self._ee, self.task.observe(self._ee), self._last_action])
-        return np.clip((raw - self._offset) * self._scale, -OBS_BOUND, OBS_BOUND).astype(np.float32)
+        return self.obs_assembly.scaled(np.concatenate([q, qd, self._ee, self.task.observe(self._ee), self._last_action]))
 
     def _observe(self):
         state = self._state_vector()

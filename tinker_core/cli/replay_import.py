@@ -1,4 +1,7 @@
-"""``tinker replay import RUN.mcap``: a recorded ROS 2 run -> the learner's replay format."""
+"""``tinker replay import RUN.mcap``: a recorded ROS 2 run -> the learner's replay format.
+
+Cycles become transitions by `tinker_core.loop.cycle_join.transitions`, the rule the live experience
+bridge joins by: the learner gets the same transitions from a recording as it got live."""
 
 from __future__ import annotations
 
@@ -32,15 +35,16 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tinker.recording import cycles_to_transitions, read_cycles
+    from tinker.recording import read_cycles
     from tinker_core.errors import ConfigError
+    from tinker_core.loop.cycle_join import transitions
     from tinker_core.replay import ReplayBuffer
 
     src = Path(args.mcap)
     if not src.is_file():
         raise ConfigError(f"replay import: file not found: {src}")
     records = list(read_cycles(src))
-    ts = cycles_to_transitions(records)
+    ts = transitions(records)  # the experience bridge's joining rule
     if not ts:
         raise ConfigError(f"replay import: {src} holds {len(records)} cycle(s) but no complete transition "
                           f"(every cycle held, or the run was shorter than two cycles)")

@@ -2,11 +2,15 @@
 
 Loads ``config/bringup.yaml`` (the one parameter file; `tinker bringup` reads the same file on
 pip-only hosts), starts every node in ``namespace``, and drives the lifecycle nodes (safety,
-policy) through configure -> activate with the standard lifecycle_msgs transitions.
+policy) through configure -> activate with the standard lifecycle_msgs transitions. With no
+arguments: the simulated robot and the shipped default policy (``pretrained/arm_reach/bundle``, which
+perception and policy take when ``bundle`` is empty).
 
-Arguments: ``namespace:=robot1``, ``params_file:=/path/other.yaml``, ``bundle:=/path/bundle``
-(perception and policy), ``record:=/path/run.mcap`` and ``view:=true`` (both start the ``view`` node: it
-records the run, and with ``view:=true`` serves the live view on ws://127.0.0.1:8765 and
+Arguments: ``sim:=false`` (no simulated robot: a ros2_control driver publishes ``joint_states`` and
+takes ``forward_position_controller/commands``; perception then runs on every joint state with the
+newest ``goal``, geometry_msgs/PointStamped), ``namespace:=robot1``, ``params_file:=/path/other.yaml``,
+``bundle:=/path/bundle`` (perception and policy), ``record:=/path/run.mcap`` and ``view:=true`` (both start
+the ``view`` node: it records the run, and with ``view:=true`` serves the live view on ws://127.0.0.1:8765 and
 http://127.0.0.1:8766/). Empty = the file's value.
 """
 
@@ -20,6 +24,7 @@ from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
+from tinker.bringup import WITHOUT_SIM
 
 NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
 """Every node the package installs (one console script each)."""
@@ -41,10 +46,13 @@ def _change(node, transition_id):
 def _graph(context):
     namespace = context.launch_configurations["namespace"]
     params_file = context.launch_configurations["params_file"]
+    sim = context.launch_configurations["sim"].strip().lower() not in ("false", "0", "no", "off")
     actions = []
     view = context.launch_configurations.get("view", "false").lower() in ("true", "1", "yes")
     observers = (VIEW_NODE,) if view or context.launch_configurations.get("record", "") else ()
     for name in NODES + observers:
+        if name == "sim_robot" and not sim:
+            continue
         params = [params_file]
         for arg, nodes in OVERRIDES.items():
             value = context.launch_configurations.get(arg, "")
@@ -52,6 +60,8 @@ def _graph(context):
                 params.append({arg: value})
         if name == VIEW_NODE:
             params.append({"serve": view})
+        if not sim and name in WITHOUT_SIM:
+            params.append(WITHOUT_SIM[name])
         if name in LIFECYCLE:
             node = LifecycleNode(package="tinker", executable=name, name=name, namespace=namespace,
                                  parameters=params, output="screen")
@@ -71,10 +81,13 @@ def _graph(context):
 def generate_launch_description():
     share = get_package_share_directory("tinker")
     return launch.LaunchDescription([
+        DeclareLaunchArgument("sim", default_value="true",
+                              description="true: the simulated robot (sim_robot); false: none, a real driver"),
         DeclareLaunchArgument("namespace", default_value="", description="robot namespace, e.g. robot1"),
         DeclareLaunchArgument("params_file", default_value=os.path.join(share, PARAMS_FILE),
                               description="the graph's parameter file (ros__parameters per node)"),
-        DeclareLaunchArgument("bundle", default_value="", description="deploy bundle dir for perception and policy"),
+        DeclareLaunchArgument("bundle", default_value="",
+                              description="deploy bundle dir for perception and policy (empty: the shipped default)"),
         DeclareLaunchArgument("record", default_value="", description="MCAP file to record the run to (view node)"),
         DeclareLaunchArgument("view", default_value="false",
                               description="true: live view (Foxglove WebSocket :8765, browser page :8766)"),

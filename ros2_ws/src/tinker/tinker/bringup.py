@@ -52,6 +52,9 @@ VIEW_NODE = "view"
 """The observer (`tinker.view`): records (``record``) and streams the live view (``view``). Started only when
 asked for, always as a process of its own (never composed with the loop)."""
 RECORD_NODE = VIEW_NODE
+WITHOUT_SIM = {"perception": {"task_synced": False}}
+"""What running without the simulated robot changes besides not starting sim_robot (``sim:=false`` in the
+launch file, ``Graph(sim=False)``): no per-state task terms, perception takes the newest ``goal``."""
 
 
 class BringupError(TinkerError):
@@ -98,7 +101,7 @@ class Graph:
                  overrides: Mapping[str, Mapping[str, Any]] | None = None, composed: bool = False,
                  record: str | os.PathLike | None = None, nodes: Sequence[str] = NODES,
                  run_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
-                 python: str = sys.executable, view: bool = False):
+                 python: str = sys.executable, view: bool = False, sim: bool = True):
         self.params_file = Path(params_file) if params_file else default_params_file()
         if not self.params_file.is_file():
             raise ConfigError(f"bringup --params: file not found: {self.params_file}")
@@ -106,11 +109,13 @@ class Graph:
         if unknown:
             raise ConfigError(f"bringup nodes: unknown {unknown}; known: {[*NODES, VIEW_NODE]}")
         self.namespace = namespace.strip("/")
-        self.nodes = list(nodes)
+        self.nodes = [n for n in nodes if sim or n != "sim_robot"]
         if (view or record) and VIEW_NODE not in self.nodes:
             self.nodes.append(VIEW_NODE)
         self.composed = composed
         self.overrides: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
+        for node, params in ({} if sim else WITHOUT_SIM).items():  # a real driver publishes joint_states only
+            self.overrides[node] = {**params, **self.overrides.get(node, {})}
         bad = [k for k in self.overrides if k not in (*NODES, VIEW_NODE) and k != "/**"]
         if bad:
             raise ConfigError(f"bringup overrides: unknown node(s) {bad}; known: {[*NODES, VIEW_NODE]}")

@@ -1,24 +1,55 @@
-"""The nodes' view of a deploy bundle: the observation assembled by term name, the actor behind hot swap.
+"""The nodes' view of a deploy bundle, without ROS: what perception and policy run, opened and checked.
 
-`ObsAssembler` builds the network's observation exactly as the sim env does (``ArmEnv._state_vector``):
-the manifest's ``obs_terms`` in order, each ``(raw - offset) * scale``, from named raw sources
-(``joint_pos``/``joint_vel`` from JointState by joint name, ``ee_pos`` and task terms from the
-robot's task topic, ``last_action`` from the policy's raw action), plus the camera image when the
-obs spec has one. A term nobody provides is an error at configure time, naming the term.
+- `resolve_bundle`: "" means the shipped default policy (``pretrained/arm_reach/bundle``, as ``tinker eval``);
+- `open_perception`: the bundle's ``perception.onnx`` behind a `tinker_core.loop.perception.PerceptionCycle`
+  (the observation assembled exactly as the sim env does, clip included: `tinker_core.loop.observation`);
+- `ActorRunner`: the bundle's actor behind hot swap; `PolicyBundle`: it with the action chain and the cycle.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 import numpy as np
 
-from tinker_core.action_chain import ActionChainConfig
+from tinker_core.action_chain import ActionChain, ActionChainConfig
 from tinker_core.config import config_from_dict
-from tinker_core.errors import BundleError, ConfigError, ValidationError
-from tinker_core.spec import DictSpec, Spec
+from tinker_core.errors import BundleError, ConfigError, TinkerError, ValidationError
+from tinker_core.loop.perception import PerceptionCycle
+from tinker_core.loop.policy import PolicyCycle
+
+DEFAULT_ENV = "tinker/ArmReach-v0"
+"""the task whose shipped policy runs when no bundle is given (the simulated robot's default task)"""
+
+
+def resolve_bundle(path: str | os.PathLike | None, env_id: str = DEFAULT_ENV) -> Path:
+    """``path``, or the shipped default policy of ``env_id`` when it is empty (the one `tinker eval` uses)."""
+    if path:
+        return Path(path)
+    from tinker_core.cli._compose import default_bundle
+
+    return default_bundle(env_id)
+
+
+def n_actions(manifest) -> int:
+    return sum(t.size for t in manifest.action_terms) or int(np.prod(manifest.action_spec.shape))
+
+
+def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) -> tuple[object, PerceptionCycle, str]:
+    """(model, cycle, log line): the bundle's perception model, verified and warmed up, behind its cycle.
+    ``cycle_kwargs`` go to `PerceptionCycle` (synced, sync_frames, max_frame_age_ns, ee_fn)."""
+    from deploy.runtime import OnnxPolicy
+
+    model = OnnxPolicy.from_bundle(str(path), part="perception")
+    m = model.manifest
+    cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m), **cycle_kwargs)
+    r = model.warmup(int(warmup)) if warmup > 0 else {"p99_us": 0.0, "max_us": 0.0}
+    return model, cycle, (f"perception v{model.version} ({model.sha256[:12]}) from {path}: p99 {r['p99_us']:.0f} us, "
+                          f"max {r['max_us']:.0f} us after warm-up")
 
 
 def _providers_check(session, wanted: tuple[str, ...] = ("CPUExecutionProvider",)) -> list[str]:
@@ -26,54 +57,6 @@ def _providers_check(session, wanted: tuple[str, ...] = ("CPUExecutionProvider",
     if got[: len(wanted)] != list(wanted):
         raise BundleError(f"onnxruntime execution providers: expected {list(wanted)}, got {got} (silent fallback)")
     return got
-
-
-class ObsAssembler:
-    """Flat state vector (and image) for the perception model, by term name."""
-
-    def __init__(self, manifest, provided: set[str]):
-        spec = manifest.obs_spec
-        self.image_key: str | None = None
-        self.state_key: str | None = None
-        if isinstance(spec, DictSpec):
-            for k, s in spec.items():
-                if len(s.shape) == 3:
-                    self.image_key = k
-                else:
-                    self.state_key = k
-            self.state_spec = spec[self.state_key] if self.state_key else None
-            self.image_shape = tuple(spec[self.image_key].shape) if self.image_key else None
-        else:
-            self.state_spec, self.image_shape = spec, None
-        self.terms = [(t.name, t.size, np.asarray(t.offset, dtype=np.float64), np.asarray(t.scale, dtype=np.float64))
-                      for t in manifest.obs_terms if t.name != self.image_key]
-        missing = [t[0] for t in self.terms if t[0] not in provided]
-        if missing:
-            raise ConfigError(f"bundle obs_terms {missing} have no source on this robot; sources: {sorted(provided)}")
-        n = sum(t[1] for t in self.terms)
-        if self.state_spec is not None and self.state_spec.shape != (n,):
-            raise BundleError(f"bundle obs_terms add up to {n} values but the state spec is {self.state_spec.shape}")
-
-    def state(self, sources: Mapping[str, np.ndarray]) -> np.ndarray:
-        parts = []
-        for name, size, off, scale in self.terms:
-            v = np.asarray(sources[name], dtype=np.float64).reshape(-1)
-            if v.shape[0] != size:
-                raise ValidationError(f"obs.{name}", f"{size} values", f"{v.shape[0]} values")
-            parts.append((v - off) * scale)
-        return np.concatenate(parts).astype(np.float32)
-
-    def obs(self, sources: Mapping[str, np.ndarray], image: np.ndarray | None):
-        s = self.state(sources)
-        if self.image_key is None:
-            return s
-        if image is None or tuple(image.shape) != self.image_shape:
-            raise ValidationError(f"obs.{self.image_key}", f"uint8{list(self.image_shape)}",
-                                  "none" if image is None else f"{image.dtype}{list(image.shape)}")
-        out = {self.image_key: image}
-        if self.state_key:
-            out[self.state_key] = s
-        return out
 
 
 def chain_config(manifest) -> ActionChainConfig:
@@ -167,3 +150,60 @@ class ActorRunner:
 
     def close(self) -> None:
         self._actor = None
+
+
+class PolicyBundle:
+    """The policy node's core: `ActorRunner`, the bundle's action chain within the URDF limits, and the
+    `PolicyCycle`. A hot-swapped bundle with another chain config restarts the chain at the next cycle."""
+
+    def __init__(self, path: str | os.PathLike, urdf: str | None, control_period: float,
+                 on_swap: Callable[[str], None] = lambda line: None):
+        from safety.limits import JointLimits
+
+        self.runner = ActorRunner(path)
+        trained = self.runner.manifest.control_period
+        if trained is not None and abs(float(trained) - control_period) > 1e-9:
+            raise TinkerError(f"policy.control_period: the bundle was trained at {trained} s per cycle, this "
+                              f"graph runs at {control_period} s; set control_period in the launch YAML to match")
+        limits = JointLimits.from_urdf(urdf or None, joint_names=self.runner.joint_names)
+        self.limits = (limits.lower, limits.upper)
+        self.cycle = PolicyCycle(self._act, self.new_chain())
+        self.on_swap, self.reloads = on_swap, 0
+        self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256
+
+    def reload(self, path: str | os.PathLike) -> None:
+        """Validate bundle ``path`` in the background and swap it in between two calls (`ActorRunner`); raises
+        BundleError at once where there is no bundle (the running one stays)."""
+        if not (Path(path) / "manifest.json").is_file():
+            raise BundleError(f"bundle {path}: no manifest.json there; keeping the running bundle")
+        self.runner.request_reload(str(path))
+
+    def new_chain(self) -> ActionChain:
+        """A fresh chain: its first command starts from the measured pose of the next cycle."""
+        return ActionChain(self.runner.chain_config, *self.limits)
+
+    def _act(self, features: np.ndarray, perception_sha256: str) -> np.ndarray:
+        raw = self.runner(features.astype(np.float32), perception_sha256)
+        if self.runner.actor_sha256 != self.actor_sha256:  # a new bundle went live between two calls
+            self.reloads += 1
+            if self.runner.chain_config.digest() != self.cycle.chain.config.digest():
+                self.cycle.restart(self.new_chain())  # the new chain starts from this cycle's measured pose
+            self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256
+            self.on_swap(f"now running bundle v{self.version} ({self.actor_sha256[:12]})")
+        return raw
+
+
+def write_bundle(bundle_dir: str | os.PathLike, version: int, blobs: Mapping[str, object]) -> Path:
+    """The learner's bundle files (``blobs`` by file name) written as ``bundle_dir/v<version>``, atomically:
+    a node only ever sees a complete directory."""
+    final = Path(bundle_dir) / f"v{version}"
+    tmp = Path(tempfile.mkdtemp(prefix=f".v{version}-", dir=bundle_dir))
+    for name, data in blobs.items():
+        if "/" in name or name.startswith("."):
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise TinkerError(f"weights blob name {name!r}: expected a plain file name of the bundle")
+        (tmp / name).write_bytes(data if isinstance(data, bytes) else np.asarray(data).tobytes())
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    return final

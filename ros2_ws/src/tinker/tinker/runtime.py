@@ -22,8 +22,9 @@ import sys
 import threading
 import time
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import rclpy
@@ -37,6 +38,45 @@ from tinker_core.errors import TinkerError
 from tinker_core.tracer import Tracer
 
 OK, WARN, ERROR, STALE = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR, DiagnosticStatus.STALE
+
+
+@dataclass(frozen=True)
+class Param:
+    """One node parameter: its default, what it means, its range and whether it can change while running."""
+
+    default: Any
+    description: str
+    range: tuple[float, float] | None = None
+    """inclusive [low, high] for a number (None: any)"""
+    read_only: bool = False
+    """True where a change needs the node restarted (or reconfigured): ``ros2 param set`` is then refused"""
+
+
+RUNTIME_PARAMS: dict[str, Param] = {
+    "control_period": Param(0.05, "s; one robot cycle (a bundle trained at another period is refused)",
+                            (0.001, 10.0), read_only=True),
+    "nice": Param(0, "added to the node process's nice value (not in a composed process)", (-20, 19), True),
+    "realtime_priority": Param(0, "SCHED_FIFO priority of the loop's processes (0: normal scheduling)", (0, 99), True),
+    "trace_dir": Param("", "directory for per-node JSONL trace spans (empty: none)", read_only=True),
+    "diagnostics_period": Param(1.0, "s between /diagnostics heartbeats", (0.05, 60.0), True),
+}
+"""the parameters every tinker node declares (`NodeRuntime`)"""
+
+
+def declare_params(node, params: Mapping[str, Param]) -> None:
+    """Declare ``params`` on ``node``, each with a ParameterDescriptor (description, range, read-only)."""
+    from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+
+    for name, prm in params.items():
+        d = ParameterDescriptor(description=prm.description, read_only=prm.read_only)
+        if prm.range is not None and isinstance(prm.default, bool):
+            pass
+        elif prm.range is not None and isinstance(prm.default, int):
+            d.integer_range = [IntegerRange(from_value=int(prm.range[0]), to_value=int(prm.range[1]), step=1)]
+        elif prm.range is not None:
+            d.floating_point_range = [FloatingPointRange(from_value=float(prm.range[0]), to_value=float(prm.range[1]),
+                                                         step=0.0)]
+        node.declare_parameter(name, prm.default, d)
 
 
 EXECUTOR_ENV = "TINKER_EXECUTOR"
@@ -119,13 +159,12 @@ class NodeRuntime:
         for e in entities:
             next(destroy for cls, destroy in kinds if isinstance(e, cls))(e)
 
-    def _init_runtime(self, module: str) -> None:
-        self.declare_parameter("control_period", 0.05)
-        self.declare_parameter("nice", 0)
-        self.declare_parameter("realtime_priority", 0)
+    def _init_runtime(self, module: str, params: Mapping[str, Param] | None = None) -> None:
+        """Declares `RUNTIME_PARAMS` and the node's own ``params``, then sets up the shared parts."""
+        declare_params(self, RUNTIME_PARAMS)
+        if params:
+            declare_params(self, params)
         self.scheduling = "SCHED_OTHER"
-        self.declare_parameter("trace_dir", "")
-        self.declare_parameter("diagnostics_period", 1.0)
         self.module = module
         self.fatal = ""
         self.period = float(self.get_parameter("control_period").value)
@@ -139,6 +178,24 @@ class NodeRuntime:
                                              self._on_diag_timer)
         self._period_ns = int(self.period * 1e9)
         self._started = time.monotonic()
+
+    def param(self, name: str) -> Any:
+        return self.get_parameter(name).value
+
+    def subscribe(self, param: str, role: str, callback: Callable, qos=None):
+        """Subscribe the topic named by parameter ``param``, with the type and QoS `tinker.wire.TOPICS` declares
+        for ``role`` (``qos``: another QoS, e.g. the recorder's deeper queue)."""
+        from tinker.wire import TOPICS
+
+        t = TOPICS[role]
+        return self.create_subscription(t.type, self.param(param), callback, qos or t.qos)
+
+    def advertise(self, param: str, role: str):
+        """A publisher on the topic named by parameter ``param``, as `tinker.wire.TOPICS` declares ``role``."""
+        from tinker.wire import TOPICS
+
+        t = TOPICS[role]
+        return self.create_publisher(t.type, self.param(param), t.qos)
 
     # --- overridden by nodes -------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:

@@ -1,24 +1,34 @@
-"""Message conversion shared by the nodes: QoS, metadata labels, joints by name, arrays.
+"""The wire format of every topic of the graph, declared once (`TOPICS`), and the conversions to it.
 
-Metadata encoding (documented contract): `std_msgs/Float32MultiArray` and `Float64MultiArray`
-carry per-message facts in ``layout.dim[0].label`` as ``key=value`` pairs joined by ``;``, e.g.
-``stamp_ns=1712...;cycle=42;perception_sha256=ab12...``. ``dim[0].size`` is the vector length, so
-standard tools still read a plain vector. Keys used across the graph:
+Each topic has one entry: its default name (relative: it follows the namespace), message type, QoS and,
+for the `std_msgs` MultiArray topics, the metadata keys it carries. Where the message has a header
+(``joint_states``, images, ``goal``) the state's stamp is in the header. The loop's internal vectors
+(features, raw action, joint target, safe command, task terms) are MultiArrays: no installed message
+package has a stamped float array, and ``forward_position_controller/commands`` must stay the plain
+``Float64MultiArray`` ros2_control's forward_command_controller reads. Their per-message facts travel
+in ``layout.dim[0].label`` as ``key=value`` pairs joined by ``;`` (e.g. ``stamp_ns=1712...;cycle=42``),
+with ``dim[0].size`` the vector length, so ``ros2 topic echo`` and rosbag tools still read a plain vector.
+That label encoding lives here and nowhere else (`array_msg`, `read_array`). Keys used across the graph:
 
 - ``stamp_ns``: the robot's JointState stamp this message derives from (latency, cycle joining)
 - ``cycle``: the robot's cycle counter
 - ``perception_sha256``: sha256 of the perception model that made the features
 - ``version``: policy version of the bundle that made an action
 - ``status``: the safety status of a safe command (``passed``, ``held``, ``estop`` ...)
+- ``episode``: the robot's episode counter; ``terms``: the task terms' layout (``name:size,...``)
 """
 
 from __future__ import annotations
 
 import array
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticStatus
+from geometry_msgs.msg import PointStamped
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy)
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimension
 
 from tinker_core.errors import ConfigError, ValidationError
@@ -35,6 +45,113 @@ LATCHED_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=R
 RECORD_QOS = QoSProfile(depth=50, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
 """What the experience bridge listens to: every cycle, a little slack."""
+
+
+@dataclass(frozen=True)
+class Topic:
+    """One topic's wire format."""
+
+    name: str
+    """default name, relative to the namespace (a node's ``*_topic`` parameter may rename it)"""
+    type: type
+    qos: QoSProfile
+    meta: tuple[str, ...] = ()
+    """metadata keys in the MultiArray label (empty: the message's own fields carry everything)"""
+    doc: str = ""
+
+
+TOPICS: dict[str, Topic] = {
+    "joint_states": Topic("joint_states", JointState, SENSOR_QOS, (),
+                          "the robot's state by joint name (sensor_msgs/JointState; header.stamp: the state's stamp; a "
+                          "best-effort subscription takes reliable and best-effort publishers)"),
+    "image": Topic("camera/image_raw", Image, SENSOR_QOS, (), "camera frames (sensor_msgs/Image rgb8; header.stamp: "
+                   "the stamp of the state it shows)"),
+    "task": Topic("task", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "episode", "terms"),
+                  "the simulated robot's outcome and task terms per state (TASK_FIELDS, then the terms named in 'terms')"),
+    "goal": Topic("goal", PointStamped, COMMAND_QOS, (),
+                  "a goal position a real system publishes when it changes (geometry_msgs/PointStamped, base frame, m)"),
+    "features": Topic("perception/features", Float32MultiArray, COMMAND_QOS,
+                      ("stamp_ns", "cycle", "episode", "perception_sha256"), "perception's features (Float32MultiArray)"),
+    "raw_action": Topic("policy/raw_action", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version"),
+                        "the actor's raw action, before the action chain (Float64MultiArray)"),
+    "joint_target": Topic("policy/joint_target", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version"),
+                          "the policy's joint target, manifest joint order (Float64MultiArray, to safety)"),
+    "command": Topic("forward_position_controller/commands", Float64MultiArray, COMMAND_QOS,
+                     ("stamp_ns", "cycle", "version", "status"),
+                     "the safe joint position command, the robot's joint order (forward_command_controller)"),
+    "estop_state": Topic("safety/estop_state", DiagnosticStatus, LATCHED_QOS, (),
+                         "the latched e-stop state (diagnostic_msgs/DiagnosticStatus, key 'estopped')"),
+}
+"""every topic of the graph, by its role"""
+
+
+def topic_params(**param_roles: str) -> dict:
+    """Node parameters naming topics (``features_topic="features"``): default and description from `TOPICS`;
+    read-only, as a subscription is made once."""
+    from tinker.runtime import Param
+
+    return {k: Param(TOPICS[r].name, TOPICS[r].doc, read_only=True) for k, r in param_roles.items()}
+
+
+TASK_FIELDS = ("reward", "done", "success", "distance")
+"""the values at the head of a ``task`` message, in this order; the task terms follow"""
+GOAL_TERM = "target_pos"
+"""the observation term a ``goal`` message sets"""
+
+
+@dataclass
+class TaskMsg:
+    """A ``task`` message, decoded."""
+
+    stamp_ns: int
+    cycle: int
+    episode: str
+    reward: float
+    done: bool
+    success: bool
+    terms: dict[str, np.ndarray]
+
+
+def read_task(msg: Float64MultiArray, where: str = "task") -> TaskMsg:
+    """Outcome and named terms of a ``task`` message; ValidationError when its layout does not add up."""
+    v, meta = read_array(msg, None, where)
+    head = len(TASK_FIELDS)
+    if v.shape[0] < head:
+        raise ValidationError(where, f"at least {head} values {TASK_FIELDS}", f"{v.shape[0]} values")
+    terms, off = {}, head
+    try:
+        for item in filter(None, meta.get("terms", "").split(",")):
+            name, size = item.split(":")
+            terms[name] = v[off: off + int(size)]
+            off += int(size)
+        stamp, cycle = int(meta.get("stamp_ns", 0) or 0), int(meta.get("cycle", 0) or 0)
+        episode = str(int(meta.get("episode", 0) or 0))
+    except ValueError as e:
+        raise ValidationError(f"{where}.meta", "terms 'name:size,...' and integer stamp_ns/cycle/episode",
+                              repr(meta)) from e
+    if off != v.shape[0] and meta.get("terms"):
+        raise ValidationError(f"{where}.terms", f"{v.shape[0] - head} values after the head", f"terms of {off - head}")
+    return TaskMsg(stamp, cycle, episode, float(v[0]), bool(v[1] > 0.5), bool(v[2] > 0.5), terms)
+
+
+def task_msg(stamp_ns: int, cycle: int, episode: int, reward: float, done: bool, success: bool, distance: float,
+             terms: Sequence[tuple[str, np.ndarray]]) -> Float64MultiArray:
+    """A ``task`` message: TASK_FIELDS, then ``terms`` (name, raw values) in order, their layout in the label."""
+    values = np.concatenate([[float(reward), float(done), float(success), float(distance)],
+                             *[np.asarray(v, dtype=np.float64).reshape(-1) for _, v in terms]])
+    layout = ",".join(f"{n}:{np.size(v)}" for n, v in terms)
+    return array_msg(values, {"stamp_ns": stamp_ns, "cycle": cycle, "episode": episode, "terms": layout})
+
+
+def meta_of(msg) -> dict[str, str]:
+    """The label metadata of a MultiArray ({} when it has none)."""
+    return decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
+
+
+def state_cycle(msg: JointState) -> int | None:
+    """The simulator's cycle counter in a JointState's frame_id (``cycle=N``); None from any other driver."""
+    tag = msg.header.frame_id
+    return int(tag[6:]) if tag.startswith("cycle=") and tag[6:].isdigit() else None
 
 
 def encode_meta(meta: Mapping[str, object]) -> str:

@@ -1,0 +1,90 @@
+"""The parameters of perception, policy and experience_bridge: every key of bringup.yaml is declared by its
+node, and every declared parameter has a ParameterDescriptor that a ROS user can read (description, range,
+read-only). Real nodes in this process (rclpy, their own context and domain), built from the launch YAML."""
+
+from __future__ import annotations
+
+import pytest
+
+NODES = {"perception": "PerceptionNode", "policy": "PolicyNode", "experience_bridge": "ExperienceBridgeNode"}
+
+
+@pytest.fixture(scope="module")
+def nodes(ros2):
+    import importlib
+
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.signals import SignalHandlerOptions
+
+    from tinker.bringup import default_params_file
+
+    ctx = Context()
+    rclpy.init(context=ctx, domain_id=ros2.fresh_domain(), signal_handler_options=SignalHandlerOptions.NO,
+               args=["--ros-args", "--params-file", str(default_params_file())])
+    made = {n: getattr(importlib.import_module(f"tinker.{n}"), cls)(context=ctx) for n, cls in NODES.items()}
+    yield made
+    for n in made.values():
+        n.close_runtime()
+        n.destroy_node()
+    rclpy.shutdown(context=ctx)
+
+
+def _section(name: str) -> dict:
+    import yaml
+
+    from tinker.bringup import default_params_file
+
+    doc = yaml.safe_load(default_params_file().read_text())
+    return (doc.get(name) or {}).get("ros__parameters", {})
+
+
+def test_every_key_for_all_nodes_is_declared_by_the_nodes_it_serves(nodes):
+    """``/**`` keys go to every node; each must be one a node reads (``camera_rate_hz``: perception and
+    sim_robot; the rest: every node, `tinker.runtime.RUNTIME_PARAMS`)."""
+    from tinker.runtime import RUNTIME_PARAMS
+
+    shared = set(_section("/**"))
+    assert set(RUNTIME_PARAMS) <= shared
+    for key in shared:
+        users = [n for n, node in nodes.items() if node.has_parameter(key)]
+        assert users, f"bringup.yaml /** key {key!r} is declared by none of {list(nodes)}"
+        if key in RUNTIME_PARAMS:
+            assert users == list(nodes)
+
+
+@pytest.mark.parametrize("name", list(NODES))
+def test_every_yaml_key_is_declared_with_a_description(nodes, name):
+    from tinker.bringup import default_params_file, node_parameters
+
+    node = nodes[name]
+    keys = set(_section(f"/**/{name}"))
+    assert keys, f"bringup.yaml has no /**/{name} section"
+    undeclared = sorted(k for k in keys if not node.has_parameter(k))
+    assert not undeclared, f"{name}: bringup.yaml keys its node never declares: {undeclared}"
+    for k in keys - {"bundle"}:  # an empty bundle shows the default that runs (the test below)
+        assert node.get_parameter(k).value == node_parameters(default_params_file(), name)[k]  # the YAML's value ran
+    own = [p for p in node._parameters if not p.startswith("qos_overrides") and p != "use_sim_time"]
+    missing = [p for p in own if not node.describe_parameter(p).description]
+    assert not missing, f"{name}: parameters without a description: {missing}"
+
+
+def test_a_change_out_of_range_or_to_a_read_only_parameter_is_refused_with_the_reason(nodes):
+    from rclpy.parameter import Parameter
+
+    perception = nodes["perception"]
+    r = perception.set_parameters([Parameter("max_frame_age", value=-1.0)])[0]
+    assert not r.successful and "max_frame_age" in r.reason
+    r = perception.set_parameters([Parameter("control_period", value=0.001)])[0]
+    assert not r.successful and "read-only" in r.reason
+    r = perception.set_parameters([Parameter("max_frame_age", value=0.5)])[0]
+    assert r.successful and perception.cycle.max_frame_age_ns == 500_000_000  # took effect
+    r = nodes["policy"].set_parameters([Parameter("on_overrun", value="panic")])[0]
+    assert not r.successful and "expected 'hold' or 'stop', got 'panic'" in r.reason
+
+
+def test_an_empty_bundle_runs_the_shipped_default_and_says_which(nodes):
+    from pathlib import Path
+
+    bundle = Path(nodes["perception"].get_parameter("bundle").value)
+    assert bundle.parts[-3:] == ("pretrained", "arm_reach", "bundle") and (bundle / "manifest.json").is_file()

@@ -1,0 +1,34 @@
+"""The wire format declared in `tinker.wire`: every topic once, and the task message read as it is written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+
+def test_task_message_round_trip_and_a_layout_that_does_not_add_up_is_named():
+    from tinker.wire import TASK_FIELDS, read_task, task_msg
+
+    msg = task_msg(123, 7, 2, -0.25, True, False, 0.3, [("ee_pos", np.ones(3)), ("target_pos", [0.1, 0.2, 0.3])])
+    t = read_task(msg)
+    assert (t.stamp_ns, t.cycle, t.episode, t.reward, t.done, t.success) == (123, 7, "2", -0.25, True, False)
+    assert list(t.terms) == ["ee_pos", "target_pos"] and t.terms["target_pos"].tolist() == [0.1, 0.2, 0.3]
+    assert msg.layout.dim[0].size == len(TASK_FIELDS) + 6  # standard tools read a plain vector
+    msg.data = msg.data[:-1]
+    from tinker_core.errors import ValidationError
+
+    with pytest.raises(ValidationError, match=r"^task\.terms: expected 5 values after the head, got terms of 6$"):
+        read_task(msg)
+
+
+def test_every_topic_is_declared_once_with_its_type_and_qos():
+    from rclpy.qos import ReliabilityPolicy
+
+    from tinker.wire import TOPICS
+
+    names = [t.name for t in TOPICS.values()]
+    assert len(set(names)) == len(names)
+    # state: best effort, so a reliable publisher (a ros2_control broadcaster) and a best-effort one both connect
+    assert TOPICS["joint_states"].qos.reliability == ReliabilityPolicy.BEST_EFFORT
+    assert TOPICS["command"].type.__name__ == "Float64MultiArray"  # what forward_command_controller reads
+    assert TOPICS["goal"].type.__name__ == "PointStamped"

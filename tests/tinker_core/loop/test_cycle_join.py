@@ -1,0 +1,94 @@
+"""Control cycles joined into transitions, without ROS: episode ends, resets, dropped and late messages.
+
+Each simulated cycle k carries its number in the features and in the reward (``-0.1 * k``), so a
+transition shows which cycles it joined: its reward must be the one its next observation implies.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinker_core.loop.cycle_join import FIELDS, CycleJoiner, new_cycle, transitions
+
+
+def _feed(j: CycleJoiner, cycle: int, episode: int, done: bool = False, drop: tuple[str, ...] = ()):
+    stamp = 1_000_000 * cycle
+    if "features" not in drop:
+        j.features(stamp, np.full(5, cycle, np.float32))
+    if "action" not in drop:
+        j.action(stamp, np.full(7, 0.1 * cycle), "1")
+    j.target(stamp, np.zeros(7))
+    j.command(stamp, np.zeros(7), "passed")
+    if "outcome" in drop:
+        return []
+    return j.outcome(stamp, cycle, episode, -0.1 * cycle, terminated=done, truncated=False)
+
+
+def _run(plan) -> list:
+    j = CycleJoiner()
+    closed = []
+    for args in plan:
+        closed += _feed(j, *args)
+    closed += j.flush()
+    return closed
+
+
+def _pairs(closed):
+    out = [(int(c.transition.obs[0]), int(c.transition.next_obs[0]), c.transition.reward, c.transition.terminated)
+           for c in closed if c.transition is not None]
+    for obs, nxt, reward, _ in out:
+        assert np.isclose(reward, -0.1 * nxt), (obs, nxt, reward)  # the reward of the state next_obs shows
+    return [(a, b, t) for a, b, _, t in out]
+
+
+def test_an_episodes_last_state_is_never_joined_to_the_next_episodes_first():
+    closed = _run([(c, 0 if c <= 4 else 1, c == 4) for c in range(1, 10)])
+    assert _pairs(closed) == [(1, 2, False), (2, 3, False), (3, 4, True), (5, 6, False), (6, 7, False),
+                              (7, 8, False), (8, 9, False)]
+    assert [c.record["cycle"] for c in closed] == list(range(1, 10))  # every cycle is recorded
+
+
+def test_a_reset_without_done_is_not_bridged():
+    """The robot reset (episode 0 -> 1) on a cycle that did not report done: still no transition across it."""
+    closed = _run([(1, 0), (2, 0), (3, 1), (4, 1)])
+    assert _pairs(closed) == [(1, 2, False), (3, 4, False)]
+
+
+def test_a_dropped_outcome_gives_no_transition_into_or_out_of_that_cycle():
+    closed = _run([(1, 0), (2, 0), (3, 0, False, ("outcome",)), (4, 0), (5, 0), (6, 0), (7, 0)])
+    assert _pairs(closed) == [(1, 2, False), (4, 5, False), (5, 6, False), (6, 7, False)]
+    assert 3 not in [c.record["cycle"] for c in closed]
+
+
+def test_a_held_cycle_and_lost_features_give_no_transition():
+    closed = _run([(1, 0), (2, 0, False, ("action",)), (3, 0), (4, 0, False, ("features",)), (5, 0), (6, 0)])
+    assert _pairs(closed) == [(1, 2, False), (5, 6, False)]  # 2 held; 3 -> 4 and 4 -> 5 lack features
+
+
+def test_a_lost_cycle_is_not_skipped_over():
+    """Cycle 3 never reached the bridge at all: 2 must not be joined to 4 (a reward two steps later)."""
+    closed = _run([(1, 0), (2, 0), (4, 0), (5, 0)])
+    assert _pairs(closed) == [(1, 2, False), (4, 5, False)]
+
+
+def test_late_messages_of_a_closed_cycle_are_ignored():
+    j = CycleJoiner()
+    closed = []
+    for c in range(1, 7):
+        closed += _feed(j, c, 0)
+    assert [c.record["cycle"] for c in closed] == [1, 2, 3]
+    j.features(1_000_000, np.full(5, 99, np.float32))  # cycle 1 is written: no new cycle opens for it
+    j.command(2_000_000, np.ones(7), "late")
+    closed += j.flush()
+    assert [c.record["cycle"] for c in closed] == [1, 2, 3, 4, 5, 6]
+    assert _pairs(closed) == [(1, 2, False), (2, 3, False), (3, 4, False), (4, 5, False), (5, 6, False)]
+
+
+def test_replay_import_joins_recorded_cycles_by_the_same_rule():
+    live = _run([(c, 0 if c <= 4 else 1, c == 4) for c in range(1, 10)])
+    recorded = [dict(c.record) for c in live]
+    assert set(recorded[0]) == set(FIELDS) and set(new_cycle()) == set(FIELDS)
+    replayed = transitions(recorded)
+    assert [(int(t.obs[0]), int(t.next_obs[0]), t.reward) for t in replayed] == \
+           [(int(c.transition.obs[0]), int(c.transition.next_obs[0]), c.transition.reward)
+            for c in live if c.transition is not None]

@@ -1,0 +1,37 @@
+"""The policy's cycle (no ROS): each cycle on its own state's pose, the chain restarted per episode."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tinker_core.action_chain import ActionChain, ActionChainConfig
+from tinker_core.loop.policy import PolicyCycle
+
+LOWER, UPPER = -np.ones(2), np.ones(2)
+
+
+def _cycle() -> PolicyCycle:
+    return PolicyCycle(lambda feats, sha: feats[:2].astype(np.float64), ActionChain(ActionChainConfig(), LOWER, UPPER))
+
+
+def test_features_wait_for_their_states_pose():
+    pc = _cycle()
+    assert pc.on_state(1, np.zeros(2)) is None
+    assert pc.on_features(2, np.ones(3, np.float32), cycle=2, episode="0") is None  # state 2 is on its way
+    step = pc.on_state(2, np.full(2, 0.5))
+    assert (step.stamp_ns, step.cycle) == (2, 2)
+    ref = ActionChain(ActionChainConfig(), LOWER, UPPER)
+    ref.reset(np.full(2, 0.5))
+    np.testing.assert_array_equal(step.target, ref(np.ones(2), np.full(2, 0.5)))  # from state 2's pose
+
+
+def test_a_new_episode_restarts_the_chain_from_its_pose():
+    pc = _cycle()
+    for k in range(1, 4):
+        pc.on_state(k, np.zeros(2))
+        pc.on_features(k, np.ones(3, np.float32), k, "0")
+    pc.on_state(4, np.full(2, -0.5))
+    after_reset = pc.on_features(4, np.zeros(3, np.float32), 4, "1")
+    ref = ActionChain(ActionChainConfig(), LOWER, UPPER)
+    ref.reset(np.full(2, -0.5))
+    np.testing.assert_array_equal(after_reset.target, ref(np.zeros(2), np.full(2, -0.5)))

@@ -1,0 +1,139 @@
+"""`CycleJoiner`: the live loop's messages joined by the robot's state stamp into cycles and transitions.
+
+Five streams describe one control cycle k, each tagged with the stamp of the state it derives from: the
+robot's outcome of reaching state k (reward, terminated, truncated, with the cycle and episode counters),
+the features, the raw action, the policy's joint target and the safe command. The experience bridge hands
+each message here as it comes; ``tinker replay import`` joins recorded cycles with the same rule,
+`transition`.
+
+The rule: cycle k and cycle k+1 make ``Transition(features_k, raw_action_k, reward_{k+1},
+terminated_{k+1}, truncated_{k+1}, next_obs=features_{k+1})`` only when both are of the same episode,
+k+1 directly follows k (no cycle lost in between), k has a raw action (a held cycle has none) and both
+have features. An episode's last state is never joined to the next episode's first (the robot reset in
+between), and a reward is always the one of the state that ``next_obs`` shows.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from tinker_core.transition import Transition
+
+FIELDS = ("cycle", "episode", "state_stamp_ns", "features_recv_ns", "action_recv_ns", "command_recv_ns",
+          "policy_input", "raw_action", "joint_target", "safe_command", "reward", "terminated", "truncated",
+          "policy_version", "safety_status")
+"""the fields of one cycle record (the MCAP recording's ``CycleRecord`` schema has the same)"""
+
+
+def new_cycle(stamp_ns: int = 0) -> dict[str, Any]:
+    """An empty cycle record for the state stamped ``stamp_ns``."""
+    return {"cycle": 0, "episode": 0, "state_stamp_ns": int(stamp_ns), "features_recv_ns": 0, "action_recv_ns": 0,
+            "command_recv_ns": 0, "policy_input": [], "raw_action": [], "joint_target": [], "safe_command": [],
+            "reward": 0.0, "terminated": False, "truncated": False, "policy_version": "", "safety_status": ""}
+
+
+def transition(cur: Mapping[str, Any], nxt: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> Transition | None:
+    """The transition from cycle record ``cur`` to ``nxt`` (both with their outcome), or None when the rule
+    above gives none."""
+    if len(cur["raw_action"]) == 0 or len(cur["policy_input"]) == 0 or len(nxt["policy_input"]) == 0:
+        return None
+    if int(nxt["episode"]) != int(cur["episode"]) or int(nxt["cycle"]) != int(cur["cycle"]) + 1:
+        return None
+    return Transition(obs=np.asarray(cur["policy_input"], dtype=np.float32),
+                      action=np.asarray(cur["raw_action"], dtype=np.float32),
+                      reward=float(nxt["reward"]), terminated=bool(nxt["terminated"]), truncated=bool(nxt["truncated"]),
+                      info={"policy_version": cur["policy_version"], "safety_status": cur["safety_status"],
+                            "cycle": int(cur["cycle"]), **(info or {})},
+                      next_obs=np.asarray(nxt["policy_input"], dtype=np.float32))
+
+
+def transitions(records: Iterable[Mapping[str, Any]], info: Mapping[str, Any] | None = None) -> list[Transition]:
+    """The transitions of consecutive recorded cycles (each record holds its outcome)."""
+    recs = list(records)
+    return [t for t in (transition(a, b, info) for a, b in zip(recs, recs[1:])) if t is not None]
+
+
+@dataclass
+class Closed:
+    """A cycle no more messages will change: its record, and the transition it starts (if any)."""
+
+    record: dict[str, Any]
+    transition: Transition | None
+
+
+class CycleJoiner:
+    """Open cycles by state stamp; a cycle closes once ``window`` later cycles are open (cycle k is final
+    once k+1's features and k+2's outcome are in), or on `flush`. Messages of a closed cycle are ignored."""
+
+    def __init__(self, window: int = 3, info: Mapping[str, Any] | None = None):
+        self.window = int(window)
+        self.info = dict(info or {})
+        self._open: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._outcome: set[int] = set()
+        self._closed_upto = -1
+        self.incomplete = 0
+        """cycles closed without their outcome (the robot's message for that state never came)"""
+
+    def _rec(self, stamp: int) -> dict[str, Any] | None:
+        if stamp <= self._closed_upto:
+            return None  # late: that cycle is written already
+        rec = self._open.get(stamp)
+        if rec is None:
+            rec = self._open[stamp] = new_cycle(stamp)
+        return rec
+
+    def outcome(self, stamp: int, cycle: int, episode: int, reward: float, terminated: bool,
+                truncated: bool) -> list[Closed]:
+        """The robot reached the state stamped ``stamp``; returns the cycles this closes."""
+        rec = self._rec(stamp)
+        if rec is None:
+            return []
+        rec.update(cycle=int(cycle), episode=int(episode), reward=float(reward), terminated=bool(terminated),
+                   truncated=bool(truncated))
+        self._outcome.add(stamp)
+        out = []
+        while len(self._open) > self.window:
+            out += self._close()
+        return out
+
+    def features(self, stamp: int, values: np.ndarray, recv_ns: int = 0) -> None:
+        rec = self._rec(stamp)
+        if rec is not None:
+            rec["policy_input"], rec["features_recv_ns"] = values, recv_ns
+
+    def action(self, stamp: int, raw: np.ndarray, version: str = "", recv_ns: int = 0) -> None:
+        rec = self._rec(stamp)
+        if rec is not None:
+            rec["raw_action"], rec["action_recv_ns"], rec["policy_version"] = raw, recv_ns, version
+
+    def target(self, stamp: int, values: np.ndarray) -> None:
+        rec = self._rec(stamp)
+        if rec is not None:
+            rec["joint_target"] = values
+
+    def command(self, stamp: int, values: np.ndarray, status: str = "", recv_ns: int = 0) -> None:
+        rec = self._open.get(stamp)  # never opens a cycle: a stop, or a command for a cycle written already
+        if rec is not None:
+            rec["safe_command"], rec["command_recv_ns"], rec["safety_status"] = values, recv_ns, status
+
+    def flush(self) -> list[Closed]:
+        """Close every open cycle (at shutdown)."""
+        out = []
+        while self._open:
+            out += self._close()
+        return out
+
+    def _close(self) -> list[Closed]:
+        stamp, rec = self._open.popitem(last=False)
+        self._closed_upto = max(self._closed_upto, stamp)
+        if stamp not in self._outcome:
+            self.incomplete += 1
+            return []  # fragments of a cycle whose outcome never came: no record, no transition
+        self._outcome.discard(stamp)
+        nxt_stamp = next(iter(self._open), None)
+        nxt = self._open.get(nxt_stamp) if nxt_stamp in self._outcome else None
+        return [Closed(rec, transition(rec, nxt, self.info) if nxt is not None else None)]

@@ -1,0 +1,151 @@
+"""`PerceptionCycle`: which inputs make one perception cycle, and the features it gives (no ROS).
+
+Inputs arrive one by one (the node converts messages and hands them here): the robot's joint state, a
+camera frame, task terms, the policy's last raw action. A cycle runs once per joint state, never on two
+states' inputs mixed:
+
+- task terms ``synced`` (the simulated robot publishes this state's terms with the state's stamp): a
+  cycle waits for the terms of its own stamp;
+- not synced (a goal a real system publishes when it changes): the newest terms serve every state, and
+  terms that follow from the state are derived: ``ee_pos`` by forward kinematics (``ee_fn``), and
+  ``<x>_minus_ee`` as ``<x>_pos - ee_pos``;
+- frames: ``sync_frames`` waits for the frame of the state's stamp; otherwise the newest frame serves,
+  and one older than ``max_frame_age_ns`` is refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.observation import ObservationAssembly
+from tinker_core.spec import DictSpec
+
+STATE_TERMS = ("joint_pos", "joint_vel", "last_action")
+"""terms that come from the joint state and the policy, not from the task input"""
+
+
+@dataclass(slots=True)
+class PerceivedCycle:
+    """One cycle's output: the features, and what the cycle was made of."""
+
+    stamp_ns: int
+    cycle: int
+    episode: str
+    features: np.ndarray
+    extra: dict[str, int] = field(default_factory=dict)
+    """trace fields: ``frame_age_us`` when a camera frame was used"""
+
+
+class PerceptionCycle:
+    """The observation of each joint state, through ``model`` (obs -> features)."""
+
+    def __init__(self, obs_spec: Any, obs_terms: list, model: Callable[[Any], np.ndarray], n_action: int,
+                 synced: bool = True, sync_frames: bool = False, max_frame_age_ns: int = 250_000_000,
+                 ee_fn: Callable[[np.ndarray], np.ndarray] | None = None):
+        self.image_key = self.state_key = None
+        state_spec, self.image_shape = obs_spec, None
+        if isinstance(obs_spec, DictSpec):
+            state_spec = None
+            for k, s in obs_spec.items():
+                if len(s.shape) == 3:
+                    self.image_key, self.image_shape = k, tuple(s.shape)
+                else:
+                    self.state_key, state_spec = k, s
+        terms = [t for t in obs_terms if _name(t) != self.image_key]
+        self.assembly = ObservationAssembly.from_spec(terms, state_spec)
+        self.model, self.synced, self.sync_frames = model, bool(synced), bool(sync_frames)
+        self.max_frame_age_ns, self.ee_fn = int(max_frame_age_ns), ee_fn
+        names = set(self.assembly.names)
+        self.derived = {} if synced else {n: n[: -len("_minus_ee")] + "_pos" for n in names
+                                          if n.endswith("_minus_ee") and n[: -len("_minus_ee")] + "_pos" in names}
+        if not synced and ee_fn is not None:
+            self.derived["ee_pos"] = ""
+        self.needed = names - set(STATE_TERMS) - set(self.derived)
+        if not synced and ("ee_pos" in names or self.derived) and ee_fn is None:
+            raise ConfigError("perception: the bundle's terms need ee_pos; with an unsynced task input it comes from "
+                              "forward kinematics, and no robot model (urdf) was given")
+        self.last_action = np.zeros(int(n_action))
+        self._js: tuple[int, int, np.ndarray, np.ndarray] | None = None
+        self._img: tuple[int, np.ndarray] | None = None
+        self._task: dict[str, np.ndarray] = {}
+        self._task_stamp = -1
+        self._done_stamp = -1
+        self._count = 0
+        self.episode = "0"
+        self.frame_age_ns = 0
+
+    def take_inputs(self, other: "PerceptionCycle") -> None:
+        """Continue from ``other``'s inputs (a reloaded model: the goal and the last state stay)."""
+        self._js, self._img, self._task = other._js, other._img, dict(other._task)
+        self._task_stamp, self._done_stamp, self._count, self.episode = (other._task_stamp, other._done_stamp,
+                                                                         other._count, other.episode)
+        if other.last_action.shape == self.last_action.shape:
+            self.last_action = other.last_action
+
+    # --- inputs: each returns the cycle it completed, if any ------------------------------------
+    def on_state(self, stamp_ns: int, q: np.ndarray, qd: np.ndarray, cycle: int | None = None) -> PerceivedCycle | None:
+        self._count = self._count + 1 if cycle is None else int(cycle)
+        self._js = (int(stamp_ns), self._count, q, qd)
+        return self.run()
+
+    def on_frame(self, stamp_ns: int, image: np.ndarray) -> PerceivedCycle | None:
+        self._img = (int(stamp_ns), image)
+        return self.run()  # a cycle that waited for its (or the first) frame runs now
+
+    def on_task(self, stamp_ns: int, terms: Mapping[str, np.ndarray], episode: str | None = None) -> PerceivedCycle | None:
+        self._task.update(terms)
+        self._task_stamp = int(stamp_ns)
+        if episode is not None:
+            self.episode = str(episode)
+        return self.run() if self.synced else None  # a state waiting for this stamp's terms runs now
+
+    def on_action(self, raw: np.ndarray) -> None:
+        if raw.shape != self.last_action.shape:
+            raise ValidationError("perception.last_action", f"{self.last_action.shape[0]} values", f"{raw.shape[0]} values")
+        self.last_action = np.clip(raw, -1.0, 1.0)
+
+    # --- the cycle ----------------------------------------------------------------------------
+    def run(self) -> PerceivedCycle | None:
+        """The features of the newest state when all of its inputs are in (None: still waiting);
+        raises ValidationError on an input that must not be used (a stale frame, non-finite features)."""
+        js, img = self._js, self._img
+        if js is None or (self.image_key and img is None) or not self.needed <= self._task.keys():
+            return None  # the first messages of each input are still on their way
+        stamp, cycle, q, qd = js
+        if stamp == self._done_stamp or (self.image_key and self.sync_frames and img[0] != stamp):
+            return None
+        if self.synced and self.needed and self._task_stamp != stamp:
+            return None  # this state's task terms (target, target - ee) are still on their way: never mix two states
+        self._done_stamp = stamp
+        extra: dict[str, int] = {}
+        if self.image_key:
+            self.frame_age_ns = age = stamp - img[0]
+            extra["frame_age_us"] = age // 1000
+            if age > self.max_frame_age_ns:
+                raise ValidationError("perception.image", f"a frame at most {self.max_frame_age_ns / 1e9:g} s "
+                                      f"older than the joint state", f"{age / 1e9:.3f} s old")
+        sources = {**self._task, "joint_pos": q, "joint_vel": qd, "last_action": self.last_action}
+        if self.derived:
+            ee = sources["ee_pos"] = self.ee_fn(q) if "ee_pos" in self.derived else sources["ee_pos"]
+            for name, pos in self.derived.items():
+                if pos:
+                    sources[name] = sources[pos] - ee
+        state = self.assembly.from_sources(sources)
+        obs = state
+        if self.image_key:
+            if tuple(img[1].shape) != self.image_shape:
+                raise ValidationError(f"obs.{self.image_key}", f"uint8{list(self.image_shape)}",
+                                      f"{img[1].dtype}{list(img[1].shape)}")
+            obs = {self.image_key: img[1], **({self.state_key: state} if self.state_key else {})}
+        feats = self.model(obs)
+        if not np.isfinite(feats).all():
+            raise ValidationError("perception.features", "finite values", "NaN/inf from the model")
+        return PerceivedCycle(stamp, cycle, self.episode, feats, extra)
+
+
+def _name(t: Any) -> str:
+    return t["name"] if isinstance(t, Mapping) else t.name

@@ -1,0 +1,66 @@
+"""`PolicyCycle`: features -> actor -> action chain, each cycle on its own state's measured pose (no ROS).
+
+Features and joint states arrive separately, tagged with the robot's state stamp. A cycle runs when
+both of one stamp are in (features that come first wait for their state). A new episode (the episode
+tag of the features changes) or a new action chain restarts the chain from that cycle's measured pose.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from tinker_core.action_chain import ActionChain
+
+
+@dataclass(slots=True)
+class PolicyStep:
+    stamp_ns: int
+    cycle: int
+    raw: np.ndarray
+    """the actor's output (what the learner learns from)"""
+    target: np.ndarray
+    """the action chain's joint target (rad, manifest joint order)"""
+
+
+class PolicyCycle:
+    """``actor(features, perception_sha256) -> raw action``; ``chain``: the bundle's action chain."""
+
+    def __init__(self, actor: Callable[[np.ndarray, str], np.ndarray], chain: ActionChain, keep: int = 8):
+        self.actor, self.chain, self.keep = actor, chain, int(keep)
+        self._q: OrderedDict[int, np.ndarray] = OrderedDict()
+        self.q_latest: np.ndarray | None = None
+        self._waiting: tuple | None = None
+        self._episode: str | None = None
+
+    def restart(self, chain: ActionChain | None = None) -> None:
+        """The next cycle starts the chain (or ``chain``) afresh from its measured pose."""
+        self.chain = chain or self.chain
+        self._episode = None
+
+    def on_state(self, stamp_ns: int, q: np.ndarray) -> PolicyStep | None:
+        """Keep this state's pose; runs the cycle whose features were waiting for it."""
+        self.q_latest = q
+        self._q[stamp_ns] = q
+        while len(self._q) > self.keep:
+            self._q.popitem(last=False)
+        if self._waiting is not None and self._waiting[0] == stamp_ns:
+            args, self._waiting = self._waiting, None
+            return self.on_features(*args)
+        return None
+
+    def on_features(self, stamp_ns: int, features: np.ndarray, cycle: int = 0, episode: str = "",
+                    perception_sha256: str = "") -> PolicyStep | None:
+        """The cycle's step, or None while its state has not come (the actor raises on bad features)."""
+        q = self._q.get(stamp_ns)
+        if q is None:  # the chain needs this cycle's measured pose: wait for its JointState
+            self._waiting = (stamp_ns, features, cycle, episode, perception_sha256)
+            return None
+        raw = self.actor(features, perception_sha256)
+        if episode != self._episode:
+            self._episode = episode
+            self.chain.reset(q)
+        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw, q))
