@@ -106,6 +106,25 @@ def test_a_cycle_flows_robot_perception_policy_safety_robot_and_the_arm_reaches(
     assert int(m["stamp_ns"]) in stamps or len(stamps) < 5
 
 
+def test_tinker_flow_shows_each_edge_of_the_running_graph(g):
+    """`tinker flow`, run as a user would beside the graph: every edge of the loop with its rate, bytes and a
+    latency from the state's stamp (the same FlowMonitor figures as the in-process pipeline)."""
+    import json
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "tinker_core", "flow", "--namespace", NS, "--duration", "4", "--json"],
+                       env=g.env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    edges = json.loads(p.stdout[p.stdout.index("{"):])["edges"]
+    for topic in ("joint_states", "perception/features", "policy/joint_target", "forward_position_controller/commands"):
+        e = edges.get(topic)
+        assert e and e["messages"] >= 5 and e["messages_per_s"] > 1 and e["bytes"] > 0, (topic, edges)
+        assert 0 < e["latency_p50_us"] <= e["latency_p99_us"] < 5e6, (topic, e)
+    # downstream edges are later than the state they answer
+    assert edges["forward_position_controller/commands"]["latency_p50_us"] > edges["joint_states"]["latency_p50_us"]
+
+
 def test_every_node_publishes_diagnostics_with_latency_and_model_identity(g, ros2):
     ros2.wait_until(lambda: all(_diag(g, n) for n in ("sim_robot", "perception", "policy", "safety",
                                                         "experience_bridge")), 10, "diagnostics from every node")
@@ -200,11 +219,17 @@ def test_policy_hot_reload_mid_run_misses_no_cycle(g, ros2, bundles):
 
 
 def test_the_bridge_streams_transitions_and_hands_the_learners_bundle_to_the_policy(g, ros2, bundles):
+    # episodes that end: a robot left at the goal reports the end on every later state, and none of those
+    # starts a transition (tinker_core.loop.cycle_join)
+    assert g.probe.set_param(f"/{NS}/sim_robot", "episode_cycles", 15)
     got = []
-    end = time.monotonic() + 20
-    while len(got) < 10 and time.monotonic() < end:
-        got += g.learner.recv_many(64, timeout_ms=200)
-    assert len(got) >= 10, "no transitions reached the learner"
+    try:
+        end = time.monotonic() + 30
+        while len(got) < 10 and time.monotonic() < end:
+            got += g.learner.recv_many(64, timeout_ms=200)
+    finally:
+        assert g.probe.set_param(f"/{NS}/sim_robot", "episode_cycles", 0)
+    assert len(got) >= 10, f"{len(got)} transitions reached the learner in 30 s"
     t = got[-1]
     assert t.obs.shape == t.next_obs.shape and t.action.shape == (7,) and np.isfinite(t.reward)
     assert t.info["policy_version"] in ("1", "2") and t.info["namespace"] == f"/{NS}"
@@ -308,7 +333,8 @@ def test_sigterm_publishes_a_stop_before_exit(g, ros2):
 
 
 def test_stop_leaves_no_process_and_the_recording_reads_back_and_imports(g, ros2, tmp_path):
-    from tinker.recording import cycles_to_transitions, read_cycles
+    from tinker.recording import read_cycles
+    from tinker_core.loop.cycle_join import transitions as cycles_to_transitions
     from tinker_core.cli import main as tinker
     from tinker_core.replay import ReplayBuffer
 
@@ -369,4 +395,5 @@ def test_the_overrides_file_is_written_once_and_whole(tmp_path):
     assert path.stat().st_ino != inode  # replaced by rename, not truncated in place
     assert yaml.safe_load(path.read_text())["/**/perception"]["ros__parameters"] == {"bundle": "/c"}
     assert not list(tmp_path.glob(".overrides*"))
+
 

@@ -33,7 +33,8 @@ def test_a_success_without_a_reset_ends_the_episode_once(tmp_path):
     """`tinker bringup` runs with ``episode_cycles: 0``: the robot does not reset after a success, and the
     task reports success for every later state at the goal. The episode ended at the first of them; the
     next starts when the arm has left the goal (or at a reset)."""
-    from tinker.recording import CycleRecorder, cycles_to_transitions, read_cycles
+    from tinker.recording import CycleRecorder, read_cycles
+    from tinker_core.loop.cycle_join import transitions as cycles_to_transitions
 
     rec = CycleRecorder(tmp_path / "run.mcap")
     for k in range(1, 11):  # success at cycles 5-7 without a reset, the arm leaves at 8; a reset (episode 1) at 11

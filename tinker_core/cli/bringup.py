@@ -12,6 +12,7 @@ examples:
   tinker bringup --bundle runs/arm_reach/bundle
   tinker bringup --namespace robot1 --bundle B --record run1.mcap
   tinker bringup --view          # then open http://127.0.0.1:8766/ or connect Foxglove to ws://127.0.0.1:8765
+  tinker bringup --no-sim --set safety.command_type=joint_trajectory   # on your robot: its driver, your goal topic
   tinker bringup --composed --set policy.on_overrun=stop --set /**.trace_dir=/tmp/trace
   tinker bringup --set /**.realtime_priority=0   # normal scheduling: no SCHED_FIFO (see tinker doctor)
 
@@ -40,6 +41,9 @@ def add_graph_arguments(p: argparse.ArgumentParser) -> None:
                    help="live view: Foxglove WebSocket on ws://127.0.0.1:8765 and a page on http://127.0.0.1:8766/ "
                         "(ports: --set view.port=P, view.http_port=P)")
     p.add_argument("--bundle", metavar="DIR", help="deploy bundle for perception and policy (overrides the YAML)")
+    p.add_argument("--no-sim", dest="sim", action="store_false",
+                   help="no simulated robot: a real driver publishes joint_states and takes the commands, and a goal "
+                        "(geometry_msgs/PointStamped) comes on 'goal' (the launch file's sim:=false)")
     p.add_argument("--set", action="append", default=[], metavar="NODE.PARAM=VALUE",
                    help="override one parameter (YAML value syntax); NODE may be /** for all nodes")
     p.add_argument("--run-dir", metavar="DIR", help="where node logs go (default: a temp dir)")
@@ -70,7 +74,8 @@ def graph_from_args(args: argparse.Namespace):
 
     bundle = str(Path(args.bundle).resolve()) if args.bundle else None
     return Graph(params_file=args.params, namespace=args.namespace, composed=args.composed, record=args.record,
-                 overrides=parse_overrides(args.set, bundle), run_dir=args.run_dir, view=getattr(args, "view", False))
+                 overrides=parse_overrides(args.set, bundle), run_dir=args.run_dir, view=getattr(args, "view", False),
+                 sim=getattr(args, "sim", True))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -9,7 +9,9 @@ each message here as it comes; ``tinker replay import`` joins recorded cycles wi
 The rule: cycle k and cycle k+1 make ``Transition(features_k, raw_action_k, reward_{k+1},
 terminated_{k+1}, truncated_{k+1}, next_obs=features_{k+1})`` only when both are of the same episode,
 k+1 directly follows k (no cycle lost in between), k has a raw action (a held cycle has none) and both
-have features. An episode's last state is never joined to the next episode's first (the robot reset in
+have features, and k did not end its episode (a robot left at the goal without a reset reports the end on every
+later state: none of those starts a transition until one no longer reports it; a recording marks them
+``after_end``). An episode's last state is never joined to the next episode's first (the robot reset in
 between), and a reward is always the one of the state that ``next_obs`` shows.
 """
 
@@ -43,6 +45,8 @@ def transition(cur: Mapping[str, Any], nxt: Mapping[str, Any], info: Mapping[str
         return None
     if int(nxt["episode"]) != int(cur["episode"]) or int(nxt["cycle"]) != int(cur["cycle"]) + 1:
         return None
+    if cur["terminated"] or cur["truncated"] or cur.get("after_end") or nxt.get("after_end"):
+        return None  # no transition starts where the episode ended (a robot at the goal, not reset, says so again)
     return Transition(obs=np.asarray(cur["policy_input"], dtype=np.float32),
                       action=np.asarray(cur["raw_action"], dtype=np.float32),
                       reward=float(nxt["reward"]), terminated=bool(nxt["terminated"]), truncated=bool(nxt["truncated"]),

@@ -340,31 +340,3 @@ def read_cycles(path: str | os.PathLike) -> Iterator[dict]:
     for m in read_ros2_messages(str(path), topics=[TOPIC]):
         r = m.ros_msg
         yield {f: getattr(r, f, d) for f, d in _DEFAULTS.items()}  # older files lack the newer fields
-
-
-def cycles_to_transitions(records) -> list:
-    """Transitions ``(features_k, raw_action_k, reward_{k+1}, terminated_{k+1}, truncated_{k+1})`` of a recording.
-
-    Cycles without a raw action (held by safety) or without a next cycle's input give none; a cycle
-    that ends an episode is not joined to the next episode's first cycle, and cycles after an episode's
-    end (``after_end``: the robot stayed at the goal without a reset) give none.
-    """
-    from tinker_core.transition import Transition
-
-    recs = list(records)
-    out = []
-    for cur, nxt in zip(recs, recs[1:]):
-        if len(cur["raw_action"]) == 0 or len(cur["policy_input"]) == 0 or len(nxt["policy_input"]) == 0:
-            continue
-        if nxt["episode"] != cur["episode"] or nxt["cycle"] != cur["cycle"] + 1:
-            continue
-        if cur.get("after_end") or nxt.get("after_end"):
-            continue
-        out.append(Transition(
-            obs=np.asarray(cur["policy_input"], dtype=np.float32),
-            action=np.asarray(cur["raw_action"], dtype=np.float32),
-            reward=float(nxt["reward"]), terminated=bool(nxt["terminated"]), truncated=bool(nxt["truncated"]),
-            info={"policy_version": cur["policy_version"], "safety_status": cur["safety_status"],
-                  "cycle": int(cur["cycle"])},
-            next_obs=np.asarray(nxt["policy_input"], dtype=np.float32)))
-    return out
