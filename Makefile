@@ -4,7 +4,7 @@ PY ?= python3.11
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-$(STAMP): pyproject.toml ros2_ws/src/tinker/setup.py
+$(STAMP): pyproject.toml setup.py ros2_ws/src/tinker/setup.py
 	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip 'setuptools<80' wheel
 	$(VENV)/bin/pip install -q -e '.[dev]'

@@ -34,10 +34,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from deploy.bundle import load_bundle  # noqa: E402
-from deploy.export import export_bundle, generate_obs  # noqa: E402
-from deploy.reference_policies import cnn_policy, mlp_policy  # noqa: E402
-from deploy.runtime import OnnxPolicy  # noqa: E402
+from tinker_deploy.bundle import load_bundle  # noqa: E402
+from tinker_deploy.export import export_bundle, generate_obs  # noqa: E402
+from tinker_deploy.reference_policies import cnn_policy, mlp_policy  # noqa: E402
+from tinker_deploy.runtime import OnnxPolicy  # noqa: E402
 
 THREADS = (1, 2)
 """intra-op threads benchmarked: ort and torch get the same count in each block"""

@@ -2,7 +2,7 @@
 flattened by gymnasium's ``FlattenObservation`` (the vector floor), with HER, and Stable-Baselines3
 on the same three, in one run, alternating.
 
-The env is ``tinker/PointGoal-v0`` (`sim.goal_env`: a numpy point mass, microseconds a step, so the
+The env is ``tinker/PointGoal-v0`` (`tinker_sim.goal_env`: a numpy point mass, microseconds a step, so the
 figures are the learner's cost). Both libraries use SB3's SAC defaults (net [256, 256], batch 256,
 buffer 1e6, one gradient step per env step), ``learning_starts=100``, torch on one thread; HER:
 ``n_sampled_goal=4``, ``future`` (SB3: ``HerReplayBuffer``, same kwargs). Steps/s counts every env
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 
 import gymnasium as gym  # noqa: E402
 
-import sim  # noqa: E402,F401  (registers tinker/PointGoal-v0)
+import tinker_sim  # noqa: E402,F401  (registers tinker/PointGoal-v0)
 from tinker_core.algos import SAC, SACConfig  # noqa: E402
 
 ENV = "tinker/PointGoal-v0"

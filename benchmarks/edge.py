@@ -4,7 +4,7 @@ onnxruntime policy vs the torch policy, in the same run.
     python benchmarks/edge.py [--quick]
 
 Size: the site-packages of the clean edge venv (numpy, pyyaml, onnxruntime and what they pull in, plus
-tinker; built by `deploy.edge_venv`) against the site-packages of the full install (.venv: train, ros
+tinker; built by `tinker_deploy.edge_venv`) against the site-packages of the full install (.venv: train, ros
 and dev extras), both without the installer tools (pip, setuptools, wheel). Cold start: a fresh
 subprocess that imports the runtime, opens the session and runs the first inference of the MLP
 10 -> 256 -> 256 -> 4 (edge venv, `OnnxPolicy`) against one that imports torch, builds the module,
@@ -31,14 +31,14 @@ from _common import ROOT, arg_parser, header, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
-from deploy.edge_venv import ensure_edge_venv  # noqa: E402
+from tinker_deploy.edge_venv import ensure_edge_venv  # noqa: E402
 
 TOOLS = ("pip", "setuptools", "wheel", "_distutils_hack", "pkg_resources", "distutils-precedence.pth")
 
 ORT_CHILD = """
 import time; t0 = time.perf_counter()
 import sys, numpy as np
-from deploy.runtime import OnnxPolicy
+from tinker_deploy.runtime import OnnxPolicy
 p = OnnxPolicy.from_bundle(sys.argv[1])
 a = p(np.zeros(10, np.float32))
 print(time.perf_counter() - t0)
@@ -101,8 +101,8 @@ def main() -> int:
     import torch
     from safetensors.torch import save_file
 
-    from deploy.export import export_bundle
-    from deploy.reference_policies import mlp_policy
+    from tinker_deploy.export import export_bundle
+    from tinker_deploy.reference_policies import mlp_policy
 
     edge_py = ensure_edge_venv(log=print)
     edge_site = Path(subprocess.run([str(edge_py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],

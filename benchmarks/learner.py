@@ -26,7 +26,7 @@ from _common import ROOT, arg_parser, header, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
-from tinker_core.cli.learner import make_env  # noqa: E402
+from tinker_cli.learner import make_env  # noqa: E402
 from tinker_core.learner import DistributedTrainer  # noqa: E402
 from tinker_core.transition import TransitionBatch  # noqa: E402
 from tinker_core.transport import ControlClient, TransitionReceiver, TransitionSender, free_endpoints  # noqa: E402
@@ -39,7 +39,7 @@ class LearnerProc:
         path = tmp / f"learner-{time.monotonic_ns()}.yaml"
         path.write_text(yaml.safe_dump({"learner": self.cfg}))
         self.log = open(path.with_suffix(".log"), "wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tinker_core", "learner", "--config", str(path)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tinker_cli", "learner", "--config", str(path)],
                                      cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT)
         self.cli = ControlClient(self.cfg["control_endpoint"], timeout_ms=180_000)
         self.status()

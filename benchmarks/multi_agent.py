@@ -32,7 +32,7 @@ from _common import ROOT, arg_parser, header, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
-import sim.multi  # noqa: E402  (registers the env ids)
+import tinker_sim.multi  # noqa: E402  (registers the env ids)
 from tinker_core.multiagent.trainer import MultiAgentTrainer  # noqa: E402
 
 DOCS = ROOT / "docs" / "multi_agent"

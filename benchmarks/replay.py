@@ -28,7 +28,7 @@ from tinker_core.transition import Transition  # noqa: E402
 
 def sim_camera_transitions(n: int, seed: int = 0) -> list[Transition]:
     """``n`` transitions of tinker/ArmReach-v0 with the 84x84 camera, randomized, random actions (the arm moves)."""
-    import sim
+    import tinker_sim as sim
 
     env = sim.make("tinker/ArmReach-v0", camera=True, image_size=84, randomize=True)
     env.action_space.seed(seed)

@@ -29,9 +29,9 @@ from _common import ROOT, arg_parser, header, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
-from safety import JointLimits, SafetyWrapper, default_urdf, load_safety_config  # noqa: E402
-from safety.sequences import CI_CALLS, run_sequences, sequence_config  # noqa: E402
-from safety.testing import BENCH_CASES, property_test  # noqa: E402
+from tinker_safety import JointLimits, SafetyWrapper, default_urdf, load_safety_config  # noqa: E402
+from tinker_safety.sequences import CI_CALLS, run_sequences, sequence_config  # noqa: E402
+from tinker_safety.testing import BENCH_CASES, property_test  # noqa: E402
 
 HOME = np.array([0.0, 0.5, 0.0, -1.0, 0.0, 1.0, 0.0])
 ZERO = np.zeros(7)

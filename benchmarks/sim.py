@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 import pybullet as p  # noqa: E402
 
-import sim  # noqa: E402
-from sim.vector import make_vec  # noqa: E402
+import tinker_sim as sim  # noqa: E402
+from tinker_sim.vector import make_vec  # noqa: E402
 
 
 def env_steps_per_s(env, steps: int, seed: int = 0) -> tuple[float, float]:

@@ -5,7 +5,7 @@ The real aarch64 builds of Python (Debian's python3.11), numpy and onnxruntime r
 download`` + ``dpkg-deb -x``), the aarch64 wheels come from ``pip download --platform
 manylinux_2_28_aarch64``, and both are cached once under ``~/.cache/tinker/arm`` (``TINKER_CACHE``
 overrides ``~/.cache/tinker``). The emulated run loads the bundle with the edge runtime
-(`deploy.arm_probe`), and its actions on the recorded observations are compared with this machine's.
+(`tinker_deploy.arm_probe`), and its actions on the recorded observations are compared with this machine's.
 
 onnxruntime is pinned to `ARM_ORT_VERSION`: releases 1.28 and newer crash at import under qemu 7.2
 (an emulator limit, not a statement about ARM hardware). Emulated timings are not performance figures.
@@ -31,7 +31,7 @@ import numpy as np
 from tinker_core.errors import BundleError, TinkerError
 from tinker_core.module import atomic_write_bytes
 
-from deploy.bundle import MANIFEST, load_bundle
+from tinker_deploy.bundle import MANIFEST, load_bundle
 
 ARM_ORT_VERSION = "1.26.0"
 """the onnxruntime release verified under emulation"""
@@ -144,12 +144,12 @@ def ensure_site(root: Path, ort_version: str, numpy_version: str, log: Callable[
 
 def _source_tree(dst: Path) -> Path:
     """Copies of tinker's pure-python packages needed by the probe (never the host's compiled ones)."""
-    import deploy
     import tinker_core
+    import tinker_deploy
 
-    for pkg in (tinker_core, deploy):
-        src = Path(pkg.__file__).parent
-        shutil.copytree(src, dst / src.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
+    for pkg in (tinker_core, tinker_deploy):  # under their import names (the folder of deploy/ is 'deploy')
+        shutil.copytree(Path(pkg.__file__).parent, dst / pkg.__name__,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.so"))
     return dst
 
 
@@ -201,7 +201,7 @@ def check_arm_many(bundle_paths: list[str | os.PathLike], *, ort_version: str = 
     Raises `ArmCheckUnavailable` when the check cannot run here; returns a failed `ArmReport` (with
     the reason) for each bundle that does not pass.
     """
-    from deploy.runtime import OnnxPolicy
+    from tinker_deploy.runtime import OnnxPolicy
 
     reports: list[ArmReport | None] = []
     todo: list[tuple[int, object, np.ndarray]] = []
@@ -231,7 +231,7 @@ def check_arm_many(bundle_paths: list[str | os.PathLike], *, ort_version: str = 
         log(f"arm: running {names} under qemu-aarch64 (python3.11, onnxruntime {ort_version}) ...")
         t0 = time.perf_counter()
         try:
-            p = subprocess.run([qemu, "-L", str(sysroot), str(sysroot / "usr/bin/python3.11"), "-m", "deploy.arm_probe",
+            p = subprocess.run([qemu, "-L", str(sysroot), str(sysroot / "usr/bin/python3.11"), "-m", "tinker_deploy.arm_probe",
                                 *args], env=env, capture_output=True, text=True, timeout=timeout)
             lines = [json.loads(ln.split(" ", 1)[1]) for ln in p.stdout.splitlines()
                      if ln.startswith("TINKER_ARM_REPORT ")]

@@ -1,6 +1,6 @@
 """Runs inside the emulated aarch64 Python during `tinker deploy check-arm` (also usable on a real ARM box).
 
-``python -m deploy.arm_probe BUNDLE OUT.npz [BUNDLE OUT.npz ...]`` loads the bundle with the edge runtime (sha256 of every
+``python -m tinker_deploy.arm_probe BUNDLE OUT.npz [BUNDLE OUT.npz ...]`` loads the bundle with the edge runtime (sha256 of every
 file, manifest format), checks byte order and opset against this machine's onnxruntime, runs the
 policy on the recorded observations, saves the actions to OUT.npz and prints one JSON line. Imports
 numpy, onnxruntime and tinker's pure-python packages only.
@@ -22,9 +22,9 @@ def probe(bundle_path: str, out_path: str, import_s: float) -> dict:
         import onnxruntime as ort
 
         report.update(numpy=np.__version__, onnxruntime=ort.__version__, providers=ort.get_available_providers())
-        from deploy.bundle import load_bundle
-        from deploy.manifest import check_opset_supported
-        from deploy.runtime import OnnxPolicy
+        from tinker_deploy.bundle import load_bundle
+        from tinker_deploy.manifest import check_opset_supported
+        from tinker_deploy.runtime import OnnxPolicy
 
         bundle = load_bundle(bundle_path)
         m = bundle.manifest

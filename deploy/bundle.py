@@ -34,7 +34,7 @@ import numpy as np
 from tinker_core.errors import BundleError
 from tinker_core.spec import AnySpec, DictSpec
 
-from deploy.manifest import Manifest
+from tinker_deploy.manifest import Manifest
 
 MANIFEST = "manifest.json"
 RECORDED = "recorded_obs.npz"

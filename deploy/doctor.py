@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from deploy.manifest import OPSET, ORT_MAX_OPSET, _minor
+from tinker_deploy.manifest import OPSET, ORT_MAX_OPSET, _minor
 
 
 @dataclass

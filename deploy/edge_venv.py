@@ -21,7 +21,7 @@ from typing import Callable
 from tinker_core.errors import TinkerError
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("tinker_core", "deploy")
+PACKAGES = ("tinker_core", "deploy", "cli")  # folders; setup.py installs them as tinker_*
 """what the edge wheel carries"""
 
 
@@ -77,7 +77,7 @@ def _ensure(log: Callable[[str], None], reinstall_project: bool) -> Path:
         with tempfile.TemporaryDirectory(prefix="tinker-edge-src-") as d:
             src, dist = Path(d) / "src", Path(d) / "dist"
             src.mkdir()
-            for f in ("pyproject.toml", "README.md"):
+            for f in ("pyproject.toml", "setup.py", "README.md"):
                 shutil.copy(SOURCE_ROOT / f, src / f)
             for pkg in PACKAGES:
                 shutil.copytree(SOURCE_ROOT / pkg, src / pkg, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

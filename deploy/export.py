@@ -6,7 +6,7 @@
 1. traces each part with torch's TorchScript exporter at opset 17 (dynamic batch axis; input names
    are the spec's field names, or ``obs`` / ``features`` for a flat spec; outputs ``action`` /
    ``features``), failing in plain words when ``forward`` branches on tensor values;
-2. applies the exact graph rewrites of `deploy.graph_rewrite` (the image's /255 folded into the first
+2. applies the exact graph rewrites of `tinker_deploy.graph_rewrite` (the image's /255 folded into the first
    convolution's weights), runs ``onnx.checker.check_model(full_check=True)`` and checks the opset against the table of
    onnxruntime releases that load it;
 3. runs torch and onnxruntime on the recorded observations and fails above ``tolerance``
@@ -36,9 +36,9 @@ from torch import nn
 from tinker_core.errors import BundleError
 from tinker_core.spec import AnySpec, DictSpec, Spec, spec_from_dict
 
-from deploy.bundle import RECORDED, bundle_dir_for_output, pack_recorded, write_bundle
-from deploy.graph_rewrite import rewrite
-from deploy.manifest import (
+from tinker_deploy.bundle import RECORDED, bundle_dir_for_output, pack_recorded, write_bundle
+from tinker_deploy.graph_rewrite import rewrite
+from tinker_deploy.manifest import (
     OPSET, Manifest, ModelEntry, Term, check_opset_supported, deploy_settings_sha256, spec_input_names,
 )
 
@@ -269,7 +269,7 @@ def export_bundle(parts: Mapping[str, nn.Module] | nn.Module, metadata: Mapping[
     parts), ``normalization`` (``{"mean" | "obs_mean", "std" | "var" | "obs_var", "eps", "clip", "folded"}``; when ``folded`` is
     false the normalization is added in front of the graph), ``training_step``, ``env_id``,
     ``obs_terms``, ``action_terms``, ``joint_names``, ``action_chain_config``, ``control_period``.
-    ``quantize`` adds ``policy.int8.onnx``, quantized by ``int8_mode`` (`deploy.quantize.MODES`: ``static``,
+    ``quantize`` adds ``policy.int8.onnx``, quantized by ``int8_mode`` (`tinker_deploy.quantize.MODES`: ``static``,
     calibrated on the recorded observations, ``dynamic``, or ``auto``: static when the graph has convolutions).
     """
     if opset != OPSET:
@@ -292,7 +292,7 @@ def export_bundle(parts: Mapping[str, nn.Module] | nn.Module, metadata: Mapping[
         parts[first] = _Normalize(parts[first], norm, obs_spec)
         norm["folded"] = True
     if quantize:
-        from deploy.quantize import MODES
+        from tinker_deploy.quantize import MODES
 
         if int8_mode not in MODES:
             raise BundleError(f"int8_mode: expected one of {MODES}, got {int8_mode!r}")
@@ -354,7 +354,7 @@ def _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, ops
                        "n_obs": int(len(reference["action"]))}
 
     if int8 is not None:
-        from deploy.quantize import quantize_model
+        from tinker_deploy.quantize import quantize_model
 
         q_bytes, report = quantize_model(int8_source, recorded_obs, obs_spec, reference["action"], int8)
         log(f"int8 ({report['mode']}): max abs diff vs fp32 {report['max_abs_diff_vs_fp32']:.3g}, "

@@ -263,7 +263,7 @@ def flatten_channels_last(model: "onnx.ModelProto") -> list[str]:
 def rewrite(model_bytes: bytes, for_int8: bool = False) -> tuple[bytes, list[str]]:
     """All the rewrites above; returns the new model bytes and one line per change (none: same bytes).
 
-    ``for_int8``: the graph that `deploy.quantize` quantizes. onnxruntime runs quantized convolutions
+    ``for_int8``: the graph that `tinker_deploy.quantize` quantizes. onnxruntime runs quantized convolutions
     in NHWC, so there the first convolution keeps its Transpose (which cancels against onnxruntime's
     own NCHW -> NHWC one; the one-channel form would cost a Reshape and a Transpose) and the Flatten
     after the last convolution reads channels-last (`flatten_channels_last`)."""

@@ -22,8 +22,8 @@ import numpy as np
 from tinker_core.errors import BundleError, TinkerError
 from tinker_core.module import ModuleBase
 
-from deploy.bundle import ExpectedIO, load_bundle
-from deploy.runtime import OnnxPolicy, OnnxPolicyConfig
+from tinker_deploy.bundle import ExpectedIO, load_bundle
+from tinker_deploy.runtime import OnnxPolicy, OnnxPolicyConfig
 
 
 def _background_thread() -> None:

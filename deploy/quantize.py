@@ -8,10 +8,10 @@ graph with convolutions and ``dynamic`` for one made of dense layers only:
   kernels. Convolutions get quantized too, which is where a CNN policy spends its time. Weights use
   7 bits (``reduce_range``): x86 CPUs without VNNI multiply uint8 x int8 pairs with VPMADDUBSW, whose
   16-bit sums saturate with full 8-bit weights. A camera image (``uint8`` pixels cast to float, the
-  /255 already folded into the first convolution by `deploy.graph_rewrite`) is quantized with scale 1
+  /255 already folded into the first convolution by `tinker_deploy.graph_rewrite`) is quantized with scale 1
   and zero point 0, which is the image itself: its Cast and QuantizeLinear are removed, so the first
   convolution reads the camera bytes. Export hands this mode the graph rewritten for int8
-  (``deploy.graph_rewrite.rewrite(for_int8=True)``: no layout transposes left in onnxruntime's NHWC graph).
+  (``tinker_deploy.graph_rewrite.rewrite(for_int8=True)``: no layout transposes left in onnxruntime's NHWC graph).
 - ``dynamic``: int8 weights (7 bits, for the same reason) of the dense layers only, activations
   quantized per call. With 8-bit weights the saturation cost the reference MLP 0.28 of max action
   error; with 7 bits 0.013, at the same speed. Convolutions
@@ -37,7 +37,7 @@ import numpy as np
 from tinker_core.errors import BundleError
 from tinker_core.spec import AnySpec, DictSpec
 
-from deploy.manifest import spec_input_names
+from tinker_deploy.manifest import spec_input_names
 
 MODES = ("auto", "static", "dynamic")
 """quantization modes `quantize_model` knows"""

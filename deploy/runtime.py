@@ -20,8 +20,8 @@ from tinker_core.errors import BundleError, ConfigError, ValidationError
 from tinker_core.module import ModuleBase
 from tinker_core.spec import DictSpec, Spec
 
-from deploy.bundle import Bundle, ExpectedIO, load_bundle
-from deploy.manifest import Manifest, spec_input_names
+from tinker_deploy.bundle import Bundle, ExpectedIO, load_bundle
+from tinker_deploy.manifest import Manifest, spec_input_names
 
 _OPT_LEVELS = ("disable", "basic", "extended", "all")
 

@@ -1,10 +1,10 @@
 """safety: the SafetyWrapper, the last module before the actuators (used in simulation and on the robot)."""
 
-from safety.config import DEFAULT_CONFIG_PATH, SafetyConfig, ScenePrimitive, load_safety_config
-from safety.limits import JointLimits, default_urdf
-from safety.safety_wrapper import SafetyWrapper
-from safety.status import EstopCause, Outcome, SafetyStatus
-from safety.watchdog import Watchdog, WatchdogVerdict
+from tinker_safety.config import DEFAULT_CONFIG_PATH, SafetyConfig, ScenePrimitive, load_safety_config
+from tinker_safety.limits import JointLimits, default_urdf
+from tinker_safety.safety_wrapper import SafetyWrapper
+from tinker_safety.status import EstopCause, Outcome, SafetyStatus
+from tinker_safety.watchdog import Watchdog, WatchdogVerdict
 
 __all__ = [
     "DEFAULT_CONFIG_PATH", "EstopCause", "JointLimits", "Outcome", "SafetyConfig", "SafetyStatus", "SafetyWrapper",

@@ -1,6 +1,6 @@
 """`SafetyConfig`: margins, rate limits, workspace, known scene, watchdog and start-up settings.
 
-Joint limits themselves come from the URDF (`safety.limits`); this file holds only what the URDF
+Joint limits themselves come from the URDF (`tinker_safety.limits`); this file holds only what the URDF
 cannot say. ``safety/config/kuka_iiwa.yaml`` is the one YAML for the default robot, read by the
 ROS 2 safety node and by simulation training alike::
 

@@ -1,6 +1,6 @@
 """`GeometryGuard`: the end-effector workspace box and the collision prediction for one commanded step.
 
-Both run on a private PyBullet client (`safety.kinematics.RobotModel`). A step whose end effector would leave
+Both run on a private PyBullet client (`tinker_safety.kinematics.RobotModel`). A step whose end effector would leave
 the box is shortened along its segment (bisection) to the edge; if the robot is already outside, a step may not
 take it further out. A step that would bring two links, or a link and the known scene, closer than
 ``collision_margin`` is reported (the wrapper holds and latches the e-stop); where the robot already is within
@@ -13,9 +13,9 @@ import math
 
 import numpy as np
 
-from safety.config import SafetyConfig
-from safety.limits import JointLimits
-from safety.status import Outcome, SafetyStatus
+from tinker_safety.config import SafetyConfig
+from tinker_safety.limits import JointLimits
+from tinker_safety.status import Outcome, SafetyStatus
 from tinker_core.errors import ConfigError
 
 __all__ = ["GeometryGuard"]
@@ -31,7 +31,7 @@ class GeometryGuard:
         if not limits.urdf_path:
             raise ConfigError("SafetyWrapper: the workspace box and the collision check need the robot's URDF; "
                               "build with SafetyWrapper.from_urdf(path) or disable both in the SafetyConfig")
-        from safety.kinematics import RobotModel
+        from tinker_safety.kinematics import RobotModel
 
         self.model = RobotModel(limits.urdf_path, limits.names, c.ee_link, c.scene if c.collision_check else (),
                                 c.self_collision_ignore)

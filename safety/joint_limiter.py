@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from safety.status import Outcome, SafetyStatus
+from tinker_safety.status import Outcome, SafetyStatus
 
 __all__ = ["JointLimiter"]
 

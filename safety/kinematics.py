@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from safety.config import ScenePrimitive
+from tinker_safety.config import ScenePrimitive
 from tinker_core.errors import ConfigError
 
 

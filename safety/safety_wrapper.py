@@ -9,12 +9,12 @@ the measured joint state, and returns the command actually to send plus a `Safet
     if command is not None: send(command)               # None: no valid state yet, send nothing
     if status.intervened: log(status.summary)
 
-In order: the measured state is checked (`safety.state_check`: shape, finite, within the limits ±
+In order: the measured state is checked (`tinker_safety.state_check`: shape, finite, within the limits ±
 tolerance, its stamp neither from the future nor too old, no jump the robot cannot make); a refused
 state gives the hold command. Then an invalid action gives the hold command; the target is clipped
-and its step limited (`safety.joint_limiter`); a step whose end effector would leave the workspace
+and its step limited (`tinker_safety.joint_limiter`); a step whose end effector would leave the workspace
 box is shortened, and one that would come closer than the collision margin is replaced by the hold
-command and latches the e-stop (`safety.geometry`). While the e-stop is latched every output is the
+command and latches the e-stop (`tinker_safety.geometry`). While the e-stop is latched every output is the
 hold command; only `reset` with a valid state clears it.
 
 The hold command is the measured position (zero velocity), or the last command sent when the measured
@@ -23,11 +23,11 @@ nothing"; the status says why). It never raises into the control loop: otherwise
 float64 array of the robot's DoF, inside the position limits minus margin, or between a pose already
 beyond them and the limit (brought back at no more than the speed limit).
 
-Safe start (`safety.start_ramp`): after construction, `reset` or e-stop release the first target must
+Safe start (`tinker_safety.start_ramp`): after construction, `reset` or e-stop release the first target must
 lie within ``start_max_gap`` of the measured pose, and the command ramps toward it at
 ``start_velocity_scale`` of the velocity limit until it is reached.
 
-The loop owner (the ROS 2 safety node) drives the watchdog (`safety.watchdog`, on the injected
+The loop owner (the ROS 2 safety node) drives the watchdog (`tinker_safety.watchdog`, on the injected
 monotonic ``clock``): `feed` stores each action as it arrives and `tick` runs every control period; a
 tick without a fresh action holds, and ``watchdog_misses_to_estop`` stale ticks in a row latch the
 e-stop. A direct call counts as a fresh action executed at once. Simulation training uses the same
@@ -43,13 +43,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from safety.config import SafetyConfig
-from safety.joint_limiter import JointLimiter
-from safety.limits import JointLimits
-from safety.start_ramp import RUN, StartRamp
-from safety.state_check import StateCheck, nonfinite_problem, vector_problem
-from safety.status import EstopCause, Outcome, SafetyStatus
-from safety.watchdog import Watchdog, WatchdogVerdict
+from tinker_safety.config import SafetyConfig
+from tinker_safety.joint_limiter import JointLimiter
+from tinker_safety.limits import JointLimits
+from tinker_safety.start_ramp import RUN, StartRamp
+from tinker_safety.state_check import StateCheck, nonfinite_problem, vector_problem
+from tinker_safety.status import EstopCause, Outcome, SafetyStatus
+from tinker_safety.watchdog import Watchdog, WatchdogVerdict
 from tinker_core.config import load_config
 from tinker_core.errors import ConfigError
 from tinker_core.module import ModuleBase, config_to_dict
@@ -115,7 +115,7 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
 
         self._geometry = None
         if c.workspace_enabled or c.collision_check:
-            from safety.geometry import GeometryGuard
+            from tinker_safety.geometry import GeometryGuard
 
             self._geometry = GeometryGuard(limits, c)
 

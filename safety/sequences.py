@@ -21,7 +21,7 @@ Checked after every call (a violation is recorded with the sequence seed and ste
 - a valid action that passed is sent unchanged; an invalid one never passes; every intervention has a reason;
 - the e-stop is cleared only by `reset` with a valid state (and such a reset always succeeds);
 - the watchdog latches only when its misses in a row reach the limit (and then always), counted by an
-  independent model of the rules in `safety.watchdog`; a tick executes an action exactly when that model says
+  independent model of the rules in `tinker_safety.watchdog`; a tick executes an action exactly when that model says
   it is fresh.
 """
 
@@ -35,10 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from safety.config import SafetyConfig
-from safety.limits import JointLimits
-from safety.safety_wrapper import SafetyWrapper
-from safety.status import EstopCause, Outcome
+from tinker_safety.config import SafetyConfig
+from tinker_safety.limits import JointLimits
+from tinker_safety.safety_wrapper import SafetyWrapper
+from tinker_safety.status import EstopCause, Outcome
 
 __all__ = ["CI_CALLS", "SequenceClock", "SequenceReport", "run_sequences"]
 
@@ -372,7 +372,7 @@ class _Sequence:
             self.qd = np.zeros(self.dof)
 
     def _watchdog_tick(self, t: float) -> bool:
-        """The oracle's watchdog (the rules of `safety.watchdog`, written again): is this tick's action fresh?"""
+        """The oracle's watchdog (the rules of `tinker_safety.watchdog`, written again): is this tick's action fresh?"""
         if self.fed_at is None:
             return False
         age = t - self.fed_at

@@ -24,8 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from safety.config import SafetyConfig
-from safety.limits import JointLimits
+from tinker_safety.config import SafetyConfig
+from tinker_safety.limits import JointLimits
 
 __all__ = ["StateCheck", "vector_problem", "nonfinite_problem"]
 

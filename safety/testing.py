@@ -24,8 +24,8 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from safety.safety_wrapper import SafetyWrapper
-from safety.status import Outcome, SafetyStatus
+from tinker_safety.safety_wrapper import SafetyWrapper
+from tinker_safety.status import Outcome, SafetyStatus
 from tinker_core.errors import ConfigError
 
 CI_EXAMPLES = 300
@@ -145,7 +145,7 @@ def property_test(guard: SafetyWrapper, max_examples: int, derandomize: bool = T
     """A hypothesis test of the property on ``guard``; calling it runs ``max_examples`` scenarios.
 
     Each call draws an independent measured state, so ``guard`` must have the jump check off
-    (``state_jump_scale=None``); sequences of states, with the jump check, are `safety.sequences`' job.
+    (``state_jump_scale=None``); sequences of states, with the jump check, are `tinker_safety.sequences`' job.
     ``on_case`` is called after each checked call (the benchmark counts cases with it).
     """
     if guard.config.state_jump_scale is not None:

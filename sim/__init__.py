@@ -1,10 +1,10 @@
 """tinker's simulated robots: domain-randomized PyBullet arm tasks registered as gymnasium ids.
 
-``import sim`` registers ``tinker/ArmReach-v0`` and ``tinker/ArmSort-v0``, and the goal-conditioned
-``tinker/PointGoal-v0`` (and ``-Discrete``, for HER; `sim.goal_env`); ``sim.make(id, **kwargs)`` builds one. See ``sim/README.md`` for the observation/action layout and how to add your own env.
+``import tinker_sim`` registers ``tinker/ArmReach-v0`` and ``tinker/ArmSort-v0``, and the goal-conditioned
+``tinker/PointGoal-v0`` (and ``-Discrete``, for HER; `tinker_sim.goal_env`); ``sim.make(id, **kwargs)`` builds one. See ``sim/README.md`` for the observation/action layout and how to add your own env.
 """
 
-from sim.registration import ENV_IDS, GOAL_ENV_IDS, make, register_all
+from tinker_sim.registration import ENV_IDS, GOAL_ENV_IDS, make, register_all
 
 register_all()
 

@@ -23,11 +23,11 @@ import numpy as np
 import pybullet as p
 from gymnasium import spaces
 
-from sim.camera import Camera
-from sim.dynamics import DynamicsParams, RandomizationRanges, resolve_dynamics, resolve_ranges
-from sim.pybullet_world import PyBulletWorld
-from sim.robot import ArmRobot
-from sim.tasks import TASKS, Task, term
+from tinker_sim.camera import Camera
+from tinker_sim.dynamics import DynamicsParams, RandomizationRanges, resolve_dynamics, resolve_ranges
+from tinker_sim.pybullet_world import PyBulletWorld
+from tinker_sim.robot import ArmRobot
+from tinker_sim.tasks import TASKS, Task, term
 from tinker_core.action_chain import ActionChain, ActionChainConfig
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly

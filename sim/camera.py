@@ -12,8 +12,8 @@ import math
 import numpy as np
 import pybullet as p
 
-from sim.dynamics import DynamicsParams
-from sim.pybullet_world import PyBulletWorld
+from tinker_sim.dynamics import DynamicsParams
+from tinker_sim.pybullet_world import PyBulletWorld
 from tinker_core.errors import ConfigError
 
 

@@ -32,7 +32,7 @@ if "google.protobuf" in sys.modules:
 
     if api_implementation.Type() != "python":
         raise ConfigError(
-            "sim.mlagents_adapter: protobuf was already imported with the "
+            "tinker_sim.mlagents_adapter: protobuf was already imported with the "
             f"{api_implementation.Type()!r} implementation; mlagents_envs 0.28 needs 'python'. "
             "Import the adapter before anything that imports protobuf, or run it in its own process.")
 
@@ -81,8 +81,8 @@ if "mlagents_envs.communicator_objects" in sys.modules:
     from mlagents_envs.communicator_objects.unity_rl_output_pb2 import UnityRLOutputProto as _Out
 
     if not _Out.DESCRIPTOR.fields_by_name["agentInfos"].message_type._is_map_entry:
-        raise ConfigError("sim.mlagents_adapter: mlagents_envs was imported before the adapter, so its protobuf map "
-                          "fields are broken under protobuf 6; import sim.mlagents_adapter first")
+        raise ConfigError("tinker_sim.mlagents_adapter: mlagents_envs was imported before the adapter, so its protobuf map "
+                          "fields are broken under protobuf 6; import tinker_sim.mlagents_adapter first")
 
 with warnings.catch_warnings(), _legacy_map_entries():
     warnings.simplefilter("ignore", DeprecationWarning)  # the 0.28 generated code uses deprecated descriptor calls
@@ -93,7 +93,7 @@ with warnings.catch_warnings(), _legacy_map_entries():
     from mlagents_envs.side_channel.environment_parameters_channel import EnvironmentParametersChannel
     from mlagents_envs.side_channel.stats_side_channel import StatsSideChannel
 
-from sim.dynamics import DynamicsParams, RandomizationRanges, resolve_ranges  # noqa: E402
+from tinker_sim.dynamics import DynamicsParams, RandomizationRanges, resolve_ranges  # noqa: E402
 
 
 @dataclass

@@ -17,8 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from sim.arm_env import ArmEnv
-from sim.dynamics import DynamicsParams, RandomizationRanges
+from tinker_sim.arm_env import ArmEnv
+from tinker_sim.dynamics import DynamicsParams, RandomizationRanges
 from tinker_core.errors import ConfigError, ValidationError
 
 

@@ -16,7 +16,7 @@ GOAL_ENV_IDS: dict[str, dict[str, Any]] = {
     "tinker/PointGoal-v0": {"max_episode_steps": 20},
     "tinker/PointGoalDiscrete-v0": {"kwargs": {"discrete": True}, "max_episode_steps": 20},
 }
-"""goal-conditioned ids (`sim.goal_env.PointGoalEnv`: Dict observation and ``compute_reward``, for HER);
+"""goal-conditioned ids (`tinker_sim.goal_env.PointGoalEnv`: Dict observation and ``compute_reward``, for HER);
 each is run through gymnasium's env checker in tests/algos/test_her.py"""
 
 
@@ -24,10 +24,10 @@ def register_all() -> None:
     for env_id, spec in ENV_IDS.items():
         if env_id in gym.registry:
             continue
-        gym.register(id=env_id, entry_point="sim.arm_env:ArmEnv", **spec)
+        gym.register(id=env_id, entry_point="tinker_sim.arm_env:ArmEnv", **spec)
     for env_id, spec in GOAL_ENV_IDS.items():
         if env_id not in gym.registry:
-            gym.register(id=env_id, entry_point="sim.goal_env:PointGoalEnv", **spec)
+            gym.register(id=env_id, entry_point="tinker_sim.goal_env:PointGoalEnv", **spec)
 
 
 def make(env_id: str, **kwargs: Any) -> gym.Env:

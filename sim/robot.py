@@ -15,7 +15,7 @@ import numpy as np
 import pybullet as p
 import pybullet_data
 
-from sim.pybullet_world import PyBulletWorld
+from tinker_sim.pybullet_world import PyBulletWorld
 from tinker_core.errors import ConfigError
 
 POSITION_GAIN = 0.1

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from sim.pybullet_world import PyBulletWorld
-from sim.robot import ArmRobot
+from tinker_sim.pybullet_world import PyBulletWorld
+from tinker_sim.robot import ArmRobot
 from tinker_core.errors import ConfigError
 
 

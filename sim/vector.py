@@ -27,7 +27,7 @@ class EnvFactory:
     """keyword arguments for the env (``dynamics``, ``randomize``, ``camera``, ...)"""
 
     def __call__(self) -> gym.Env:
-        import sim  # registers the ids in a fresh worker process
+        import tinker_sim as sim  # registers the ids in a fresh worker process
 
         return sim.make(self.env_id, **self.kwargs)
 

@@ -85,10 +85,10 @@ def main() -> int:
     env = dict(os.environ, ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     env.setdefault("ROS_DOMAIN_ID", str(random.randint(100, 199)))
     if args.mcap:
-        cmd = [sys.executable, "-m", "tinker_core", "view", args.mcap, "--port", str(ws_port),
+        cmd = [sys.executable, "-m", "tinker_cli", "view", args.mcap, "--port", str(ws_port),
                "--http-port", str(http_port), "--loop"]
     else:
-        cmd = [sys.executable, "-m", "tinker_core", "bringup", "--view", "--bundle", args.bundle,
+        cmd = [sys.executable, "-m", "tinker_cli", "bringup", "--view", "--bundle", args.bundle,
                "--set", f"view.port={ws_port}", "--set", f"view.http_port={http_port}",
                "--set", "sim_robot.episode_cycles=60"]
     graph = subprocess.Popen(cmd, env=env, start_new_session=True)

@@ -1,16 +1,16 @@
 """tinker's multi-agent environments (PettingZoo Parallel API) and their ids.
 
-``import sim.multi`` registers them with tinker_core.multiagent's env registry, so an agents file
-can name them (``env: tinker/SwarmFormation-v0``); ``sim.multi.make(id, **kwargs)`` builds one.
+``import tinker_sim.multi`` registers them with tinker_core.multiagent's env registry, so an agents file
+can name them (``env: tinker/SwarmFormation-v0``); ``tinker_sim.multi.make(id, **kwargs)`` builds one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sim.multi.beacon import BeaconRelay
-from sim.multi.discs import DiscFleet, DiscRandomization
-from sim.multi.formation import SwarmFormation
+from tinker_sim.multi.beacon import BeaconRelay
+from tinker_sim.multi.discs import DiscFleet, DiscRandomization
+from tinker_sim.multi.formation import SwarmFormation
 from tinker_core.multiagent.registry import make_parallel_env, register_parallel_env
 
 PARALLEL_ENV_IDS = {"tinker/SwarmFormation-v0": SwarmFormation, "tinker/BeaconRelay-v0": BeaconRelay}

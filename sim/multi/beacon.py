@@ -3,7 +3,7 @@
 Four pads lie at the corners of a 1.6 m square; each episode one of them is lit red. Only the
 **spotter** (a fixed tower with an overhead camera: a 36x36 RGB image, uint8) can see which. It
 cannot move; its action is one of 4 signals, which the **rover** (a disc base, the same physics as
-`sim.multi.discs`, with domain randomization) receives in its next observation, besides its own
+`tinker_sim.multi.discs`, with domain randomization) receives in its next observation, besides its own
 position, velocity and the time left. The rover commands a planar velocity.
 
 The episode ends when the rover reaches a pad (within 0.2 m of its centre): the lit one is a
@@ -24,8 +24,8 @@ import pybullet as p
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from sim.multi.discs import DiscFleet, DiscRandomization
-from sim.pybullet_world import PyBulletWorld
+from tinker_sim.multi.discs import DiscFleet, DiscRandomization
+from tinker_sim.pybullet_world import PyBulletWorld
 from tinker_core.errors import ConfigError
 
 PADS = np.array([[0.8, 0.8], [-0.8, 0.8], [-0.8, -0.8], [0.8, -0.8]])

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import pybullet as p
 
-from sim.pybullet_world import PyBulletWorld
+from tinker_sim.pybullet_world import PyBulletWorld
 from tinker_core.errors import ConfigError
 
 

@@ -23,8 +23,8 @@ import numpy as np
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-from sim.multi.discs import DiscFleet, DiscRandomization
-from sim.pybullet_world import PyBulletWorld
+from tinker_sim.multi.discs import DiscFleet, DiscRandomization
+from tinker_sim.pybullet_world import PyBulletWorld
 from tinker_core.errors import ConfigError
 
 N_NEIGHBOURS = 3

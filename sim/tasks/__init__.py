@@ -1,8 +1,8 @@
 """Tasks: what the arm must do (targets, objects, reward, success), separate from the robot and the world."""
 
-from sim.tasks.base import Task, term
-from sim.tasks.reach import ReachTask
-from sim.tasks.sort import SortTask
+from tinker_sim.tasks.base import Task, term
+from tinker_sim.tasks.reach import ReachTask
+from tinker_sim.tasks.sort import SortTask
 
 TASKS: dict[str, type[Task]] = {"reach": ReachTask, "sort": SortTask}
 

@@ -6,9 +6,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from sim.dynamics import DynamicsParams
-from sim.pybullet_world import PyBulletWorld
-from sim.robot import ArmRobot
+from tinker_sim.dynamics import DynamicsParams
+from tinker_sim.pybullet_world import PyBulletWorld
+from tinker_sim.robot import ArmRobot
 
 
 def term(name: str, size: int, unit: str, scale: float | Sequence[float] = 1.0, offset: float | Sequence[float] = 0.0,

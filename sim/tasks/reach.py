@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from sim.dynamics import DynamicsParams
-from sim.pybullet_world import PyBulletWorld
-from sim.robot import ArmRobot
-from sim.tasks.base import Task, term
+from tinker_sim.dynamics import DynamicsParams
+from tinker_sim.pybullet_world import PyBulletWorld
+from tinker_sim.robot import ArmRobot
+from tinker_sim.tasks.base import Task, term
 
 TARGET_LOW = np.array([0.35, -0.3, 0.2])
 """lower corner of the box targets are drawn from (base frame, m); every point in it is reachable pointing down"""

@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 import pybullet as p
 
-from sim.dynamics import DynamicsParams
-from sim.pybullet_world import PyBulletWorld
-from sim.robot import ArmRobot
-from sim.tasks.base import Task, term
+from tinker_sim.dynamics import DynamicsParams
+from tinker_sim.pybullet_world import PyBulletWorld
+from tinker_sim.robot import ArmRobot
+from tinker_sim.tasks.base import Task, term
 
 TABLE_HALF = np.array([0.3, 0.6, 0.025])
 TABLE_CENTER = np.array([0.55, 0.0, 0.025])

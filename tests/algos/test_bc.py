@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from tinker_core.algos import BC, BCConfig, load_algorithm
-from tinker_core.cli import main
+from tinker_cli import main
 from tinker_core.errors import ConfigError, SpecError, ValidationError
 
 
@@ -161,13 +161,13 @@ def test_bad_config_and_missing_expert_are_reported():
 
 
 def test_tinker_train_bc_on_arm_sort_with_the_scripted_expert(tmp_path):
-    import sim  # noqa: F401  (tinker/ ids)
-    from sim.scripted import ScriptedSortController
-    from tinker_core.cli._compose import make_env
+    import tinker_sim as sim  # noqa: F401  (tinker/ ids)
+    from tinker_sim.scripted import ScriptedSortController
+    from tinker_cli._compose import make_env
     from tinker_core.evaluate import evaluate
 
     cfg = tmp_path / "bc.yaml"
-    cfg.write_text("algo: bc\nenv: tinker/ArmSort-v0\nexpert: sim.scripted:ScriptedSortController\n"
+    cfg.write_text("algo: bc\nenv: tinker/ArmSort-v0\nexpert: tinker_sim.scripted:ScriptedSortController\n"
                    "total_timesteps: 5000\nenv_kwargs:\n  randomize: true\n"
                    "bc:\n  expert_episodes: 1\n  dagger_rounds: 1\n  dagger_episodes: 1\n  gradient_steps: 20\n"
                    "  net_arch: [32, 32]\n  log_interval: 100\n")

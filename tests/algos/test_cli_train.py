@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tinker_core.algos import load_algorithm
-from tinker_core.cli import main
+from tinker_cli import main
 
 
 def test_tinker_train_writes_run_directory_and_resumes(tmp_path, capsys):

@@ -9,9 +9,9 @@ import json
 
 import numpy as np
 
-import sim  # noqa: F401  (registers tinker/ArmReach-v0)
+import tinker_sim  # noqa: F401  (registers tinker/ArmReach-v0)
 from tinker_core.algos import IMPALA, IMPALAConfig
-from tinker_core.cli import main
+from tinker_cli import main
 from tinker_core.curriculum import Curriculum, CurriculumConfig
 
 LEVELS = [1.0, 0.5, 0.02]

@@ -1,7 +1,7 @@
 """HER and dict observations: relabelling (goals, rewards, episode boundaries), checkpoints, the
 fast path for dict observations, per-key normalization, and HER beating no HER on a sparse goal task.
 
-The goal env is `sim.goal_env.PointGoalEnv` (``tinker/PointGoal-v0``), a real gymnasium env in the
+The goal env is `tinker_sim.goal_env.PointGoalEnv` (``tinker/PointGoal-v0``), a real gymnasium env in the
 gymnasium-robotics form (Dict observation and a vectorized ``compute_reward``)."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 import torch
 from gymnasium.utils.env_checker import check_env
 
-import sim
-from sim.goal_env import PointGoalEnv
+import tinker_sim as sim
+from tinker_sim.goal_env import PointGoalEnv
 from tinker_core.algos import DQN, SAC, DQNConfig, SACConfig, load_algorithm
 from tinker_core.algos.her import HerConfig, HerReplayBuffer, her_config_from_sb3
 from tinker_core.errors import ConfigError, SpecError

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def tinker(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tinker_core", *args], cwd=REPO, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tinker_cli", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
 
 

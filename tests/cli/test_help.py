@@ -9,7 +9,7 @@ COMMANDS = ["demo", "train", "eval", "export", "doctor", "deploy", "learner", "b
 
 
 def test_top_level_help_lists_every_command():
-    p = subprocess.run([sys.executable, "-m", "tinker_core", "--help"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "tinker_cli", "--help"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0
     for c in COMMANDS:
         assert c in p.stdout, c
@@ -17,7 +17,7 @@ def test_top_level_help_lists_every_command():
 
 def test_each_command_has_help_with_examples():
     for c in COMMANDS:
-        p = subprocess.run([sys.executable, "-m", "tinker_core", c, "--help"], capture_output=True, text=True,
+        p = subprocess.run([sys.executable, "-m", "tinker_cli", c, "--help"], capture_output=True, text=True,
                            timeout=120)
         assert p.returncode == 0, (c, p.stderr[-500:])
         assert "usage: tinker " + c in p.stdout, c

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deploy.manifest import Manifest
+from tinker_deploy.manifest import Manifest
 from tinker_core.algos import load_algorithm
-from tinker_core.cli import main
+from tinker_cli import main
 from tinker_core.envs import EnvConfig
 from tinker_core.errors import ConfigError
 

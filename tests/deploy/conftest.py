@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deploy.export import export_bundle, generate_obs
-from deploy.reference_policies import cnn_policy, mlp_policy
+from tinker_deploy.export import export_bundle, generate_obs
+from tinker_deploy.reference_policies import cnn_policy, mlp_policy
 
 
 def _quiet(_msg: str) -> None:

@@ -11,10 +11,10 @@ import shutil
 
 import pytest
 
-from tinker_core.cli import main
+from tinker_cli import main
 
-from deploy.arm import ArmCheckUnavailable, check_arm, check_arm_many
-from deploy.bundle import load_bundle, pack_recorded, write_bundle
+from tinker_deploy.arm import ArmCheckUnavailable, check_arm, check_arm_many
+from tinker_deploy.bundle import load_bundle, pack_recorded, write_bundle
 
 
 def _skip_without_qemu() -> None:

@@ -13,9 +13,9 @@ import pytest
 from tinker_core.errors import BundleError
 from tinker_core.spec import Spec
 
-from deploy.bundle import ExpectedIO, load_bundle, resolve_bundle_dir
-from deploy.manifest import Manifest, deploy_settings_sha256
-from deploy.runtime import OnnxPolicy
+from tinker_deploy.bundle import ExpectedIO, load_bundle, resolve_bundle_dir
+from tinker_deploy.manifest import Manifest, deploy_settings_sha256
+from tinker_deploy.runtime import OnnxPolicy
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from tinker_core.cli import main
+from tinker_cli import main
 from tinker_core.spec import Spec
 
-from deploy.bundle import load_bundle
-from deploy.doctor import Report, flags
-from deploy.runtime import OnnxPolicy
+from tinker_deploy.bundle import load_bundle
+from tinker_deploy.doctor import Report, flags
+from tinker_deploy.runtime import OnnxPolicy
 
 
 def test_export_from_a_sac_checkpoint_writes_a_bundle_next_to_the_onnx_name(tmp_path, capsys):

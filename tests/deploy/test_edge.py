@@ -14,16 +14,16 @@ import pytest
 
 from tinker_core.errors import TinkerError
 
-from deploy.edge_venv import edge_pins, ensure_edge_venv
-from deploy.runtime import OnnxPolicy
+from tinker_deploy.edge_venv import edge_pins, ensure_edge_venv
+from tinker_deploy.runtime import OnnxPolicy
 
 PROBE = """
 import importlib.util, json, sys
 import numpy as np
 assert importlib.util.find_spec("torch") is None, "torch is importable in the edge venv"
-from deploy.bundle import ExpectedIO
-from deploy.hot_reload import HotSwapPolicy
-from deploy.runtime import OnnxPolicy
+from tinker_deploy.bundle import ExpectedIO
+from tinker_deploy.hot_reload import HotSwapPolicy
+from tinker_deploy.runtime import OnnxPolicy
 mlp, cnn, mlp2 = sys.argv[1:4]
 p = OnnxPolicy.from_bundle(mlp, expect=ExpectedIO(joint_names=["joint_1", "joint_2", "joint_3", "joint_4"]))
 obs, ref = p.bundle.recorded()

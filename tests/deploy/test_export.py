@@ -13,11 +13,11 @@ from torch import nn
 from tinker_core.errors import BundleError
 from tinker_core.spec import Spec
 
-from deploy.bundle import load_bundle
-from deploy.export import DataDependentControlFlowError, export_bundle, parity
-from deploy.manifest import OPSET, deploy_settings_sha256
-from deploy.reference_policies import cnn_policy, mlp_policy
-from deploy.runtime import OnnxPolicy
+from tinker_deploy.bundle import load_bundle
+from tinker_deploy.export import DataDependentControlFlowError, export_bundle, parity
+from tinker_deploy.manifest import OPSET, deploy_settings_sha256
+from tinker_deploy.reference_policies import cnn_policy, mlp_policy
+from tinker_deploy.runtime import OnnxPolicy
 
 
 def test_mlp_bundle_has_documented_io_and_matches_torch(mlp_bundle):
@@ -119,8 +119,8 @@ def test_unfolded_normalization_is_folded_into_the_graph(tmp_path):
 
 def test_observations_are_recorded_from_the_policy_in_its_env():
     gym = pytest.importorskip("gymnasium")
-    from deploy.export import record_observations
-    from deploy.reference_policies import MLPPolicy
+    from tinker_deploy.export import record_observations
+    from tinker_deploy.reference_policies import MLPPolicy
 
     env = gym.make("Pendulum-v1")  # truncates after 200 steps, so 300 steps include a reset
     try:

@@ -10,10 +10,10 @@ from torch import nn
 
 from tinker_core.nn.encoders import NatureCNN
 
-from deploy.bundle import load_bundle
-from deploy.export import export_bundle, generate_obs
-from deploy.reference_policies import Actor, cnn_policy
-from deploy.runtime import OnnxPolicy
+from tinker_deploy.bundle import load_bundle
+from tinker_deploy.export import export_bundle, generate_obs
+from tinker_deploy.reference_policies import Actor, cnn_policy
+from tinker_deploy.runtime import OnnxPolicy
 
 
 def _ops(bundle, model: str = "policy") -> list[str]:
@@ -99,7 +99,7 @@ def test_int8_layout_rewrite_keeps_the_fp32_answer(cnn_bundle):
     """The graph quantized for int8 (Flatten reading channels-last, fc weights permuted) computes the same."""
     import onnxruntime as ort
 
-    from deploy.graph_rewrite import rewrite
+    from tinker_deploy.graph_rewrite import rewrite
 
     b = load_bundle(cnn_bundle)
     fp32 = b.model_path("policy").read_bytes()

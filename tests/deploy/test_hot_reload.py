@@ -12,9 +12,9 @@ import pytest
 
 from tinker_core.errors import BundleError
 
-from deploy.bundle import ExpectedIO
-from deploy.hot_reload import HotSwapPolicy
-from deploy.runtime import OnnxPolicy
+from tinker_deploy.bundle import ExpectedIO
+from tinker_deploy.hot_reload import HotSwapPolicy
+from tinker_deploy.runtime import OnnxPolicy
 
 
 def _broken_variants(good, tmp_path, cnn_bundle):

@@ -8,11 +8,11 @@ import pytest
 
 from tinker_core.errors import BundleError
 
-from deploy.bundle import load_bundle
-from deploy.export import export_bundle, generate_obs
-from deploy.quantize import quantize_model
-from deploy.reference_policies import mlp_policy
-from deploy.runtime import OnnxPolicy
+from tinker_deploy.bundle import load_bundle
+from tinker_deploy.export import export_bundle, generate_obs
+from tinker_deploy.quantize import quantize_model
+from tinker_deploy.reference_policies import mlp_policy
+from tinker_deploy.runtime import OnnxPolicy
 
 
 def test_cnn_int8_is_static_with_convolutions_quantized_and_reads_camera_bytes(cnn_int8_bundle):

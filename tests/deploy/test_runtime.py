@@ -9,8 +9,8 @@ from tinker_core.errors import BundleError, ConfigError, ValidationError
 from tinker_core.module import ModuleBase
 from tinker_core.spec import Spec
 
-from deploy.bundle import load_bundle
-from deploy.runtime import OnnxPolicy, OnnxPolicyConfig
+from tinker_deploy.bundle import load_bundle
+from tinker_deploy.runtime import OnnxPolicy, OnnxPolicyConfig
 
 
 def test_policy_is_a_module_with_specs_version_and_hash(mlp_bundle):
@@ -90,8 +90,8 @@ def test_onnx_policy_runs_in_the_pipeline_like_a_torch_policy(tmp_path):
     from tinker_core.pipeline import Pipeline
     from tinker_core.spec import spec_from_space
 
-    from deploy.export import export_bundle
-    from deploy.reference_policies import MLPPolicy
+    from tinker_deploy.export import export_bundle
+    from tinker_deploy.reference_policies import MLPPolicy
 
     env = gym.make("Pendulum-v1")
     obs_spec = spec_from_space(env.observation_space)

@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_demo_runs_every_stage_for_real(tmp_path):
     out = tmp_path / "demo"
     env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(1, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
-    cmd = [sys.executable, "-m", "tinker_core", "demo", "--out", str(out),
+    cmd = [sys.executable, "-m", "tinker_cli", "demo", "--out", str(out),
            "--episodes-before", "2", "--finetune-episodes", "8", "--episodes-after", "2",
            "--learner-set", "warmup=64", "batch_size=64", "publish_every=20", "gate_episodes=2",
            "gate_min_success=0.0"]

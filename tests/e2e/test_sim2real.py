@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def test_sim2real_protocol_writes_table_json_and_plot(tmp_path):
     out = tmp_path / "s2r"
     env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(1, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
-    p = subprocess.run([sys.executable, "-m", "tinker_core", "benchmark", "sim2real", "--variants", "laggy",
+    p = subprocess.run([sys.executable, "-m", "tinker_cli", "benchmark", "sim2real", "--variants", "laggy",
                         "--finetune-episodes", "2", "--eval-episodes", "3", "--out", str(out)],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=580)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]

@@ -31,7 +31,7 @@ FAST = {"env_id": "Pendulum-v1", "batch_size": 64, "warmup": 200, "update_interv
 
 
 class LearnerProcess:
-    """``python -m tinker_core learner --config FILE`` in its own process, driven through ``ctl``."""
+    """``python -m tinker_cli learner --config FILE`` in its own process, driven through ``ctl``."""
 
     def __init__(self, tmp: Path, **overrides: Any):
         self.cfg = {**FAST, **endpoints(), "bundle_dir": str(tmp / "bundles"), **overrides}
@@ -44,7 +44,7 @@ class LearnerProcess:
         """Launch the process; with ``wait`` return once it answers ``ctl status``."""
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
         self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tinker_core", "learner", "--config", str(self.config_path)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tinker_cli", "learner", "--config", str(self.config_path)],
                                      cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT)
         if wait:
             self.wait(lambda s: True, timeout=90)

@@ -17,7 +17,7 @@ class SlowLearner:
     thread, and drains the transitions socket: slower than two Pendulum workers."""
 
     def __init__(self, transitions_endpoint: str, params_endpoint: str, tick_s: float = 0.01):
-        from tinker_core.cli.learner import make_algo
+        from tinker_cli.learner import make_algo
         from tinker_core.learner.params import algo_bytes
         from tinker_core.transport import TransitionReceiver, WeightsPublisher
 
@@ -48,7 +48,7 @@ class SlowLearner:
 
 
 def test_sync_rounds_wait_for_the_learner_updates_per_step():
-    from tinker_core.cli.learner import make_env
+    from tinker_cli.learner import make_env
     from tinker_core.transport import free_endpoints
 
     transitions, params = free_endpoints(2)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tinker_core.cli.learner import make_env
+from tinker_cli.learner import make_env
 from tinker_core.learner import DistributedTrainer
 from tinker_core.replay import ReplayBuffer
 from tinker_core.transport import TransitionSender

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tinker_core.cli.learner import make_algo, make_env
+from tinker_cli.learner import make_algo, make_env
 from tinker_core.evaluate import evaluate
 from tinker_core.learner import DistributedTrainer
 from tinker_core.learner.params import bundle_sha256

@@ -40,7 +40,7 @@ def test_config_errors_name_the_field():
 
 @pytest.fixture
 def small_learner(tmp_path):
-    from tinker_core.cli.learner import make_algo, make_env
+    from tinker_cli.learner import make_algo, make_env
     from tinker_core.transport import free_endpoints
 
     calls: list[int] = []
@@ -80,7 +80,7 @@ def test_ppo_learns_from_whole_rollouts_of_one_stream(tmp_path, pendulum):
     """An on-policy algorithm gets time-ordered rollouts per source stream instead of replay samples."""
     import time
 
-    from tinker_core.cli.learner import make_algo
+    from tinker_cli.learner import make_algo
     from tinker_core.transport import TransitionSender, free_endpoints
 
     t, w, p, c = free_endpoints(4)
@@ -131,7 +131,7 @@ def test_non_finite_weights_are_never_published_or_checkpointed_and_roll_back(sm
 def test_gate_refuses_a_candidate_that_latches_the_safety_estop():
     """The gate env is the CLI's (SafetyWrapper in the loop); a candidate that drives the arm down into the
     table latches the collision e-stop; one that holds still does not."""
-    from tinker_core.cli.learner import make_gate_env
+    from tinker_cli.learner import make_gate_env
     from tinker_core.learner.gate import run_gate
 
     class DivePolicy:

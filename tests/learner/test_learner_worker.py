@@ -23,7 +23,7 @@ class StillEnv(gym.Env):
 
 
 def test_workers_draw_their_own_noise_after_loading_the_same_parameters():
-    from tinker_core.cli.learner import make_algo
+    from tinker_cli.learner import make_algo
     from tinker_core.learner import RolloutWorker
     from tinker_core.learner.params import algo_bytes
     from tinker_core.transport import TransitionReceiver, WeightsPublisher, free_endpoints

@@ -14,7 +14,7 @@ import torch
 from gymnasium import spaces
 from pettingzoo import ParallelEnv
 
-import sim.multi  # noqa: F401  (registers tinker/ multi-agent ids)
+import tinker_sim.multi  # noqa: F401  (registers tinker/ multi-agent ids)
 from tinker_core.errors import ConfigError
 from tinker_core.multiagent.trainer import MultiAgentTrainer
 
@@ -198,7 +198,7 @@ def test_tinker_train_takes_an_agents_file(tmp_path):
                       "batch_size: 16, n_epochs: 1}}\n  rover: {policy: PPO, hyperparameters: {n_steps: 32, "
                       "batch_size: 16, n_epochs: 1}}\n")
     out = tmp_path / "run"
-    from tinker_core.cli import main  # in process: a subprocess would spend most of the test importing
+    from tinker_cli import main  # in process: a subprocess would spend most of the test importing
 
     assert main(["train", "--config", str(agents), "--total-timesteps", "70", "--out", str(out), "--no-progress"]) == 0
     summary = json.loads((out / "summary.json").read_text())

@@ -39,7 +39,7 @@ def g(ros2, bundles, tmp_path_factory):
     from sensor_msgs.msg import JointState
     from trajectory_msgs.msg import JointTrajectory
 
-    from safety.config import DEFAULT_CONFIG_PATH
+    from tinker_safety.config import DEFAULT_CONFIG_PATH
     from tinker.bringup import Graph
     from tinker.wire import LATCHED_QOS, RECORD_QOS, SENSOR_QOS
 

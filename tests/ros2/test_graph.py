@@ -31,7 +31,7 @@ def g(ros2, bundles, tmp_path_factory):
 
     import yaml
 
-    from safety.config import DEFAULT_CONFIG_PATH
+    from tinker_safety.config import DEFAULT_CONFIG_PATH
 
     tmp = tmp_path_factory.mktemp("graph")
     # the robot's safety YAML with a more patient watchdog latch: on the shared 2-core machine a process
@@ -113,7 +113,7 @@ def test_tinker_flow_shows_each_edge_of_the_running_graph(g):
     import subprocess
     import sys
 
-    p = subprocess.run([sys.executable, "-m", "tinker_core", "flow", "--namespace", NS, "--duration", "4", "--json"],
+    p = subprocess.run([sys.executable, "-m", "tinker_cli", "flow", "--namespace", NS, "--duration", "4", "--json"],
                        env=g.env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     edges = json.loads(p.stdout[p.stdout.index("{"):])["edges"]
@@ -261,7 +261,7 @@ def test_a_second_graph_with_the_same_names_on_the_same_domain_is_refused(g, ros
 def test_lifecycle_transitions_and_the_start_ramp_respects_the_velocity_limit(g, ros2):
     from std_msgs.msg import Float64MultiArray
 
-    from safety.limits import JointLimits
+    from tinker_safety.limits import JointLimits
     from tinker.wire import COMMAND_QOS, array_msg
 
     g.transition("policy", "deactivate")
@@ -335,7 +335,7 @@ def test_sigterm_publishes_a_stop_before_exit(g, ros2):
 def test_stop_leaves_no_process_and_the_recording_reads_back_and_imports(g, ros2, tmp_path):
     from tinker.recording import read_cycles
     from tinker_core.loop.cycle_join import transitions as cycles_to_transitions
-    from tinker_core.cli import main as tinker
+    from tinker_cli import main as tinker
     from tinker_core.replay import ReplayBuffer
 
     codes = g.stop()

@@ -86,8 +86,8 @@ def test_a_lifecycle_node_configures_and_activates_over_its_services_on_either_e
 
 
 def test_the_mirror_camera_renders_what_the_robots_own_camera_sees():
-    from sim.arm_env import ArmEnv
-    from sim.realtime import RealTimeArm
+    from tinker_sim.arm_env import ArmEnv
+    from tinker_sim.realtime import RealTimeArm
     from tinker.sim_camera import MirrorCamera, snapshot
 
     arm = RealTimeArm(task="reach", camera=True, image_size=64, control_period=0.05, seed=3)

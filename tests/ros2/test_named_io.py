@@ -77,7 +77,7 @@ def _cycle(g, ros2, stamp: int, cycle: int, episode: int, q: np.ndarray, names: 
 
 
 def test_shuffled_joint_order_drives_the_same_commands_and_the_chain_equals_sim(io, ros2):
-    from sim.arm_env import ArmEnv
+    from tinker_sim.arm_env import ArmEnv
 
     rng = np.random.default_rng(0)
     home = np.array([0.0, 0.5, 0.0, -1.5, 0.0, 1.0, 0.0])

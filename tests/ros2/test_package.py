@@ -72,7 +72,7 @@ def test_tinker_bringup_composed_under_a_namespace_stops_cleanly_on_ctrl_c(ros2,
     domain = ros2.fresh_domain()
     probe = ros2.Probe(domain, "cli")
     cmds = probe.collect(Float64MultiArray, "/robot2/forward_position_controller/commands", RECORD_QOS)
-    p = subprocess.Popen([sys.executable, "-m", "tinker_core", "bringup", "--composed", "--namespace", "robot2",
+    p = subprocess.Popen([sys.executable, "-m", "tinker_cli", "bringup", "--composed", "--namespace", "robot2",
                           "--bundle", str(bundles["v1"]), "--set", f"/**.control_period={ros2.PERIOD}",
                           "--run-dir", str(tmp_path)],
                          env=ros2.graph_env(domain), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

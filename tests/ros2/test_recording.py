@@ -57,7 +57,7 @@ def test_bringup_record_opens_in_rosbags_with_every_standard_topic_and_imports(r
     from tinker_core.replay import ReplayBuffer
 
     b, out = str(bundles["v1"]), tmp_path / "run.mcap"
-    cmd = [sys.executable, "-m", "tinker_core", "bringup", "--namespace", "robot1", "--bundle", b, "--record", str(out),
+    cmd = [sys.executable, "-m", "tinker_cli", "bringup", "--namespace", "robot1", "--bundle", b, "--record", str(out),
            "--duration", "10", "--run-dir", str(tmp_path / "logs"), "--set", f"/**.control_period={ros2.PERIOD}",
            "--set", "sim_robot.episode_cycles=25"]
     p = subprocess.run(cmd, env=ros2.graph_env(ros2.fresh_domain()), capture_output=True, text=True, timeout=120)
@@ -99,7 +99,7 @@ def test_bringup_record_opens_in_rosbags_with_every_standard_topic_and_imports(r
         assert all(c.after_end for c in cs if ends and c.cycle > ends[0])
     assert any(c.terminated or c.truncated for c in cycles)
 
-    from tinker_core.cli import main as tinker
+    from tinker_cli import main as tinker
 
     assert tinker(["replay", "import", str(out), "-o", str(tmp_path / "replay")]) == 0
     buf = ReplayBuffer.load(tmp_path / "replay")

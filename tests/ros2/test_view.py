@@ -200,7 +200,7 @@ def test_the_browser_page_is_served_and_points_at_the_websocket(g):
 def test_tinker_view_replays_the_recording_into_the_same_channels(g, tmp_path):
     g.stop()
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "tinker_core", "view", str(g.tmp / "run.mcap"), "--port", str(port),
+    proc = subprocess.Popen([sys.executable, "-m", "tinker_cli", "view", str(g.tmp / "run.mcap"), "--port", str(port),
                              "--http-port", "-1", "--speed", "4", "--wait-client", "3"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from safety import SafetyWrapper, default_urdf, load_safety_config
+from tinker_safety import SafetyWrapper, default_urdf, load_safety_config
 
 JOINTS = [f"lbr_iiwa_joint_{i}" for i in range(1, 8)]
 HOME = np.array([0.0, 0.5, 0.0, -1.0, 0.0, 1.0, 0.0])

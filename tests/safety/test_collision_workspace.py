@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safety import Outcome
+from tinker_safety import Outcome
 
 ZERO = np.zeros(7)
 # every link pair that is not parent/child, except the wrist hulls the shipped YAML ignores (links 5 and 7)
@@ -130,7 +130,7 @@ MOUNTED = """<robot name="mounted">
 
 
 def test_links_fixed_to_the_root_are_not_checked_against_the_scene_or_each_other(tmp_path):
-    from safety import SafetyConfig, SafetyWrapper
+    from tinker_safety import SafetyConfig, SafetyWrapper
 
     path = tmp_path / "mounted.urdf"
     path.write_text(MOUNTED)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safety import DEFAULT_CONFIG_PATH, JointLimits, SafetyConfig, ScenePrimitive, default_urdf, load_safety_config
+from tinker_safety import DEFAULT_CONFIG_PATH, JointLimits, SafetyConfig, ScenePrimitive, default_urdf, load_safety_config
 from tinker_core.config import load_config
 from tinker_core.errors import ConfigError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from safety.testing import CI_EXAMPLES, check_command, property_test
+from tinker_safety.testing import CI_EXAMPLES, check_command, property_test
 
 
 def test_property_limits_only(make_guard):

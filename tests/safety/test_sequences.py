@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from safety import JointLimits, default_urdf, load_safety_config
-from safety.sequences import CI_CALLS, run_sequences, sequence_config
+from tinker_safety import JointLimits, default_urdf, load_safety_config
+from tinker_safety.sequences import CI_CALLS, run_sequences, sequence_config
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safety import Outcome
+from tinker_safety import Outcome
 
 ZERO = np.zeros(7)
 J4_UPPER = 2.0943951  # lbr_iiwa_joint_4's URDF upper limit, rad

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from safety import Outcome, Watchdog
+from tinker_safety import Outcome, Watchdog
 from tinker_core.errors import ConfigError
 
 ZERO = np.zeros(7)

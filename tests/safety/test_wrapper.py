@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from safety import EstopCause, Outcome, SafetyWrapper
+from tinker_safety import EstopCause, Outcome, SafetyWrapper
 
 ZERO = np.zeros(7)
 

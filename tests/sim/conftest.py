@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-import sim
+import tinker_sim as sim
 
 
 @pytest.fixture

@@ -10,9 +10,9 @@ import pybullet as p
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import sim
-from sim.robot import ArmRobot, default_urdf_path
-from sim.pybullet_world import PyBulletWorld
+import tinker_sim as sim
+from tinker_sim.robot import ArmRobot, default_urdf_path
+from tinker_sim.pybullet_world import PyBulletWorld
 from tinker_core.errors import ConfigError, ValidationError
 
 
@@ -61,7 +61,7 @@ def test_obs_and_action_terms_describe_the_vectors(make_env):
         assert len(t["scale"]) == len(t["offset"]) == t["size"]
     assert u.joint_names == u.robot.joint_names
     # The decoded joint_pos term is the true joint position (no noise at nominal dynamics).
-    from sim.scripted import decode_terms
+    from tinker_sim.scripted import decode_terms
 
     obs, _ = env.reset(seed=1)
     q, _ = u.joint_state
@@ -97,7 +97,7 @@ def test_wrong_action_shape_is_a_validation_error(make_env):
 
 
 def test_unknown_task_is_a_config_error():
-    from sim.arm_env import ArmEnv
+    from tinker_sim.arm_env import ArmEnv
 
     with pytest.raises(ConfigError, match="ArmEnv.task: expected one of"):
         ArmEnv(task="juggle")
@@ -160,7 +160,7 @@ def test_non_finite_actions_never_reach_the_motors(make_env):
 def test_unsafe_states_are_counted_from_the_physics_and_the_safety_wrapper_prevents_them(safety):
     """A policy that dives into the ground: the bare sim reaches unsafe states (counted per kind and in
     ``info['safety_violations']``); with the SafetyWrapper as command filter it reaches none."""
-    from tinker_core.cli._compose import make_env as make_safe_env
+    from tinker_cli._compose import make_env as make_safe_env
 
     env = make_safe_env("tinker/ArmReach-v0", safety=safety)
     try:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.dynamics import DYNAMICS_DIR, DynamicsParams
-from sim.scripted import ScriptedReachController
+from tinker_sim.dynamics import DYNAMICS_DIR, DynamicsParams
+from tinker_sim.scripted import ScriptedReachController
 from tinker_core.spec import spec_from_space
 
 

@@ -7,7 +7,7 @@ from dataclasses import fields
 import numpy as np
 import pytest
 
-from sim.dynamics import (DYNAMICS_DIR, NOMINAL_PATH, RANDOMIZATION_PATH, DynamicsParams, RandomizationRanges,
+from tinker_sim.dynamics import (DYNAMICS_DIR, NOMINAL_PATH, RANDOMIZATION_PATH, DynamicsParams, RandomizationRanges,
                           load_dynamics)
 from tinker_core.errors import ConfigError
 
@@ -121,7 +121,7 @@ def test_observation_noise_perturbs_joint_terms_only(make_env):
     env = make_env(dynamics=DynamicsParams(obs_noise_std=0.05))
     obs, _ = env.reset(seed=0)
     u = env.unwrapped
-    from sim.scripted import decode_terms
+    from tinker_sim.scripted import decode_terms
 
     terms = decode_terms(u.obs_terms, obs)
     q, _ = u.joint_state
@@ -131,7 +131,7 @@ def test_observation_noise_perturbs_joint_terms_only(make_env):
 
 
 def test_target_bias_moves_the_observed_target_but_success_uses_the_true_one(make_env):
-    from sim.scripted import decode_terms
+    from tinker_sim.scripted import decode_terms
 
     bias = np.array([0.04, -0.03, 0.05])
     plain, biased = make_env(), make_env(dynamics=DynamicsParams(target_bias_x_m=0.04, target_bias_y_m=-0.03,

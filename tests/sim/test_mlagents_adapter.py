@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.dynamics import DynamicsParams
+from tinker_sim.dynamics import DynamicsParams
 
 PEER = Path(__file__).with_name("unity_peer.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ def test_adapter_refuses_a_process_with_the_fast_protobuf():
     code = ("import google.protobuf.message\n"
             "from google.protobuf.internal import api_implementation\n"
             "assert api_implementation.Type() != 'python'\n"
-            "try:\n    import sim.mlagents_adapter\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+            "try:\n    import tinker_sim.mlagents_adapter\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_clean_env(), capture_output=True,
                           text=True, timeout=60)
     assert "ConfigError" in proc.stdout and "needs 'python'" in proc.stdout, proc.stdout + proc.stderr

@@ -8,8 +8,9 @@ import pybullet as p
 import pytest
 from pettingzoo.test import parallel_api_test
 
-import sim.multi
-from sim.multi.beacon import PADS
+import tinker_sim.multi
+import tinker_sim as sim
+from tinker_sim.multi.beacon import PADS
 from tinker_core.errors import ConfigError
 
 

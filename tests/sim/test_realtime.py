@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.realtime import RealTimeArm
+from tinker_sim.realtime import RealTimeArm
 from tinker_core.errors import ConfigError, ValidationError
 
 

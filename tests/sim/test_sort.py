@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.scripted import ScriptedSortController, decode_terms
+from tinker_sim.scripted import ScriptedSortController, decode_terms
 
 
 def test_sort_layout_terms_and_suction_dimension(make_env):
@@ -49,7 +49,7 @@ def test_an_object_dropped_in_the_wrong_bin_is_not_success(make_env):
     env.reset(seed=1)
     task = env.unwrapped.task
     # Put every object into the OTHER kind's bin by hand and let it settle.
-    from sim.tasks.sort import BIN_CENTERS, TABLE_TOP
+    from tinker_sim.tasks.sort import BIN_CENTERS, TABLE_TOP
 
     for body, kind in zip(task.objects, task.kinds):
         x, y = BIN_CENTERS[1 - kind]

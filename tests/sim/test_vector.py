@@ -9,7 +9,7 @@ import tempfile
 import numpy as np
 import pytest
 
-from sim.vector import EnvFactory, EnvRunner, make_vec
+from tinker_sim.vector import EnvFactory, EnvRunner, make_vec
 from tinker_core.errors import ConfigError
 
 

@@ -8,7 +8,7 @@ EngineConfiguration and EnvironmentParameters side channels and applies them to 
 scene (several agents of one behavior, each steering a point to its goal), and reports back over
 the StatsSideChannel. It stops when the Python side sends header status 400 (close).
 
-Run as a script (``python unity_peer.py --port P``) it drives `sim.mlagents_adapter` against the
+Run as a script (``python unity_peer.py --port P``) it drives `tinker_sim.mlagents_adapter` against the
 peer in this fresh process (so protobuf's python implementation is in force) and prints one JSON line.
 """
 
@@ -31,7 +31,7 @@ import warnings  # noqa: E402
 import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
-import sim.mlagents_adapter  # noqa: E402,F401  (first: it makes mlagents_envs' protobuf map fields work, see there)
+import tinker_sim.mlagents_adapter  # noqa: E402,F401  (first: it makes mlagents_envs' protobuf map fields work, see there)
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -199,7 +199,7 @@ def scenario(port: int) -> dict:
     """Drive the adapter against the peer: several agents, side channels, reset/step/close."""
     from google.protobuf.internal import api_implementation
 
-    from sim.mlagents_adapter import EngineSettings, MLAgentsEnv, MLAgentsVectorEnv
+    from tinker_sim.mlagents_adapter import EngineSettings, MLAgentsEnv, MLAgentsVectorEnv
 
     peer = UnityPeer(port, n_agents=3)
     peer.start()
@@ -217,7 +217,7 @@ def scenario(port: int) -> dict:
 
 
 def _drive(env, peer, result, obs, info, port):
-    from sim.mlagents_adapter import MLAgentsEnv
+    from tinker_sim.mlagents_adapter import MLAgentsEnv
 
     result["reset_obs_shape"] = list(obs.shape)
     result["agent_ids"] = info["agent_id"].tolist()
@@ -261,7 +261,7 @@ def _drive(env, peer, result, obs, info, port):
     # Spec mapping for what the point-mass peer does not send: a camera + vector sensor, hybrid actions.
     from mlagents_envs.base_env import ActionSpec, BehaviorSpec, DimensionProperty, ObservationSpec, ObservationType
 
-    from sim.mlagents_adapter import action_space_of, observation_space_of
+    from tinker_sim.mlagents_adapter import action_space_of, observation_space_of
 
     none = DimensionProperty.NONE
     spec = BehaviorSpec([ObservationSpec((84, 84, 3), (none,) * 3, ObservationType.DEFAULT, "camera"),

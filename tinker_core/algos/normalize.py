@@ -58,7 +58,7 @@ class ObsNormalizer(nn.Module):
         return mean, inv_std
 
     def stats(self) -> dict:
-        """The statistics as checkpoint / bundle metadata (what `deploy.export` reads)."""
+        """The statistics as checkpoint / bundle metadata (what `tinker_deploy.export` reads)."""
         return {"obs_mean": self.rms.mean.tolist(), "obs_var": self.rms.var.tolist(),
                 "obs_count": float(self.rms.count), "clip": self.clip, "eps": self.eps}
 

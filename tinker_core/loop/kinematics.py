@@ -2,7 +2,7 @@
 
 What a robot that only publishes ``joint_states`` needs for the ``ee_pos`` observation term: the chain of
 joints from the URDF's root link to the child of its last movable joint (the simulated arm's end effector,
-`sim.robot.ArmRobot`), each ``origin`` (xyz, rpy) then its motion about ``axis``. Positions are in the root
+`tinker_sim.robot.ArmRobot`), each ``origin`` (xyz, rpy) then its motion about ``axis``. Positions are in the root
 link's frame, m.
 """
 

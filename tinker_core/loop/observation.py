@@ -2,7 +2,7 @@
 
 Each term is a named slice ``value = (raw - offset) * scale`` (the ``obs_terms`` of the environment and
 of a bundle's manifest), and the vector is clipped to the observation bounds. The simulated environment
-(`sim.arm_env.ArmEnv`) and the perception node build their observation with it, so what the policy sees
+(`tinker_sim.arm_env.ArmEnv`) and the perception node build their observation with it, so what the policy sees
 on the robot is what it saw in training, clip included.
 """
 
@@ -25,7 +25,7 @@ def _field(t: Any, key: str) -> Any:
 class ObservationAssembly:
     """Raw terms in, the scaled and clipped float32 vector out.
 
-    ``terms``: the term records in order (dicts as `sim.tasks.term` makes them, or manifest ``Term``s), each
+    ``terms``: the term records in order (dicts as `tinker_sim.tasks.term` makes them, or manifest ``Term``s), each
     with ``name``, ``size``, ``offset`` and ``scale`` (a number or one per element). ``low``/``high``: the
     bounds (a number, one per element, or None for none on that side).
     """

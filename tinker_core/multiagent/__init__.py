@@ -1,7 +1,7 @@
 """Multi-agent training: the agents file, PettingZoo Parallel envs by id, and the multi-agent trainer.
 
 ``MultiAgentTrainer(env, "configs/agents_beacon.yaml").learn()`` (or ``tinker train --config`` with an
-agents file). tinker's own envs live in ``sim.multi`` (import it to register their ids).
+agents file). tinker's own envs live in ``tinker_sim.multi`` (import it to register their ids).
 """
 
 from tinker_core.multiagent.agents_file import (

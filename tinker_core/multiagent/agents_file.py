@@ -214,7 +214,7 @@ class AgentsConfig:
     agents: dict[str, AgentSpec]
     """Entries by name (or pattern), in file order."""
     env: str | None = None
-    """The multi-agent env id (see sim.multi) or None when the caller passes the env."""
+    """The multi-agent env id (see tinker_sim.multi) or None when the caller passes the env."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Keyword arguments for the env."""
     total_timesteps: int = 100_000

@@ -1,6 +1,6 @@
 """Multi-agent env ids: PettingZoo has no registry of its own, so tinker keeps one.
 
-``register_parallel_env(id, factory)`` (sim.multi does it for tinker's envs on import);
+``register_parallel_env(id, factory)`` (tinker_sim.multi does it for tinker's envs on import);
 ``make_parallel_env(id_or_path, **kwargs)`` builds one. Besides registered ids it takes
 ``module:attr`` for any PettingZoo Parallel env factory, e.g. ``mpe2.simple_spread_v3:parallel_env``.
 """
@@ -33,7 +33,7 @@ def make_parallel_env(env: str, **kwargs: Any) -> Any:
     module, sep, attr = env.partition(":")
     if not sep:
         raise ConfigError(f"env: {env!r} is not a registered multi-agent env ({registered_ids()}; tinker/ ids "
-                          "need `import sim.multi`) nor module:attr of a PettingZoo Parallel env factory")
+                          "need `import tinker_sim.multi`) nor module:attr of a PettingZoo Parallel env factory")
     try:
         factory = getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError) as e:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.arm_env import ArmEnv
+from tinker_sim.arm_env import ArmEnv
 from tinker_core.errors import ConfigError
 from tinker_core.loop.kinematics import ForwardKinematics
 

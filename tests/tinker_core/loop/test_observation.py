@@ -1,6 +1,6 @@
 """The one observation assembly: perception's observation equals the environment's for the same state.
 
-The environment (`sim.arm_env.ArmEnv`) builds its observation with `ObservationAssembly`; perception
+The environment (`tinker_sim.arm_env.ArmEnv`) builds its observation with `ObservationAssembly`; perception
 builds it with `PerceptionCycle` from the shipped bundle's manifest (its ``obs_terms`` and state spec
 bounds) and named raw terms as the robot gives them (joint state, the task topic's ``ee_pos`` and task
 terms, the last raw action). No ROS: the cycle's model is the identity, so its features are the observation.
@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deploy.manifest import Manifest
-from sim.arm_env import ArmEnv
+from tinker_deploy.manifest import Manifest
+from tinker_sim.arm_env import ArmEnv
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
 from tinker_core.loop.perception import PerceptionCycle

@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from deploy.manifest import Manifest
-from sim.arm_env import ArmEnv
+from tinker_deploy.manifest import Manifest
+from tinker_sim.arm_env import ArmEnv
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.kinematics import ForwardKinematics
 from tinker_core.loop.perception import PerceptionCycle

@@ -30,7 +30,7 @@ def resolve_bundle(path: str | os.PathLike | None, env_id: str = DEFAULT_ENV) ->
     """``path``, or the shipped default policy of ``env_id`` when it is empty (the one `tinker eval` uses)."""
     if path:
         return Path(path)
-    from tinker_core.cli._compose import default_bundle
+    from tinker_deploy.pretrained import default_bundle
 
     return default_bundle(env_id)
 
@@ -42,7 +42,7 @@ def n_actions(manifest) -> int:
 def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) -> tuple[object, PerceptionCycle, str]:
     """(model, cycle, log line): the bundle's perception model, verified and warmed up, behind its cycle.
     ``cycle_kwargs`` go to `PerceptionCycle` (synced, sync_frames, max_frame_age_ns, ee_fn)."""
-    from deploy.runtime import OnnxPolicy
+    from tinker_deploy.runtime import OnnxPolicy
 
     model = OnnxPolicy.from_bundle(str(path), part="perception")
     m = model.manifest
@@ -66,7 +66,7 @@ def chain_config(manifest) -> ActionChainConfig:
 class ActorRunner:
     """The bundle's actor (features -> raw action), hot-swappable without a missed call.
 
-    `deploy.hot_reload.HotSwapPolicy` validates every bundle completely in the background (hashes,
+    `tinker_deploy.hot_reload.HotSwapPolicy` validates every bundle completely in the background (hashes,
     specs, joints, session, parity of the full policy against its recorded reference actions); its
     ``on_swap`` hook then opens the same verified bundle's actor part, checks the actor against the
     bundle's recorded reference features -> actions, and swaps it in with one reference assignment.
@@ -76,7 +76,7 @@ class ActorRunner:
     def __init__(self, path: str | os.PathLike, parity_tolerance: float = 1e-5):
         if not path:
             raise ConfigError("policy.bundle: no bundle path given (set the 'bundle' parameter)")
-        from deploy.hot_reload import HotSwapPolicy
+        from tinker_deploy.hot_reload import HotSwapPolicy
 
         self.parity_tolerance = parity_tolerance
         self.rejected: list[str] = []
@@ -86,7 +86,7 @@ class ActorRunner:
         self._bind(self._actor)
 
     def _open_actor(self, bundle):
-        from deploy.runtime import OnnxPolicy
+        from tinker_deploy.runtime import OnnxPolicy
 
         m = bundle.manifest
         if m.feature_spec is None or "actor" not in m.models or "perception" not in m.models:
@@ -158,7 +158,7 @@ class PolicyBundle:
 
     def __init__(self, path: str | os.PathLike, urdf: str | None, control_period: float,
                  on_swap: Callable[[str], None] = lambda line: None):
-        from safety.limits import JointLimits
+        from tinker_safety.limits import JointLimits
 
         self.runner = ActorRunner(path)
         trained = self.runner.manifest.control_period

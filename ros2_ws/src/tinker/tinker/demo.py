@@ -188,7 +188,7 @@ class LearnerProcess:
         # The robot loop comes first: the learner runs at a lower priority with one compute thread, so
         # on a small machine training slows down rather than the 50 ms cycle missing its deadline.
         env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tinker_core", "learner", "--config", str(self.path)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "tinker_cli", "learner", "--config", str(self.path)],
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env,
                                      preexec_fn=background_child)
         log.close()

@@ -4,7 +4,7 @@ For the ROS 2 tests, the control-loop benchmark and smoke runs where no trained 
 Perception: a small CNN on the camera image plus the state vector, ``features = [state, tanh(cnn(image))]``;
 actor: a linear map from the state's ``target_minus_ee`` term through the pseudo-inverse of the arm's
 Jacobian at its home pose (a linearized inverse-kinematics controller), so the arm really moves
-toward its target. Exported with `deploy.export.export_bundle` (checks, parity, manifest with the
+toward its target. Exported with `tinker_deploy.export.export_bundle` (checks, parity, manifest with the
 sim env's own obs terms, joint names, action chain and control period). Needs the training install (torch).
 """
 
@@ -42,8 +42,8 @@ def build_reach_bundle(out: str | os.PathLike, image_size: int = 64, gain: float
     import torch
     from torch import nn
 
-    from deploy.export import export_bundle
-    from sim.arm_env import ArmEnv
+    from tinker_deploy.export import export_bundle
+    from tinker_sim.arm_env import ArmEnv
     from tinker_core.spec import DictSpec, Spec
 
     env = ArmEnv(task="reach", camera=camera, image_size=image_size, control_period=control_period)

@@ -263,8 +263,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             self.get_logger().error(self.last_error)
             return TransitionCallbackReturn.FAILURE
         try:
-            from safety.config import DEFAULT_CONFIG_PATH
-            from safety.safety_wrapper import SafetyWrapper
+            from tinker_safety.config import DEFAULT_CONFIG_PATH
+            from tinker_safety.safety_wrapper import SafetyWrapper
             from tinker_core.config import read_yaml
 
             cfg = read_yaml(g("config") or DEFAULT_CONFIG_PATH)

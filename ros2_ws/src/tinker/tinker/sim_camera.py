@@ -59,7 +59,7 @@ def apply_snapshot(client: int, snap: Snapshot) -> None:
 class MirrorCamera:
     """Renders snapshots in a camera process; calls ``on_frame(image, stamp_ns, tag)`` on a worker thread.
 
-    ``env_kwargs``: the `sim.arm_env.ArmEnv` arguments of the robot's scene (``camera=True`` is implied).
+    ``env_kwargs``: the `tinker_sim.arm_env.ArmEnv` arguments of the robot's scene (``camera=True`` is implied).
     """
 
     def __init__(self, env_kwargs: dict[str, Any], seed: int, on_frame: Callable[[np.ndarray, int, int], None],
@@ -178,7 +178,7 @@ def serve(inp, out) -> int:
             except EOFError:
                 return 0
             if msg[0] == "start":
-                from sim.arm_env import ArmEnv
+                from tinker_sim.arm_env import ArmEnv
 
                 try:
                     env = ArmEnv(**msg[1])

@@ -59,7 +59,7 @@ class SimRobotNode(NodeRuntime, Node):
         self._init_runtime("sim_robot")
         self._declare_parameters()
         g = lambda n: self.get_parameter(n).value  # noqa: E731
-        from sim.realtime import RealTimeArm
+        from tinker_sim.realtime import RealTimeArm
 
         camera_rate = float(g("camera_rate_hz"))
         if camera_rate < 0:

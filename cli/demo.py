@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     import json
     import os
 
-    from tinker_core.cli._compose import REPO, pretrained_dir
+    from tinker_cli._compose import REPO
+    from tinker_deploy.pretrained import pretrained_dir
     from tinker_core.errors import ConfigError
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")

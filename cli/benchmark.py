@@ -57,7 +57,7 @@ def _variant_path(name: str, repo: Any) -> Any:
 
 
 def _evaluate(bundle: Any, dynamics: Any, episodes: int) -> dict:
-    from tinker_core.cli._compose import load_policy, policy_env_for_bundle
+    from tinker_cli._compose import load_policy, policy_env_for_bundle
     from tinker_core.evaluate import evaluate
 
     policy = load_policy(bundle)
@@ -102,7 +102,8 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from tinker_core.cli._compose import REPO, pretrained_dir
+    from tinker_cli._compose import REPO
+    from tinker_deploy.pretrained import pretrained_dir
     from tinker_core.errors import TinkerError
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -115,9 +116,9 @@ def run(args: argparse.Namespace) -> int:
     if args.train:
         run_dir = out / "train"
         print(f"training with configs/sac_arm_reach.yaml -> {run_dir}")
-        for cmd in ([sys.executable, "-m", "tinker_core", "train", "--config", str(REPO / "configs" / "sac_arm_reach.yaml"),
+        for cmd in ([sys.executable, "-m", "tinker_cli", "train", "--config", str(REPO / "configs" / "sac_arm_reach.yaml"),
                      "--out", str(run_dir)],
-                    [sys.executable, "-m", "tinker_core", "export", str(run_dir / "final"), "-o", str(out / "bundle")]):
+                    [sys.executable, "-m", "tinker_cli", "export", str(run_dir / "final"), "-o", str(out / "bundle")]):
             if subprocess.run(cmd).returncode != 0:
                 raise TinkerError(f"step failed: {' '.join(cmd)}")
         bundle, checkpoint = out / "bundle", run_dir / "final"

@@ -9,7 +9,7 @@ ORDER = 41
 
 
 def register(sub: Any) -> None:
-    from tinker_core.cli.bringup import add_graph_arguments
+    from tinker_cli.bringup import add_graph_arguments
 
     p = sub.add_parser("record", help="run the ROS 2 graph and record every control cycle to MCAP",
                        description="Same as 'tinker bringup --record OUT': the view node records the standard topics "
@@ -27,7 +27,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinker_core.cli import bringup
+    from tinker_cli import bringup
 
     args.record = args.out
     rc = bringup.run(args)

@@ -6,7 +6,8 @@ Each subcommand lives in its own module in this package and exposes::
     def register(sub) -> None       # add its parser to the argparse subparsers, set_defaults(func=run)
     def run(args) -> int            # do the work (heavy imports go here, lazily)
 
-This is the one place in tinker_core that may import sim, safety or deploy, and only inside ``run``.
+This folder (cli/, installed as tinker_cli) is the composition root: it may import every layer; heavy modules
+are imported only inside ``run``.
 """
 
 from __future__ import annotations

@@ -14,34 +14,12 @@ import numpy as np
 
 from tinker_core.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[2]
-PRETRAINED = REPO / "pretrained"
-"""shipped pretrained policies: ``pretrained/<name>/bundle`` (ONNX) and ``pretrained/<name>/checkpoint``"""
+REPO = Path(__file__).resolve().parents[1]
 SAFETY_YAML = REPO / "safety" / "config" / "kuka_iiwa.yaml"
-
-PRETRAINED_FOR_ENV = {"tinker/ArmReach-v0": "arm_reach", "tinker/ArmSort-v0": "arm_sort"}
-TRAIN_CONFIG = {"arm_reach": "sac_arm_reach.yaml", "arm_sort": "bc_arm_sort.yaml"}
-"""the committed config that regenerates each shipped policy"""
-
-
-def pretrained_dir(env_id: str) -> Path:
-    name = PRETRAINED_FOR_ENV.get(env_id)
-    if name is None:
-        raise ConfigError(f"no shipped pretrained policy for {env_id!r}; shipped: {sorted(PRETRAINED_FOR_ENV)}; "
-                          f"pass a bundle path")
-    d = PRETRAINED / name
-    if not (d / "bundle").is_dir():
-        raise ConfigError(f"{d / 'bundle'}: the pretrained bundle is missing; regenerate it with "
-                          f"'tinker train --config configs/{TRAIN_CONFIG[name]}' and 'tinker export'")
-    return d
-
-
-def default_bundle(env_id: str) -> Path:
-    return pretrained_dir(env_id) / "bundle"
 
 
 def make_guard(safety_yaml: str | os.PathLike | None = None):
-    from safety.safety_wrapper import SafetyWrapper
+    from tinker_safety.safety_wrapper import SafetyWrapper
 
     return SafetyWrapper.from_urdf(None, Path(safety_yaml) if safety_yaml else SAFETY_YAML)
 
@@ -77,7 +55,7 @@ def make_env(env_id: str, *, dynamics: Any = None, randomize: Any = False, actio
              safety: bool = True, safety_yaml: str | None = None, camera: bool = False, seed: int | None = None,
              **kwargs: Any) -> gym.Env:
     """A sim env with the bundle's action chain and, by default, the SafetyWrapper as command filter."""
-    import sim  # noqa: F401  registers tinker/ ids
+    import tinker_sim  # noqa: F401  registers tinker/ ids
     from tinker_core.action_chain import ActionChainConfig
 
     chain = ActionChainConfig(**action_chain) if action_chain else None
@@ -93,14 +71,14 @@ def make_env(env_id: str, *, dynamics: Any = None, randomize: Any = False, actio
 
 def load_policy(bundle: str | os.PathLike):
     """An onnxruntime policy from a bundle directory (or an .onnx path inside it)."""
-    from deploy.runtime import OnnxPolicy
+    from tinker_deploy.runtime import OnnxPolicy
 
     return OnnxPolicy.from_bundle(bundle, part="policy")
 
 
 def policy_env_for_bundle(policy: Any, env_id: str, **kwargs: Any) -> gym.Env:
     """Build the env the bundle was trained for, with the bundle's own action chain and camera setting."""
-    from deploy.bundle import ExpectedIO, check_expected
+    from tinker_deploy.bundle import ExpectedIO, check_expected
     from tinker_core.spec import DictSpec, spec_from_space
 
     m = policy.manifest

@@ -81,7 +81,7 @@ def make_env(env_id: str, env_kwargs: dict | None = None) -> Any:
     import gymnasium as gym
 
     if env_id.startswith("tinker/"):
-        import sim  # noqa: F401  (registers the tinker/ ids)
+        import tinker_sim  # noqa: F401  (registers the tinker/ ids)
     return gym.make(env_id, **(env_kwargs or {}))
 
 
@@ -90,7 +90,7 @@ def make_gate_env(env_id: str, env_kwargs: dict | None = None) -> Any:
     robot, so the gate sees the candidate's e-stops; other ids are built plain."""
     if not env_id.startswith("tinker/"):
         return make_env(env_id, env_kwargs)
-    from tinker_core.cli._compose import make_env as make_safe_env
+    from tinker_cli._compose import make_env as make_safe_env
 
     return make_safe_env(env_id, safety=True, **(env_kwargs or {}))
 
@@ -121,7 +121,7 @@ def bundle_publisher(bundle_dir: str, algo: Any, version: int):
     """Export ``algo`` as deploy bundle ``bundle_dir/vNNNNNN`` (ONNX + manifest); returns its path."""
     from pathlib import Path
 
-    from deploy.export import export_bundle
+    from tinker_deploy.export import export_bundle
 
     out = Path(bundle_dir) / f"v{version:06d}"
     return Path(export_bundle(algo.deployable_parts(), algo.export_metadata(), out, policy_version=version))
@@ -151,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     import signal
 
     if cfg.env_id.startswith("tinker/"):
-        import sim  # noqa: F401  (an init/resume checkpoint names a tinker/ env id)
+        import tinker_sim  # noqa: F401  (an init/resume checkpoint names a tinker/ env id)
     learner = build_learner(cfg)
     signal.signal(signal.SIGTERM, lambda *_: learner.stop())
     signal.signal(signal.SIGINT, lambda *_: learner.stop())
@@ -209,6 +209,6 @@ def _workers(args: argparse.Namespace, cfg: Any, data: dict) -> int:
 
 
 if __name__ == "__main__":
-    from tinker_core.cli import main
+    from tinker_cli import main
 
     sys.exit(main(["learner", *sys.argv[1:]]))

@@ -2,7 +2,7 @@
 
 A config with an ``agents:`` section is an agents file (see tinker_core.multiagent.agents_file); it
 trains every agent of its PettingZoo Parallel env with `MultiAgentTrainer`. tinker's own env ids
-(``tinker/SwarmFormation-v0``, ``tinker/BeaconRelay-v0``) are registered by importing ``sim.multi``
+(``tinker/SwarmFormation-v0``, ``tinker/BeaconRelay-v0``) are registered by importing ``tinker_sim.multi``
 here (the CLI is the composition root); others are named ``module:attr``.
 """
 
@@ -18,7 +18,7 @@ from typing import Any, Mapping
 def run_agents(args: argparse.Namespace, data: Mapping[str, Any]) -> int:
     """Train from an agents file; the run directory gets metrics.jsonl, checkpoints/, final/,
     learning_curve.png, summary.json and the agents file it ran."""
-    import sim.multi  # noqa: F401  (registers tinker's multi-agent env ids)
+    import tinker_sim.multi  # noqa: F401  (registers tinker's multi-agent env ids)
     from tinker_core.errors import ConfigError
     from tinker_core.multiagent.agents_file import AgentsConfig, dump_agents_file
     from tinker_core.multiagent.trainer import MultiAgentTrainer

@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     data = read_yaml(args.config) if args.config else {}
     if "agents" in data or (args.resume and Path(args.resume, "multiagent.json").is_file()):  # multi-agent
-        from tinker_core.cli.train_agents import run_agents
+        from tinker_cli.train_agents import run_agents
         return run_agents(args, data)
     unknown = sorted(set(data) - {*TOP_LEVEL, *ALGOS})
     if unknown:
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and not env_id:
         env_id = _recorded_env_id(Path(args.resume))
     if env_id and env_id.startswith("tinker/"):
-        import sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
+        import tinker_sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
 
     if args.resume:
         algo = load_algorithm(args.resume, device=args.device)
@@ -170,8 +170,8 @@ def _recorded_env_id(checkpoint: Path) -> str | None:
         return None  # load_algorithm says what is wrong with the checkpoint
 
 
-SCRIPTED_EXPERTS = {"tinker/ArmReach-v0": "sim.scripted:ScriptedReachController",
-                    "tinker/ArmSort-v0": "sim.scripted:ScriptedSortController"}
+SCRIPTED_EXPERTS = {"tinker/ArmReach-v0": "tinker_sim.scripted:ScriptedReachController",
+                    "tinker/ArmSort-v0": "tinker_sim.scripted:ScriptedSortController"}
 """the default BC expert per env id (module:Class, built as Class(env))"""
 
 

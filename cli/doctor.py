@@ -22,7 +22,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from deploy.doctor import collect
+    from tinker_deploy.doctor import collect
 
     report = collect()
     print(json.dumps(asdict(report), indent=2) if args.json else report.format())

@@ -50,15 +50,15 @@ def run(args: argparse.Namespace) -> int:
     from tinker_core.errors import TinkerError
 
     try:
-        import sim  # noqa: F401  (registers the tinker/ env ids the checkpoint may name)
+        import tinker_sim  # noqa: F401  (registers the tinker/ env ids the checkpoint may name)
     except ImportError:
         pass
     try:
         from tinker_core.algos import load_algorithm
     except ImportError as e:
         raise TinkerError(f"the training install is needed to export (pip install 'tinker-rl[train]'): {e}") from e
-    from deploy.bundle import unpack_recorded
-    from deploy.export import export_bundle, record_observations
+    from tinker_deploy.bundle import unpack_recorded
+    from tinker_deploy.export import export_bundle, record_observations
 
     algo = load_algorithm(args.checkpoint, device="cpu")
     meta = algo.export_metadata()

@@ -47,7 +47,8 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinker_core.cli._compose import default_bundle, load_policy, policy_env_for_bundle
+    from tinker_cli._compose import load_policy, policy_env_for_bundle
+    from tinker_deploy.pretrained import default_bundle
     from tinker_core.errors import ConfigError
 
     if args.episodes < 1:
@@ -92,7 +93,7 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
         from tinker_core.envs import EnvConfig
 
         if args.env.startswith("tinker/"):
-            import sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
+            import tinker_sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
         env = EnvConfig(args.env).make()
     elif algo.vec_env is not None:
         env = algo.env_config.make() if algo.env_config is not None else algo.vec_env.envs[0]

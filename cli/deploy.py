@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from deploy.bundle import ExpectedIO
-    from deploy.runtime import OnnxPolicy
+    from tinker_deploy.bundle import ExpectedIO
+    from tinker_deploy.runtime import OnnxPolicy
 
     expect = ExpectedIO(joint_names=[j.strip() for j in args.joints.split(",")]) if args.joints else None
     policy = OnnxPolicy.from_bundle(args.bundle, expect=expect, quantized=args.int8)
@@ -83,7 +83,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _check_arm(args: argparse.Namespace) -> int:
-    from deploy.arm import ARM_ORT_VERSION, check_arm_many
+    from tinker_deploy.arm import ARM_ORT_VERSION, check_arm_many
 
     reports = check_arm_many(args.bundle, ort_version=args.ort_version or ARM_ORT_VERSION, tolerance=args.tolerance,
                              write_manifest=args.write_manifest)

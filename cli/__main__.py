@@ -1,0 +1,3 @@
+from tinker_cli import main
+
+raise SystemExit(main())

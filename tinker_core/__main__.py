@@ -1,3 +1,0 @@
-from tinker_core.cli import main
-
-raise SystemExit(main())
