@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import math
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -24,7 +23,8 @@ import torch
 from torch import nn
 
 from tinker_core.algos.base import Algorithm, AlgoConfig, Callback, backward_in_caller_thread, make_adam
-from tinker_core.algos.networks import ArgmaxHead, CategoricalActor, ClippedMeanHead, GaussianActor, seq_forward
+from tinker_core.algos.actor_critic import ActorCriticDeploy
+from tinker_core.algos.networks import CategoricalActor, GaussianActor, seq_forward
 from tinker_core.algos.vec_env import EpisodeInfo
 from tinker_core.algos.vtrace import vtrace
 from tinker_core.errors import ConfigError
@@ -129,7 +129,7 @@ def _env_factory(src: Any, env_kwargs: dict) -> Callable[[], Any] | None:
     return None
 
 
-class IMPALA(Algorithm):
+class IMPALA(ActorCriticDeploy, Algorithm):
     """Importance-weighted actor-learner: V-trace actor-critic fed by asynchronous actors."""
 
     algo_name = "impala"
@@ -323,21 +323,6 @@ class IMPALA(Algorithm):
         super()._log_point()
 
     # -- deploy, checkpoints ------------------------------------------------------------------------
-    def _diagnose(self, m: dict[str, float]) -> None:
-        if "entropy" in m:
-            floor = 0.01 * math.log(self.n_actions) if self.discrete else -2.0 * self.act_dim
-            self.diagnostics.entropy(m["entropy"], floor=floor)
-        if "value_loss" in m:
-            self.diagnostics.value_loss(m["value_loss"])
-
-    def _actor_net(self) -> nn.Module:
-        return nn.ModuleDict({"perception": self.perception, "pi": self.pi})
-
-    def _deploy_modules(self) -> tuple[nn.Module, nn.Module]:
-        if self.discrete:
-            return self.perception, ArgmaxHead(self.pi.logits, self.action_offset)
-        return self.perception, ClippedMeanHead(self.pi.mean, self.act_low, self.act_high)
-
     def _extra_state(self) -> tuple[dict, dict[str, np.ndarray]]:
         return {"lag_histogram": {str(k): int(v) for k, v in self.lag.counts.items()},
                 "env_params": dict(self.env_params)}, {}

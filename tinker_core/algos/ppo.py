@@ -21,7 +21,8 @@ from tinker_core.algos.base import AlgoConfig, Algorithm, backward_in_caller_thr
 from tinker_core.algos.buffers import RolloutSamples, _alloc, _put, _take
 from tinker_core.algos.flat_params import FlatParams
 from tinker_core.algos.fused_ac import FusedActorCritic
-from tinker_core.algos.networks import ArgmaxHead, CategoricalActor, ClippedMeanHead, GaussianActor, seq_forward
+from tinker_core.algos.actor_critic import ActorCriticDeploy
+from tinker_core.algos.networks import CategoricalActor, GaussianActor, seq_forward
 from tinker_core.algos.normalize import RewardNormalizer
 from tinker_core.algos.np_mlp import NumpyMLP
 from tinker_core.algos import native as native_mod
@@ -108,7 +109,7 @@ class PPOConfig(AlgoConfig):
             raise ConfigError(f"sde_sample_freq: expected -1 (once per rollout) or >= 1, got {self.sde_sample_freq}")
 
 
-class PPO(Algorithm):
+class PPO(ActorCriticDeploy, Algorithm):
     """Proximal Policy Optimization."""
 
     algo_name = "ppo"
@@ -561,19 +562,7 @@ class PPO(Algorithm):
             self.diagnostics.rewards(r.numpy() if isinstance(r, torch.Tensor) else r)
         if "grad_norm/policy" in m:
             self.diagnostics.grad_norms({"policy+value": m["grad_norm/policy"]})
-        if "entropy" in m:
-            floor = 0.01 * math.log(self.n_actions) if self.discrete else -2.0 * self.act_dim
-            self.diagnostics.entropy(m["entropy"], floor=floor)
-        if "value_loss" in m:
-            self.diagnostics.value_loss(m["value_loss"])
-
-    def _actor_net(self) -> nn.Module:
-        return nn.ModuleDict({"perception": self.perception, "pi": self.pi})
-
-    def _deploy_modules(self) -> tuple[nn.Module, nn.Module]:
-        if self.discrete:
-            return self.perception, ArgmaxHead(self.pi.logits, self.action_offset)
-        return self.perception, ClippedMeanHead(self.pi.mean, self.act_low, self.act_high)
+        super()._diagnose(m)  # entropy and value loss (ActorCriticDeploy)
 
     def _extra_state(self) -> tuple[dict, dict[str, np.ndarray]]:
         return {"episode_starts": self._episode_starts.tolist()}, {}
