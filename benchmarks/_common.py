@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from importlib import metadata
@@ -59,12 +60,28 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def git_state() -> tuple[str | None, bool | None]:
+    """The commit the benchmark runs at (short hash) and whether tracked files differ from it; None outside git."""
+    def git(*args: str) -> str | None:
+        try:
+            p = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return p.stdout.strip() if p.returncode == 0 else None
+
+    commit = git("rev-parse", "--short", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return commit, None if status is None else bool(status)
+
+
 def header(name: str, quick: bool, machine_info: Mapping[str, Any], command: str | None = None) -> dict[str, Any]:
-    """The first keys of a result: benchmark, when, machine, command (default ``python benchmarks/NAME.py
-    [--quick]``). Spread it into the result dict: ``{**header(...), "figures": ..., "goals": ...}``."""
+    """The first keys of a result: benchmark, when, commit, dirty, machine, command (default ``python
+    benchmarks/NAME.py [--quick]``). Spread it into the result dict: ``{**header(...), "figures": ..., "goals": ...}``."""
     if command is None:
         command = f"python benchmarks/{name}.py" + (" --quick" if quick else "")
-    return {"benchmark": name, "when": utc_now(), "machine": dict(machine_info), "command": command}
+    commit, dirty = git_state()
+    return {"benchmark": name, "when": utc_now(), "commit": commit, "dirty": dirty, "machine": dict(machine_info),
+            "command": command}
 
 
 def arg_parser(description: str, quick_help: str = "fewer repetitions (about a minute)",

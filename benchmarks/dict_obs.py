@@ -14,14 +14,13 @@ step of ``learn`` (with its updates), after a short warm-up run of each.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 
 import numpy as np
 import torch
 
-from _common import ROOT, arg_parser, header, machine, write_result
+from _common import ROOT, arg_parser, git_state, header, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
@@ -60,13 +59,6 @@ def sb3_run(kind: str, steps: int, seed: int) -> float:
     return steps / (time.perf_counter() - t)
 
 
-def _git() -> tuple[str, bool]:
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "tinker_core", "sim", "benchmarks"], cwd=ROOT,
-                                capture_output=True, text=True).stdout.strip())
-    return rev, dirty
-
-
 def main() -> None:
     ap = arg_parser(__doc__.splitlines()[0])
     ap.add_argument("--no-sb3", action="store_true", help="tinker only (for a run on a commit before HER: no "
@@ -97,7 +89,7 @@ def main() -> None:
     if "sb3" in libs:
         for kind in kinds:
             figures[f"{kind}_ratio_vs_sb3"] = round(med[f"tinker_{kind}"] / med[f"sb3_{kind}"], 3)
-    rev, dirty = _git()
+    rev, dirty = git_state()
     command = " ".join(["python benchmarks/dict_obs.py", *sys.argv[1:]])
     result = {**header("dict_obs", args.quick, info, command), "commit": rev, "dirty": dirty, "figures": figures,
               "goals": {"tinker_dict_vs_flat_ratio": ">= 0.8 (Dict obs on the vector fast path)",

@@ -14,7 +14,6 @@ evaluation episodes. Writes benchmarks/results/impala.json (``--quick``: impala.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -22,7 +21,7 @@ import time
 import numpy as np
 
 # benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
-from _common import ROOT, arg_parser, header, machine, write_result
+from _common import ROOT, arg_parser, git_state, header, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
@@ -35,12 +34,6 @@ ENV = "CartPole-v1"
 # RL Zoo's CartPole-v1 PPO entry (its linear lr and clip schedules as constants: tinker's PPO has none)
 PPO_ZOO = dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20, ent_coef=0.0,
                learning_rate=1e-3, clip_range=0.2)
-
-
-def git_commit() -> tuple[str, bool]:
-    def run(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return run("rev-parse", "--short", "HEAD"), bool(run("status", "--porcelain"))
 
 
 def evaluate(algo, episodes: int = 10) -> float:
@@ -149,7 +142,7 @@ def main() -> None:
     quick = args.quick
     import ray
 
-    commit, dirty = git_commit()
+    commit, dirty = git_state()
     info = machine(("torch", "ray"), load_key="load_avg_start")
     torch.set_num_threads(1)
     ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False,

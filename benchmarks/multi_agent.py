@@ -21,14 +21,13 @@ from __future__ import annotations
 import json
 import math
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from _common import ROOT, arg_parser, header, machine, write_result
+from _common import ROOT, arg_parser, git_state, header, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
@@ -136,9 +135,7 @@ def main() -> int:
     ap.add_argument("--episodes", type=int, default=100)
     a = ap.parse_args()
     episodes = 10 if a.quick else a.episodes
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True,
-                                text=True).stdout.strip())
+    commit, dirty = git_state()
     info = machine(("torch", "pybullet", "pettingzoo"), load_key="load_avg_start")
     cmd = "python benchmarks/multi_agent.py " + " ".join(sys.argv[1:])
     figures: dict = {}
