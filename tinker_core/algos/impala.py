@@ -20,15 +20,13 @@ from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch import nn
 
 from tinker_core.algos.base import Algorithm, AlgoConfig, Callback, backward_in_caller_thread, make_adam
-from tinker_core.algos.actor_critic import ActorCriticDeploy
-from tinker_core.algos.networks import CategoricalActor, GaussianActor, seq_forward
+from tinker_core.algos.actor_critic import ActorCritic
+from tinker_core.algos.networks import seq_forward
 from tinker_core.algos.vec_env import EpisodeInfo
 from tinker_core.algos.vtrace import vtrace
 from tinker_core.errors import ConfigError
-from tinker_core.nn import build_perception, mlp
 
 MODES = ("async", "sync")
 BACKENDS = ("local", "ray")
@@ -129,7 +127,7 @@ def _env_factory(src: Any, env_kwargs: dict) -> Callable[[], Any] | None:
     return None
 
 
-class IMPALA(ActorCriticDeploy, Algorithm):
+class IMPALA(ActorCritic, Algorithm):
     """Importance-weighted actor-learner: V-trace actor-critic fed by asynchronous actors."""
 
     algo_name = "impala"
@@ -149,23 +147,7 @@ class IMPALA(ActorCriticDeploy, Algorithm):
         self.env_params: dict[str, float] = {}
 
     def _build_networks(self) -> None:
-        c = self.config
-        self.perception = build_perception(self.obs_spec, c.perception)
-        fdim = self.perception.features_dim
-        if self.discrete:
-            self.pi = CategoricalActor(fdim, c.net_arch, self.n_actions, c.activation)
-            out = self.pi.logits[-1]
-        else:
-            self.act_dim = int(np.prod(self.action_spec.shape))
-            self.pi = GaussianActor(fdim, c.net_arch, self.act_dim, c.activation, 0.0)
-            out = self.pi.mean[-1]
-        self.vf = mlp(fdim, c.net_arch, 1, c.activation)
-        for m in list(self.pi.modules()) + list(self.vf.modules()):
-            if isinstance(m, nn.Linear):
-                nn.init.orthogonal_(m.weight, math.sqrt(2))
-                nn.init.zeros_(m.bias)
-        nn.init.orthogonal_(out.weight, 0.01)
-        nn.init.orthogonal_(self.vf[-1].weight, 1.0)
+        self._build_actor_critic()
 
     def _build_optimizers(self) -> None:
         self.opt = make_adam([p for p in self.parameters() if p.requires_grad], self.config.learning_rate)

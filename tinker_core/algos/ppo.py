@@ -15,20 +15,18 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
-from torch import nn
 
 from tinker_core.algos.base import AlgoConfig, Algorithm, backward_in_caller_thread, make_adam
 from tinker_core.algos.buffers import RolloutSamples, _alloc, _put, _take
 from tinker_core.algos.flat_params import FlatParams
 from tinker_core.algos.fused_ac import FusedActorCritic
-from tinker_core.algos.actor_critic import ActorCriticDeploy
-from tinker_core.algos.networks import CategoricalActor, GaussianActor, seq_forward
+from tinker_core.algos.actor_critic import ActorCritic
+from tinker_core.algos.networks import GaussianActor, seq_forward
 from tinker_core.algos.normalize import RewardNormalizer
 from tinker_core.algos.np_mlp import NumpyMLP
 from tinker_core.algos import native as native_mod
 from tinker_core.algos.ppo_native import NativePPOUpdate
 from tinker_core.errors import ConfigError
-from tinker_core.nn import build_perception, mlp
 from tinker_core.nn.encoders import Flatten
 from tinker_core.spec import Spec
 from tinker_core.transition import Transition, TransitionBatch
@@ -109,7 +107,7 @@ class PPOConfig(AlgoConfig):
             raise ConfigError(f"sde_sample_freq: expected -1 (once per rollout) or >= 1, got {self.sde_sample_freq}")
 
 
-class PPO(ActorCriticDeploy, Algorithm):
+class PPO(ActorCritic, Algorithm):
     """Proximal Policy Optimization."""
 
     algo_name = "ppo"
@@ -118,23 +116,7 @@ class PPO(ActorCriticDeploy, Algorithm):
 
     def _build_networks(self) -> None:
         c = self.config
-        self.perception = build_perception(self.obs_spec, c.perception)
-        fdim = self.perception.features_dim
-        if self.discrete:
-            self.pi = CategoricalActor(fdim, c.net_arch, self.n_actions, c.activation)
-            out = self.pi.logits[-1]
-        else:
-            self.act_dim = int(np.prod(self.action_spec.shape))
-            self.pi = GaussianActor(fdim, c.net_arch, self.act_dim, c.activation, c.log_std_init, sde=c.use_sde)
-            out = self.pi.mean[-1]
-        self.vf = mlp(fdim, c.net_arch, 1, c.activation)
-        if c.ortho_init:
-            for m in list(self.pi.modules()) + list(self.vf.modules()):
-                if isinstance(m, nn.Linear):
-                    nn.init.orthogonal_(m.weight, math.sqrt(2))
-                    nn.init.zeros_(m.bias)
-            nn.init.orthogonal_(out.weight, 0.01)
-            nn.init.orthogonal_(self.vf[-1].weight, 1.0)
+        self._build_actor_critic(c.log_std_init, sde=c.use_sde, ortho_init=c.ortho_init)
         self.reward_norm = RewardNormalizer(c.n_envs, c.gamma) if c.normalize_reward else None
         n, ne = c.n_steps, c.n_envs
         self.buf_obs = _alloc(self.obs_spec, (n, ne), torch.device("cpu"))
@@ -562,7 +544,7 @@ class PPO(ActorCriticDeploy, Algorithm):
             self.diagnostics.rewards(r.numpy() if isinstance(r, torch.Tensor) else r)
         if "grad_norm/policy" in m:
             self.diagnostics.grad_norms({"policy+value": m["grad_norm/policy"]})
-        super()._diagnose(m)  # entropy and value loss (ActorCriticDeploy)
+        super()._diagnose(m)  # entropy and value loss (ActorCritic)
 
     def _extra_state(self) -> tuple[dict, dict[str, np.ndarray]]:
         return {"episode_starts": self._episode_starts.tolist()}, {}
