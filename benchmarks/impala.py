@@ -29,6 +29,7 @@ import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
 
 from tinker_core.algos import IMPALA, PPO, IMPALAConfig, PPOConfig  # noqa: E402
+from tinker_core.evaluate import evaluate as core_evaluate  # noqa: E402
 
 ENV = "CartPole-v1"
 # RL Zoo's CartPole-v1 PPO entry (its linear lr and clip schedules as constants: tinker's PPO has none)
@@ -37,18 +38,9 @@ PPO_ZOO = dict(n_envs=8, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
 
 
 def evaluate(algo, episodes: int = 10) -> float:
-    env = gym.make(ENV)
-    rets = []
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=1000 + ep)
-        done, ret = False, 0.0
-        while not done:
-            obs, r, te, tr, _ = env.step(algo.predict(obs, deterministic=True))
-            ret += float(r)
-            done = te or tr
-        rets.append(ret)
-    env.close()
-    return float(np.mean(rets))
+    """Mean return of the deterministic policy over seeds 1000.. (tinker_core.evaluate)."""
+    policy = lambda o: algo.predict(o, deterministic=True)  # noqa: E731
+    return core_evaluate(gym.make(ENV), policy, episodes, seed=1000).mean_return
 
 
 def floor_steps_per_s(seconds: float) -> float:

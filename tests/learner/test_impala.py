@@ -14,22 +14,14 @@ import pytest
 
 from tinker_core.algos import IMPALA, IMPALAConfig, load_algorithm
 from tinker_core.errors import ConfigError
+from tinker_core.evaluate import evaluate as core_evaluate
 from tinker_core.impala import ActorPool
 
 
 def evaluate(algo, episodes: int = 5) -> float:
-    env = gym.make("CartPole-v1")
-    rets = []
-    for ep in range(episodes):
-        obs, _ = env.reset(seed=1000 + ep)
-        done, ret = False, 0.0
-        while not done:
-            obs, r, te, tr, _ = env.step(algo.predict(obs, deterministic=True))
-            ret += float(r)
-            done = te or tr
-        rets.append(ret)
-    env.close()
-    return float(np.mean(rets))
+    """Mean return of the deterministic policy over seeds 1000.. (tinker_core.evaluate)."""
+    policy = lambda o: algo.predict(o, deterministic=True)  # noqa: E731
+    return core_evaluate(gym.make("CartPole-v1"), policy, episodes, seed=1000).mean_return
 
 
 def wait_for(pred, timeout: float = 60.0, what: str = "condition"):
