@@ -11,14 +11,15 @@ level ERROR + reason while latched) and /diagnostics. Services: ``~/estop`` and 
 
 Every limit is the SafetyWrapper's (safety/). What the node adds is what only the ROS side can see:
 
-- **Trust no state** (`StateGate`): a JointState is refused, and the robot held at the last command
-  sent, when ``joint_states`` has more than one publisher (a spoofer, a second graph, a bag played
-  into a live robot), when its stamp lies more than ``max_state_future`` ahead of this node's clock or
+- **Trust no state** (`tinker_safety.state_gate.StateGate`): a JointState is refused, and the robot held at
+  the last command sent, when ``joint_states`` has more than one publisher (a spoofer, a second graph, a bag
+  played into a live robot), when its stamp lies more than ``max_state_future`` ahead of this node's clock or
   more than ``max_state_age`` behind it, or when it jumps further from the previous state than the
   URDF velocity limit allows in the time between their arrivals (this node's monotonic clock) plus
   ``state_jump_tolerance``; a second such jump within ``state_quarantine`` s (states from two sources,
-  interleaved) makes every state refused for ``state_quarantine`` s. One jump alone costs one state (a
-  simulator's episode reset teleports the arm). The diagnostic is ERROR and names the topic.
+  interleaved) makes every state refused for ``state_quarantine`` s. The diagnostic is ERROR and names the
+  topic. The simulated robot declares its episode resets (``episode=E`` in the state's frame_id, from the
+  sole publisher): that state skips the jump check and rebases the SafetyWrapper (a new start ramp from it).
 - **Watchdog on the node's monotonic clock, never on message stamps**: every trusted state opens a
   cycle and arms a one-shot timer; a policy command answering it (same stamp, or no stamp) closes the
   cycle; when ``hold_deadline`` (fraction of the period) passes first, the cycle is missed: hold at
@@ -53,7 +54,9 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from tinker.runtime import ERROR, OK, WARN, NodeRuntime, main_for
-from tinker.wire import COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_msg, decode_meta, encode_meta, read_array, stamp_ns
+from tinker.wire import (COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_msg, decode_meta, encode_meta, read_array,
+                         stamp_ns, state_tags)
+from tinker_safety.state_gate import StateGate
 from tinker_core.errors import ConfigError, ValidationError
 
 COMMAND_TYPES = ("float64_array", "joint_trajectory")
@@ -71,65 +74,6 @@ def _descriptor(description: str, *, lo: float | None = None, hi: float | None =
     if lo is not None:
         d.floating_point_range = [FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)]
     return d
-
-
-class StateGate:
-    """Whether a measured joint state may be trusted; ROS-free, one instance per configured node.
-
-    The checks (publisher count, stamp window, plausible motion, quarantine) and their parameters are
-    described in the module docstring. They belong with the SafetyWrapper's own input checks (a
-    candidate to move into ``safety/``); they live here until the wrapper has them.
-    """
-
-    def __init__(self, velocity_limits: np.ndarray, topic: str, max_age_s: float, max_future_s: float,
-                 jump_tolerance: float, quarantine_s: float):
-        self.vmax = np.asarray(velocity_limits, dtype=np.float64)
-        self.topic = topic
-        self.configure(max_age_s, max_future_s, jump_tolerance, quarantine_s)
-        self._prev_q: np.ndarray | None = None
-        self._prev_t = 0
-        self._quarantine_until = 0
-        self._last_jump = -(1 << 62)
-
-    def configure(self, max_age_s: float, max_future_s: float, jump_tolerance: float, quarantine_s: float) -> None:
-        """The limits (s, s, rad, s); takes effect with the next state."""
-        self.max_age_ns = int(max_age_s * 1e9)
-        self.max_future_ns = int(max_future_s * 1e9)
-        self.jump_tolerance = float(jump_tolerance)
-        self.quarantine_ns = int(quarantine_s * 1e9)
-
-    def check(self, q: np.ndarray, stamp: int, publishers: int, now_ns: int, mono_ns: int) -> tuple[str, str]:
-        """``("", "")`` when the state can be used; else (kind, why not): kind is ``implausible``,
-        ``future``, ``too_old``, ``publishers`` or ``quarantine``, the reason names the topic."""
-        t = self.topic
-        prev_q, prev_t = self._prev_q, self._prev_t
-        self._prev_q, self._prev_t = q, mono_ns
-        if prev_q is not None:
-            allowed = self.vmax * ((mono_ns - prev_t) / 1e9) + self.jump_tolerance
-            jump = np.abs(q - prev_q)
-            if np.any(jump > allowed):
-                j = int(np.argmax(jump - allowed))
-                repeated = mono_ns - self._last_jump < self.quarantine_ns
-                self._last_jump = mono_ns
-                if repeated:  # states from two sources, interleaved: refuse all of them for a while
-                    self._quarantine_until = mono_ns + self.quarantine_ns
-                return "implausible", (f"{t}: implausible state: joint {j} moved {jump[j]:.3f} rad in "
-                                       f"{(mono_ns - prev_t) / 1e6:.1f} ms (velocity limit allows {allowed[j]:.3f} "
-                                       f"rad)" + (f"; states refused for {self.quarantine_ns / 1e9:g} s" if repeated
-                                                  else ""))
-        if stamp > now_ns + self.max_future_ns:
-            return "future", (f"{t}: stamp {(stamp - now_ns) / 1e9:.3f} s in the future "
-                              f"(max_state_future {self.max_future_ns / 1e9:g} s)")
-        if stamp < now_ns - self.max_age_ns:
-            return "too_old", (f"{t}: stamp {(now_ns - stamp) / 1e9:.3f} s old "
-                               f"(max_state_age {self.max_age_ns / 1e9:g} s)")
-        if publishers > 1:
-            return "publishers", (f"{t}: {publishers} publishers (expected 1, the robot driver): a second source "
-                                  f"of robot state")
-        if mono_ns < self._quarantine_until:
-            return "quarantine", (f"{t}: {(self._quarantine_until - mono_ns) / 1e9:.2f} s of quarantine left after "
-                                  f"an implausible state")
-        return "", ""
 
 
 class SafetyNode(NodeRuntime, LifecycleNode):
@@ -350,11 +294,17 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             self._refuse(e)
             return
         stamp = stamp_ns(msg.header)
+        cycle, episode = state_tags(msg)
         kind, why = self.gate.check(q, stamp, self._js_sub.get_publisher_count(),
-                                    self.get_clock().now().nanoseconds, time.monotonic_ns())
+                                    self.get_clock().now().nanoseconds, time.monotonic_ns(), episode)
         if why:
             self._refuse_state(kind, why)
             return
+        if self.gate.new_episode:  # the simulator moved the arm itself: a new safe start from where it is now
+            if not self.guard.rebase(q, qd):
+                self._refuse_state("rebase", f"{self.gate.topic}: episode start: {self.guard.last_reset_refusal}")
+                return
+            self._last_sent = self.guard.last_command
         if self.untrusted:  # the guard's limits apply from this measured pose on, as for every command
             self.get_logger().info(f"{self.gate.topic}: states trusted again")
             self.untrusted = ""
@@ -363,8 +313,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             self._start_ramp(q, qd)
             self._restart_ramp = False
         self._state_stamp = stamp
-        cyc = msg.header.frame_id.split("=", 1)[-1]
-        self._state_cycle = int(cyc) if cyc.isdigit() else self._state_cycle + 1
+        self._state_cycle = cycle if cycle is not None else self._state_cycle + 1
         self._state_seq += 1
         if self.active:
             self._wd_timer.reset()  # this state's command is due within hold_deadline
@@ -550,6 +499,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
     def diagnostic_values(self) -> dict[str, object]:
         vals: dict[str, object] = {"active": self.active, "holds": self.holds, "no_command": self.no_command, "refused_inputs": self.refused,
                                    "state_refusal": self.untrusted,
+                                   "episode_starts": self.gate.episode_starts if self.gate else 0,
                                    **{f"refused_states.{k}": v for k, v in self.refused_states.items()},
                                    "policy_active": self.policy_active, "ramp_restarts": self.ramp_restarts,
                                    "misses_in_row": self._misses_in_row,

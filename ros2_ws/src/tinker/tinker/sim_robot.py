@@ -260,7 +260,7 @@ class SimRobotNode(NodeRuntime, Node):
         img = self.arm.image() if inline else None  # in line: state and frame go out together
         js = JointState()
         set_stamp(js.header, stamp)
-        js.header.frame_id = f"cycle={self.cycle}"
+        js.header.frame_id = f"cycle={self.cycle};episode={self.episode}"  # a new episode: reset, declared
         js.name = self.names
         js.position = array("d", q.tobytes())
         js.velocity = array("d", qd.tobytes())

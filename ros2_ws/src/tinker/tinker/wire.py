@@ -148,10 +148,17 @@ def meta_of(msg) -> dict[str, str]:
     return decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
 
 
+def state_tags(msg: JointState) -> tuple[int | None, int | None]:
+    """The simulator's cycle and episode counters in a JointState's frame_id (``cycle=N;episode=E``); each is
+    None where absent (any other driver: a real robot's frame_id names a frame, or nothing)."""
+    tags = dict(kv.split("=", 1) for kv in msg.header.frame_id.split(";") if "=" in kv)
+    cycle, episode = tags.get("cycle", ""), tags.get("episode", "")
+    return (int(cycle) if cycle.isdigit() else None), (int(episode) if episode.isdigit() else None)
+
+
 def state_cycle(msg: JointState) -> int | None:
-    """The simulator's cycle counter in a JointState's frame_id (``cycle=N``); None from any other driver."""
-    tag = msg.header.frame_id
-    return int(tag[6:]) if tag.startswith("cycle=") and tag[6:].isdigit() else None
+    """The simulator's cycle counter in a JointState's frame_id; None from any other driver."""
+    return state_tags(msg)[0]
 
 
 def encode_meta(meta: Mapping[str, object]) -> str:
