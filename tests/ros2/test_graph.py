@@ -244,6 +244,23 @@ def test_the_bridge_streams_transitions_and_hands_the_learners_bundle_to_the_pol
     assert (g.tmp / "received" / "v7" / "manifest.json").is_file()
 
 
+def test_the_simulators_episode_resets_are_declared_and_rebase_safety_instead_of_being_refused(g, ros2):
+    # sim_robot teleports the arm home at each episode end and says so (episode=E in the state's frame_id);
+    # safety's StateGate takes that state without its jump check and rebases the SafetyWrapper on it, so a
+    # reset costs no refused state and no held cycle (it cost one of each per episode before)
+    d0 = _diag(g, "safety")
+    starts0, refused0 = int(d0.get("episode_starts", 0)), int(d0.get("refused_states.implausible", 0))
+    assert g.probe.set_param(f"/{NS}/sim_robot", "episode_cycles", 10)
+    try:
+        ros2.wait_until(lambda: int(_diag(g, "safety").get("episode_starts", 0)) >= starts0 + 3, 20,
+                        "three declared episode starts at safety")
+    finally:
+        assert g.probe.set_param(f"/{NS}/sim_robot", "episode_cycles", 0)
+    d = _diag(g, "safety")
+    assert int(d.get("refused_states.implausible", 0)) == refused0, d
+    assert d["level"] == 0 or "refused" not in d["message"], d
+
+
 def test_a_second_graph_with_the_same_names_on_the_same_domain_is_refused(g, ros2):
     from tinker.bringup import BringupError, Graph
 
