@@ -138,6 +138,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.namesake = ""
         self._names_checked = 0.0
         self.holds = 0
+        self.stale_commands = 0
+        self._rebase_stamp = 0
         self.no_command = 0
         self.ramp_restarts = 0  # safe-start ramps begun by activation or a returning policy
         self.refused = 0
@@ -305,6 +307,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                 self._refuse_state("rebase", f"{self.gate.topic}: episode start: {self.guard.last_reset_refusal}")
                 return
             self._last_sent = self.guard.last_command
+            self._rebase_stamp = stamp  # commands answering states before it were meant for another pose
         if self.untrusted:  # the guard's limits apply from this measured pose on, as for every command
             self.get_logger().info(f"{self.gate.topic}: states trusted again")
             self.untrusted = ""
@@ -373,6 +376,9 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         stamp = int(meta["stamp_ns"]) if meta.get("stamp_ns", "").isdigit() else 0
         if meta.get("stop") == "1":
             self._send_hold("policy node stopped")
+            return
+        if 0 < stamp < self._rebase_stamp:
+            self.stale_commands += 1  # answers a state from before the simulator's episode reset
             return
         if not self.policy_active:  # a command before its activation event: the policy is back
             self.policy_active, self._policy_returning = True, True
@@ -500,6 +506,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         vals: dict[str, object] = {"active": self.active, "holds": self.holds, "no_command": self.no_command, "refused_inputs": self.refused,
                                    "state_refusal": self.untrusted,
                                    "episode_starts": self.gate.episode_starts if self.gate else 0,
+                                   "stale_commands": self.stale_commands,
                                    **{f"refused_states.{k}": v for k, v in self.refused_states.items()},
                                    "policy_active": self.policy_active, "ramp_restarts": self.ramp_restarts,
                                    "misses_in_row": self._misses_in_row,
