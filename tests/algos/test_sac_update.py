@@ -143,7 +143,7 @@ def test_acting_in_numpy_matches_the_torch_actor():
 
 def test_adam_step_is_optimizer_step():
     """The fused kernel called directly updates weights and state exactly as ``Adam.step``."""
-    from tinker_core.algos.base import adam_step, make_adam
+    from tinker_core.algos.optim import adam_step, make_adam
 
     torch.manual_seed(0)
     nets = [nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2)) for _ in range(2)]

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tinker_core.algos.base import AlgoConfig, Algorithm, PolicyModule, algorithm_from_meta
+from tinker_core.algos.base import AlgoConfig, Algorithm, PolicyModule
+from tinker_core.algos.checkpointing import algorithm_from_meta
 from tinker_core.algos.bc import BC, BCConfig
 from tinker_core.algos.dqn import DQN, DQNConfig
 from tinker_core.algos.impala import IMPALA, IMPALAConfig

@@ -1,5 +1,6 @@
-"""`Algorithm`: the base every learner shares: env handling, acting, the learn loop, logging,
-diagnostics, hot intervention, checkpoints and the deployable parts.
+"""`Algorithm`: the base every learner shares: acting, the learn loop, logging, diagnostics and hot
+intervention. What it learns from is resolved in `env_source`, its checkpoints are written by `checkpointing`,
+its deployable parts and bundle metadata come from `export_meta`, Adam helpers live in `optim`.
 
 Layers (as in Stable-Baselines3): `Algorithm` here; `OffPolicyAlgorithm` / `OnPolicyAlgorithm` add
 collection (replay buffer, rollouts); `SAC`, `DQN`, `PPO` add only their networks and update.
@@ -12,9 +13,7 @@ line that builds ``algo``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping
@@ -26,15 +25,14 @@ from torch import nn
 from tinker_core.algos.normalize import DictObsNormalizer, ObsNormalizer, obs_normalizer
 from tinker_core.algos.sb3_compat import hybridmethod
 from tinker_core.algos.vec_env import EpisodeInfo, VecEnv
-from tinker_core.diagnostics import Diagnostics, DivergenceError
+from tinker_core.diagnostics import Diagnostics
 from tinker_core.envs import EnvConfig
 from tinker_core.errors import CheckpointError, ConfigError, SpecError
-from tinker_core.module import config_to_dict
-from tinker_core.spec import AnySpec, DictSpec, Spec, spec_from_dict
+from tinker_core.spec import AnySpec, Spec
 from tinker_core.torch_module import TorchModule
-from tinker_core.training.checkpoint import (
-    env_snapshot, load_optimizer_state, optimizer_state, read_checkpoint, restore_env, write_checkpoint,
-)
+from tinker_core.algos.checkpointing import read_checkpoint, restore_algorithm, save_algorithm
+from tinker_core.algos.env_source import resolve_env
+from tinker_core.algos.export_meta import deployable_parts, export_metadata
 from tinker_core.training.control import Control
 from tinker_core.training.logger import TrainingLogger
 from tinker_core.transition import TransitionSpec
@@ -98,62 +96,6 @@ def resolve_device(name: str) -> torch.device:
         return torch.device(name)
     except RuntimeError as e:
         raise ConfigError(f"device: expected 'auto', 'cpu' or 'cuda[:N]', got {name!r}") from e
-
-
-def make_adam(params: Any, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
-    """Adam with the fused kernel where the build has it (one kernel for all parameters)."""
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, lr=lr, eps=eps, fused=True)
-    except (RuntimeError, TypeError):
-        return torch.optim.Adam(params, lr=lr, eps=eps, foreach=True)
-
-
-def fused_adam_args(opt: torch.optim.Optimizer) -> tuple[list, list, list, list, list, dict] | None:
-    """(params, grads, exp_avgs, exp_avg_sqs, steps, hyperparameters) of a single-group fused Adam
-    whose parameters all have gradients and state, or None for any other optimizer or state."""
-    group = opt.param_groups[0]
-    params = group["params"]
-    if (type(opt) is not torch.optim.Adam or len(opt.param_groups) != 1 or not group.get("fused")
-            or group["amsgrad"] or group["maximize"] or group.get("decoupled_weight_decay")
-            or isinstance(group["lr"], torch.Tensor) or len({(p.device, p.dtype) for p in params}) != 1
-            or any(p.grad is None or p not in opt.state for p in params)):
-        return None
-    states = [opt.state[p] for p in params]
-    beta1, beta2 = group["betas"]
-    return (params, [p.grad for p in params], [st["exp_avg"] for st in states], [st["exp_avg_sq"] for st in states],
-            [st["step"] for st in states],
-            dict(lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=group["weight_decay"], eps=group["eps"]))
-
-
-def adam_step(opt: torch.optim.Optimizer) -> None:
-    """``opt.step()`` for a single-group fused Adam whose parameters all have gradients and state,
-    calling the fused kernel directly (what ``Adam.step`` calls, with the same state), without its
-    per-call bookkeeping, which costs as much as the kernel for networks this small. Any other
-    optimizer or state (the first step creates the state) goes through ``opt.step()``."""
-    args = fused_adam_args(opt)
-    if args is None:
-        opt.step()
-        return
-    params, grads, exp_avgs, exp_avg_sqs, steps, h = args
-    torch._foreach_add_(steps, 1)
-    torch._fused_adam_(params, grads, exp_avgs, exp_avg_sqs, [], steps, amsgrad=False, maximize=False, **h)
-
-
-def backward_in_caller_thread() -> Any:
-    """Context in which autograd runs backward on the calling thread instead of handing it to its
-    device worker thread: with networks this small the hand-off costs more than the backward (about
-    half of it on a busy 2-core machine). Gradients are the same."""
-    return torch.autograd.set_multithreading_enabled(False)
-
-
-def _versions() -> dict[str, str]:
-    import gymnasium
-
-    from tinker_core import __version__ as tinker_version
-
-    return {"tinker": str(tinker_version), "torch": torch.__version__, "numpy": np.__version__,
-            "gymnasium": gymnasium.__version__, "python": platform.python_version()}
 
 
 def _is_discrete(spec: Spec) -> bool:
@@ -300,37 +242,11 @@ class Algorithm(TorchModule):
 
     # -- envs ---------------------------------------------------------------------------------------
     def _resolve_env(self, src: Any) -> tuple[VecEnv | None, str | None, AnySpec, Spec]:
-        import gymnasium as gym
-
-        n = self.config.n_envs
-        if isinstance(src, TransitionSpec):
-            return None, None, src.obs, src.action  # type: ignore[return-value]
-        if isinstance(src, tuple) and len(src) == 2 and all(isinstance(s, (Spec, DictSpec)) for s in src):
-            return None, None, src[0], src[1]
-        if isinstance(src, VecEnv):
-            return src, src.env_id, src.obs_spec, src.action_spec  # type: ignore[return-value]
-        if isinstance(src, (str, EnvConfig)):
-            cfg = EnvConfig(src, self.env_kwargs) if isinstance(src, str) else src
-            if isinstance(src, EnvConfig) and self.env_kwargs:
-                cfg = EnvConfig(src.id, {**src.kwargs, **self.env_kwargs}, src.env_import, src.wrappers)
-            self.env_config, self.env_kwargs = cfg, dict(cfg.kwargs)
-            vec = VecEnv.make(cfg.make, n)
-            return vec, cfg.id, vec.obs_spec, vec.action_spec  # type: ignore[return-value]
-        if isinstance(src, gym.Env):
-            self.env_config = EnvConfig.from_env(src)
-            envs = [src]
-            if n > 1:
-                if self.env_config is None:
-                    raise ConfigError(f"n_envs={n} needs an env id to make copies (this env has no gymnasium spec, "
-                                      "or a wrapper that does not record its arguments); pass an EnvConfig instead")
-                envs += [self.env_config.make() for _ in range(n - 1)]
-            vec = VecEnv(envs)
-            return vec, vec.env_id, vec.obs_spec, vec.action_spec  # type: ignore[return-value]
-        if callable(src):
-            vec = VecEnv.make(src, n)
-            return vec, vec.env_id, vec.obs_spec, vec.action_spec  # type: ignore[return-value]
-        raise ConfigError("env_or_specs: expected an env id, a gymnasium.Env, an env factory, a VecEnv, a "
-                          f"TransitionSpec or (obs_spec, action_spec), got {type(src).__name__}")
+        r = resolve_env(src, self.config.n_envs, self.env_kwargs)
+        self.env_config = r.env_config
+        if r.env_kwargs is not None:
+            self.env_kwargs = r.env_kwargs
+        return r.vec_env, r.env_id, r.obs_spec, r.action_spec
 
     # -- acting -------------------------------------------------------------------------------------
     def _obs_to_tensor(self, obs: Any, update_norm: bool = False) -> Any:
@@ -533,54 +449,8 @@ class Algorithm(TorchModule):
     restores a checkpoint into an existing one."""
 
     def save(self, path: str | Path, include_replay: bool = True) -> Path:  # type: ignore[override]
-        """Write a checkpoint directory (see `tinker_core.training.checkpoint`)."""
-        model = {f"model.{k}": v.detach().cpu().contiguous().numpy().copy() for k, v in self.state_dict().items()}
-        optim_meta = {}
-        for name, opt in self._optimizers().items():
-            if opt is None:
-                continue
-            t, om = optimizer_state(name, opt)
-            model.update(t)
-            optim_meta[name] = om
-        model["rng.torch"] = self.gen.get_state().numpy().copy()
-        envs = None
-        if self.vec_env is not None and self._last_obs is not None:
-            envs = {"snapshots": [env_snapshot(e) for e in self.vec_env.envs],
-                    "ep_returns": self.vec_env.ep_returns.tolist(), "ep_lengths": self.vec_env.ep_lengths.tolist()}
-            if isinstance(self._last_obs, Mapping):
-                model.update({f"env.last_obs.{k}": np.asarray(v) for k, v in self._last_obs.items()})
-            else:
-                model["env.last_obs"] = np.asarray(self._last_obs)
-        extra_meta, extra_t = self._extra_state()
-        model.update({f"extra.{k}": v for k, v in extra_t.items()})
-        files = {"model": model}
-        if include_replay:
-            replay = self._replay_tensors()
-            if replay:
-                files["replay"] = replay
-        meta = {
-            "algo": self.algo_name,
-            "class": f"{type(self).__module__}.{type(self).__qualname__}",
-            "config": config_to_dict(self.config),
-            "obs_spec": self.obs_spec.to_dict(),
-            "action_spec": self.action_spec.to_dict(),
-            "feature_spec": self._feature_spec().to_dict(),
-            "env_id": self.env_id,
-            "env_kwargs": self.env_kwargs,
-            "env": None if self.env_config is None else self.env_config.to_dict(),
-            "counters": {"num_timesteps": self.num_timesteps, "num_updates": self.num_updates,
-                         "num_episodes": self.num_episodes, "learn_start": self._learn_start,
-                         "learn_target": self._learn_target},
-            "normalization": self._normalization(),
-            "rng": {"numpy": self.np_rng.bit_generator.state},
-            "optimizers": optim_meta,
-            "envs": envs,
-            "episode_history": self.episode_history[-2000:],
-            "success_history": self.success_history[-2000:],
-            "extra": extra_meta,
-            "versions": _versions(),
-        }
-        return write_checkpoint(path, meta, files)
+        """Write a checkpoint directory (see `tinker_core.training.checkpoint` and `algos.checkpointing`)."""
+        return save_algorithm(self, path, include_replay)
 
     def _replay_tensors(self) -> dict[str, np.ndarray]:
         return {}
@@ -589,48 +459,7 @@ class Algorithm(TorchModule):
         pass
 
     def _restore(self, meta: dict, files: dict[str, dict[str, np.ndarray]], path: Path) -> None:
-        t = files["model"]
-        sd = self.state_dict()
-        state = {k[len("model."):]: v for k, v in t.items() if k.startswith("model.")}
-        missing, extra = sorted(set(sd) - set(state)), sorted(set(state) - set(sd))
-        if missing or extra:
-            raise CheckpointError(f"{path}: weights do not fit {type(self).__name__} (missing {missing}, unexpected {extra})")
-        for k, v in list(state.items()):
-            if v.size == sd[k].numel() and v.ndim != sd[k].dim():  # 0-d tensors come back as [1]
-                state[k] = v = np.array(v).reshape(tuple(sd[k].shape))
-            if tuple(sd[k].shape) != tuple(v.shape):
-                raise CheckpointError(f"{path}: {k} has shape {tuple(v.shape)}, this network needs {tuple(sd[k].shape)}")
-        self.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in state.items()})
-        for name, opt in self._optimizers().items():
-            if opt is not None and name in meta["optimizers"]:
-                load_optimizer_state(name, opt, t, meta["optimizers"][name])
-        self.gen.set_state(torch.from_numpy(np.array(t["rng.torch"])))
-        self.np_rng.bit_generator.state = meta["rng"]["numpy"]
-        cnt = meta["counters"]
-        self.num_timesteps, self.num_updates = int(cnt["num_timesteps"]), int(cnt["num_updates"])
-        self.num_episodes = int(cnt["num_episodes"])
-        self._learn_start, self._learn_target = int(cnt["learn_start"]), int(cnt["learn_target"])
-        self.episode_history = [tuple(x) for x in meta.get("episode_history", [])]  # type: ignore[misc]
-        self.success_history = [bool(x) for x in meta.get("success_history", [])]
-        envs = meta.get("envs")
-        if self.vec_env is not None and envs is not None and len(envs["snapshots"]) == self.vec_env.n:
-            if all(s is not None for s in envs["snapshots"]):
-                for e, s in zip(self.vec_env.envs, envs["snapshots"]):
-                    restore_env(e, s)
-                if "env.last_obs" in t:
-                    self._last_obs = np.array(t["env.last_obs"])
-                else:
-                    self._last_obs = {k[len("env.last_obs."):]: np.array(v) for k, v in t.items()
-                                      if k.startswith("env.last_obs.")}
-                self.vec_env.obs = self._last_obs
-                self.vec_env.ep_returns[:] = envs["ep_returns"]
-                self.vec_env.ep_lengths[:] = envs["ep_lengths"]
-            else:
-                log.info("%s: the env state could not be captured; the run resumes with fresh episodes", path)
-        self._load_extra_state(meta.get("extra", {}), {k[len("extra."):]: v for k, v in t.items()
-                                                       if k.startswith("extra.")})
-        if "replay" in files:
-            self._load_replay(files["replay"])
+        restore_algorithm(self, meta, files, path)
 
     # -- deployment ---------------------------------------------------------------------------------
     def _feature_spec(self) -> Spec:
@@ -646,44 +475,12 @@ class Algorithm(TorchModule):
         """``perception``: obs -> features with the observation normalization folded in as constants;
         ``actor``: features -> deterministic action in the env's range. CPU copies in eval mode,
         without data-dependent control flow (ONNX-exportable)."""
-        import copy
-
-        perception, actor = self._deploy_modules()
-        perception = copy.deepcopy(perception).cpu().eval()
-        actor = copy.deepcopy(actor).cpu().eval()
-        if self.obs_norm is not None:
-            perception = nn.Sequential(self.obs_norm.folded(), perception)
-        for p in list(perception.parameters()) + list(actor.parameters()):
-            p.requires_grad_(False)
-        return {"perception": perception, "actor": actor}
+        return deployable_parts(self)
 
     def export_metadata(self) -> dict:
         """What a deployed bundle needs besides the graphs: specs, normalization, provenance, and what
         the env exposes about its observation/action layout (read from ``env.unwrapped``)."""
-        meta = {
-            "algo": self.algo_name,
-            "obs_spec": self.obs_spec.to_dict(),
-            "action_spec": self.action_spec.to_dict(),
-            "feature_spec": self._feature_spec().to_dict(),
-            "normalization": self._normalization(),
-            "training_step": self.num_timesteps,
-            "env_id": self.env_id,
-            "env": None if self.env_config is None else self.env_config.to_dict(),
-            "config": config_to_dict(self.config),
-            "versions": _versions(),
-        }
-        if self.vec_env is not None:
-            u = self.vec_env.unwrapped
-            for key in ("obs_terms", "action_terms", "joint_names", "action_chain_config", "control_period"):
-                v = getattr(u, key, None)
-                if v is None:
-                    continue
-                if dataclasses.is_dataclass(v) and not isinstance(v, type):
-                    v = dataclasses.asdict(v)
-                elif hasattr(v, "to_dict"):
-                    v = v.to_dict()
-                meta[key] = v
-        return meta
+        return export_metadata(self)
 
     # -- misc ---------------------------------------------------------------------------------------
     def close(self) -> None:
@@ -694,39 +491,4 @@ class Algorithm(TorchModule):
         return f"{type(self).__name__}(env={self.env_id!r}, obs={self.obs_spec!r}, action={self.action_spec!r})"
 
 
-def algorithm_from_meta(meta: dict, env: Any = None, device: str | None = None,
-                        registry: Mapping[str, type[Algorithm]] | None = None) -> Algorithm:
-    from tinker_core.module import config_from_dict
-
-    if registry is None:
-        from tinker_core.algos import ALGOS as registry
-    name = meta.get("algo")
-    if name not in registry:
-        raise CheckpointError(f"checkpoint algo {name!r} is unknown; known: {sorted(registry)}")
-    cls = registry[name]
-    config = config_from_dict(cls.config_class, meta["config"], f"checkpoint config ({name})")
-    if device is not None:
-        config.device = device
-    obs_spec, action_spec = spec_from_dict(meta["obs_spec"]), spec_from_dict(meta["action_spec"])
-    env_kwargs = meta.get("env_kwargs") or {}
-    if env is None:
-        if meta.get("env"):
-            env, env_kwargs = EnvConfig.from_dict(meta["env"], "checkpoint env"), {}
-        else:
-            env = meta["env_id"] if meta.get("env_id") else (obs_spec, action_spec)
-    algo = cls(env, config, env_kwargs=env_kwargs)
-    if algo.obs_spec != obs_spec or algo.action_spec != action_spec:
-        raise CheckpointError(f"checkpoint was saved for obs {obs_spec!r} / action {action_spec!r}, the env gives "
-                              f"obs {algo.obs_spec!r} / action {algo.action_spec!r}")
-    return algo
-
-
-def load_checkpoint_into(algo: Algorithm, path: str | Path) -> Algorithm:
-    meta, files = read_checkpoint(path)
-    algo._restore(meta, files, Path(path))
-    return algo
-
-
-__all__ = ["AlgoConfig", "Algorithm", "EnvConfig", "PolicyModule", "DivergenceError", "backward_in_caller_thread", "make_adam",
-           "resolve_device",
-           "read_checkpoint", "algorithm_from_meta"]
+__all__ = ["AlgoConfig", "Algorithm", "PolicyModule", "resolve_device"]

@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from tinker_core.algos.base import AlgoConfig, Algorithm, make_adam
+from tinker_core.algos.base import AlgoConfig, Algorithm
+from tinker_core.algos.optim import make_adam
 from tinker_core.algos.buffers import _alloc, _put, _take, _to_np
 from tinker_core.algos.networks import ScaledTanhHead
 from tinker_core.algos.normalize import FoldedNormalize

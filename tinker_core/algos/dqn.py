@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinker_core.algos.base import make_adam
+from tinker_core.algos.optim import make_adam
 from tinker_core.algos.buffers import PrioritizedIndex, ReplaySamples
 from tinker_core.algos.networks import ArgmaxHead
 from tinker_core.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig

@@ -21,7 +21,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from tinker_core.algos.base import Algorithm, AlgoConfig, Callback, backward_in_caller_thread, make_adam
+from tinker_core.algos.base import Algorithm, AlgoConfig, Callback
+from tinker_core.algos.optim import backward_in_caller_thread, make_adam
 from tinker_core.algos.actor_critic import ActorCritic
 from tinker_core.algos.networks import seq_forward
 from tinker_core.algos.vec_env import EpisodeInfo

@@ -17,7 +17,8 @@ from typing import Any, Mapping
 import numpy as np
 import torch
 
-from tinker_core.algos.base import AlgoConfig, Algorithm, backward_in_caller_thread
+from tinker_core.algos.base import AlgoConfig, Algorithm
+from tinker_core.algos.optim import backward_in_caller_thread
 from tinker_core.algos.buffers import ReplayBuffer, ReplaySamples
 from tinker_core.algos.her import HerConfig, HerReplayBuffer, check_goal_spec
 from tinker_core.algos.train_freq import TrainTrigger

@@ -16,7 +16,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
-from tinker_core.algos.base import AlgoConfig, Algorithm, backward_in_caller_thread, make_adam
+from tinker_core.algos.base import AlgoConfig, Algorithm
+from tinker_core.algos.optim import backward_in_caller_thread, make_adam
 from tinker_core.algos.buffers import RolloutSamples, _alloc, _put, _take
 from tinker_core.algos.flat_params import FlatParams
 from tinker_core.algos.fused_ac import FusedActorCritic

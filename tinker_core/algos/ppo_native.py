@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from tinker_core.algos import native
-from tinker_core.algos.base import fused_adam_args
+from tinker_core.algos.optim import fused_adam_args
 from tinker_core.algos.fused_ac import FusedActorCritic
 from tinker_core.algos.networks import GaussianActor
 

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from tinker_core.algos import native as native_mod
-from tinker_core.algos.base import make_adam
+from tinker_core.algos.optim import make_adam
 from tinker_core.algos.buffers import ReplaySamples
 from tinker_core.algos.networks import LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, ScaledTanhHead, SquashedGaussianActor
 from tinker_core.algos.np_mlp import NumpyMLP

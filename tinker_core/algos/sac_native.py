@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from tinker_core.algos import native
-from tinker_core.algos.base import adam_step, fused_adam_args
+from tinker_core.algos.optim import adam_step, fused_adam_args
 from tinker_core.algos.networks import EnsembleQ, SquashedGaussianActor, noise_like
 from tinker_core.algos.sac_update import SACLosses, SACUpdate, train_step_in_sequence
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinker_core.algos.base import adam_step
+from tinker_core.algos.optim import adam_step
 from tinker_core.algos.networks import (
     LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, SquashedGaussianActor, noise_like, squashed_sample,
 )

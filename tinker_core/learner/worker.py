@@ -61,7 +61,7 @@ class RolloutWorker:
             self.algo = algo_from_bytes(blobs["algo"])
             self.algo.gen.manual_seed(self.seed)  # this worker's noise, not the learner's
         else:  # same networks: load the new weights in place instead of building a new algorithm
-            from tinker_core.algos.base import load_checkpoint_into
+            from tinker_core.algos.checkpointing import load_checkpoint_into
 
             noise = self.algo.gen.get_state()
             with unpack_algo_dir(blobs["algo"]) as root:

@@ -34,7 +34,8 @@ import torch
 from torch import nn
 
 from tinker_core.algos import ALGOS, DQN, PPO, Algorithm
-from tinker_core.algos.base import backward_in_caller_thread, load_checkpoint_into, make_adam
+from tinker_core.algos.checkpointing import load_checkpoint_into
+from tinker_core.algos.optim import backward_in_caller_thread, make_adam
 from tinker_core.algos.normalize import ObsNormalizer
 from tinker_core.algos.off_policy import OffPolicyAlgorithm
 from tinker_core.errors import CheckpointError, ConfigError
