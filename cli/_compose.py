@@ -18,10 +18,16 @@ REPO = Path(__file__).resolve().parents[1]
 SAFETY_YAML = REPO / "safety" / "config" / "kuka_iiwa.yaml"
 
 
-def make_guard(safety_yaml: str | os.PathLike | None = None):
+def make_guard(safety_yaml: str | os.PathLike | None = None, fixtures: list[dict] | tuple = ()):
+    """The SafetyWrapper from the safety YAML, with the task's ``fixtures`` (``Task.fixtures()``: its table, bins)
+    added to the YAML's known scene, so the guard keeps the arm off them as off the mounting table."""
     from tinker_safety.safety_wrapper import SafetyWrapper
+    from tinker_core.config import read_yaml
 
-    return SafetyWrapper.from_urdf(None, Path(safety_yaml) if safety_yaml else SAFETY_YAML)
+    cfg = read_yaml(Path(safety_yaml) if safety_yaml else SAFETY_YAML)
+    if fixtures:
+        cfg["scene"] = list(cfg.get("scene") or []) + [dict(f) for f in fixtures]
+    return SafetyWrapper.from_urdf(None, cfg)
 
 
 class GuardedEnv(gym.Wrapper):
@@ -59,10 +65,10 @@ def make_env(env_id: str, *, dynamics: Any = None, randomize: Any = False, actio
     from tinker_core.action_chain import ActionChainConfig
 
     chain = ActionChainConfig(**action_chain) if action_chain else None
-    guard = make_guard(safety_yaml) if safety else None
-    env = gym.make(env_id, dynamics=dynamics, randomize=randomize, action_chain=chain, command_filter=guard,
-                   camera=camera, **kwargs)
-    if guard is not None:
+    env = gym.make(env_id, dynamics=dynamics, randomize=randomize, action_chain=chain, camera=camera, **kwargs)
+    if safety:
+        guard = make_guard(safety_yaml, env.unwrapped.task.fixtures())
+        env.unwrapped.command_filter = guard
         env = GuardedEnv(env, guard)
     if seed is not None:
         env.action_space.seed(seed)

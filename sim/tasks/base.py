@@ -38,6 +38,7 @@ class Task:
     def __init__(self, world: PyBulletWorld, robot: ArmRobot):
         self.world = world
         self.robot = robot
+        self._fixtures: list[tuple[int, dict[str, Any]]] = []
 
     @property
     def extra_action_dims(self) -> int:
@@ -54,7 +55,22 @@ class Task:
 
     def obstacles(self) -> list[int]:
         """Static bodies the arm must never touch (besides the ground), for the violation count."""
-        return []
+        return [body for body, _ in self._fixtures]
+
+    def fixtures(self) -> list[dict[str, Any]]:
+        """The same static bodies as the SafetyWrapper's known scene takes them (``SafetyConfig.scene`` items:
+        name, shape, full size, position and rpy in the robot's base frame), so the guard keeps the arm off
+        what the task put in its way; `add_fixture` makes both from one description."""
+        return [dict(d) for _, d in self._fixtures]
+
+    def add_fixture(self, name: str, half_extents: Any, center_in_base: Any, rgba: Any) -> int:
+        """A static box of the task, at ``center_in_base`` (m, base frame): a simulator body, an obstacle for the
+        violation count and a primitive of the guard's known scene."""
+        half, center = np.asarray(half_extents, dtype=float), np.asarray(center_in_base, dtype=float)
+        body = self.world.add_box(half, center + self.robot.base_position, rgba)
+        self._fixtures.append((body, {"name": name, "shape": "box", "size": (2 * half).tolist(),
+                                      "position": center.tolist(), "rpy": [0.0, 0.0, 0.0]}))
+        return body
 
     def observe(self, ee: np.ndarray) -> np.ndarray:
         """Raw (unscaled) task terms, concatenated in `obs_terms` order."""

@@ -48,18 +48,17 @@ class SortTask(Task):
         super().__init__(world, robot)
         self.num_objects = int(num_objects)
         self.params = DynamicsParams()
-        base = robot.base_position
-        self.table = world.add_box(TABLE_HALF, TABLE_CENTER + base, (0.55, 0.45, 0.35, 1.0))
+        self.table = self.add_fixture("sort_table", TABLE_HALF, TABLE_CENTER, (0.55, 0.45, 0.35, 1.0))
         self.bin_parts = []
         for kind, (bx, by) in enumerate(BIN_CENTERS):
             rgba = tuple(0.5 + 0.5 * c for c in KIND_COLORS[kind][:3]) + (1.0,)
             h, t = BIN_WALL_HEIGHT / 2, 0.005
             z = TABLE_TOP + h
-            for dx, dy, hx, hy in ((BIN_INNER_HALF + t, 0, t, BIN_INNER_HALF + 2 * t),
-                                   (-BIN_INNER_HALF - t, 0, t, BIN_INNER_HALF + 2 * t),
-                                   (0, BIN_INNER_HALF + t, BIN_INNER_HALF, t),
-                                   (0, -BIN_INNER_HALF - t, BIN_INNER_HALF, t)):
-                self.bin_parts.append(world.add_box((hx, hy, h), np.array([bx + dx, by + dy, z]) + base, rgba))
+            for w, (dx, dy, hx, hy) in enumerate(((BIN_INNER_HALF + t, 0, t, BIN_INNER_HALF + 2 * t),
+                                                  (-BIN_INNER_HALF - t, 0, t, BIN_INNER_HALF + 2 * t),
+                                                  (0, BIN_INNER_HALF + t, BIN_INNER_HALF, t),
+                                                  (0, -BIN_INNER_HALF - t, BIN_INNER_HALF, t))):
+                self.bin_parts.append(self.add_fixture(f"bin{kind}_wall{w}", (hx, hy, h), (bx + dx, by + dy, z), rgba))
         self.objects: list[int] = []
         self._shapes: dict[tuple[int, int], tuple[int, int]] = {}
         self._parked: dict[tuple[int, int], list[int]] = {}
@@ -68,9 +67,6 @@ class SortTask(Task):
         self.grip_constraint: int | None = None
         self.held: int | None = None
         self._size = OBJECT_HALF
-
-    def obstacles(self) -> list[int]:
-        return [self.table, *self.bin_parts]
 
     def obs_terms(self) -> list[dict[str, Any]]:
         terms = [term("suction_active", 1, "bool", 1.0, 0.0, "none")]

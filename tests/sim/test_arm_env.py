@@ -179,3 +179,32 @@ def test_unsafe_states_are_counted_from_the_physics_and_the_safety_wrapper_preve
             assert total > 0 and counts["contact"] > 0, counts
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("safety", [False, True])
+def test_the_sorting_tasks_table_and_bins_are_in_the_guards_scene(safety):
+    """ArmSort's own table and bins (`Task.fixtures`) join the SafetyWrapper's known scene: a policy that dives
+    onto that table touches it bare and never through the guard (the shipped sorter touched it at nominal,
+    seed 1005, while the guard knew only the mounting table)."""
+    from tinker_cli._compose import make_env as make_safe_env
+
+    env = make_safe_env("tinker/ArmSort-v0", safety=safety)
+    try:
+        u = env.unwrapped
+        names = [f["name"] for f in u.task.fixtures()]
+        assert names[0] == "sort_table" and sum(n.startswith("bin") for n in names) == 8
+        assert len(u.task.obstacles()) == len(names)
+        for seed in range(2):
+            env.reset(seed=seed)
+            for _ in range(60):
+                _, _, term, trunc, info = env.step(np.array([0, 1, 0, 1, 0, 1, 0, -1], np.float32))
+                if term or trunc:
+                    break
+        counts = u.violations
+        if safety:
+            assert sum(counts.values()) == 0, counts
+            assert {f["name"] for f in u.task.fixtures()} <= {s.name for s in env.guard.config.scene}
+        else:
+            assert counts["contact"] > 0, counts
+    finally:
+        env.close()
