@@ -15,6 +15,7 @@ examples:
   tinker bringup --no-sim --set safety.command_type=joint_trajectory   # on your robot: its driver, your goal topic
   tinker bringup --composed --set policy.on_overrun=stop --set /**.trace_dir=/tmp/trace
   tinker bringup --set /**.realtime_priority=0   # normal scheduling: no SCHED_FIFO (see tinker doctor)
+  tinker bringup --agents configs/fleet_reach.yaml   # three robots, /robot1 /robot2 /robot3, each its own safety
 
 The parameter file is the package's config/bringup.yaml (the one ros2 launch loads) unless --params
 is given. Ctrl-C or SIGTERM stops every node: commanding nodes publish a hold first.
@@ -28,6 +29,12 @@ def register(sub: Any) -> None:
                                    "drive the lifecycle nodes to active, and stop everything cleanly on Ctrl-C.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_graph_arguments(p)
+    p.add_argument("--agents", metavar="FILE",
+                   help="several robots: one namespace per agent of this agents file (its 'bundle' each), each with "
+                        "its own simulated robot, perception, policy, safety and lifecycle; composed per robot unless "
+                        "--separate names nodes that get processes of their own")
+    p.add_argument("--separate", default="", metavar="NODES",
+                   help="with --composed or --agents: comma-separated nodes that still run as processes of their own")
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until Ctrl-C)")
     p.set_defaults(func=run)
 
@@ -73,9 +80,21 @@ def graph_from_args(args: argparse.Namespace):
     from tinker.bringup import Graph
 
     bundle = str(Path(args.bundle).resolve()) if args.bundle else None
+    separate = [n for n in getattr(args, "separate", "").split(",") if n]
+    if getattr(args, "agents", None):
+        from tinker_core.errors import ConfigError
+        from tinker.fleet import Fleet
+
+        for flag, value in (("--namespace", args.namespace), ("--bundle", args.bundle), ("--record", args.record),
+                            ("--view", getattr(args, "view", False))):
+            if value:
+                raise ConfigError(f"bringup --agents: {flag} is per robot; the agents file names each robot (its "
+                                  f"namespace) and its bundle")
+        return Fleet(args.agents, params_file=args.params, separate=separate, sim=getattr(args, "sim", True),
+                     overrides=parse_overrides(args.set, None), run_dir=args.run_dir)
     return Graph(params_file=args.params, namespace=args.namespace, composed=args.composed, record=args.record,
                  overrides=parse_overrides(args.set, bundle), run_dir=args.run_dir, view=getattr(args, "view", False),
-                 sim=getattr(args, "sim", True))
+                 sim=getattr(args, "sim", True), separate=separate)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -86,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for s in (signal.SIGINT, signal.SIGTERM):
         signal.signal(s, lambda *_: stop.set())
-    print(f"tinker bringup: starting {len(graph.nodes)} nodes in /{graph.namespace} (logs in {graph.run_dir})")
+    if hasattr(graph, "graphs"):
+        print(f"tinker bringup: starting {len(graph.graphs)} robots: {', '.join('/' + n for n in graph.graphs)}")
+    else:
+        print(f"tinker bringup: starting {len(graph.nodes)} nodes in /{graph.namespace} (logs in {graph.run_dir})")
     try:
         graph.start()
         print("tinker bringup: policy and safety are active; Ctrl-C to stop", flush=True)

@@ -15,7 +15,7 @@ ISSUE_EXAMPLE = {"agents": {"robot1": {"policy": "PPO", "obs_space": [84, 84, 3]
                             "robot2": {"policy": "DQN", "obs_space": [10]}}}
 
 
-@pytest.mark.parametrize("name", ["agents_swarm.yaml", "agents_beacon.yaml"])
+@pytest.mark.parametrize("name", ["agents_swarm.yaml", "agents_beacon.yaml", "fleet_reach.yaml"])
 def test_round_trip_of_the_shipped_files(tmp_path, name):
     first = load_agents_file(REPO / "configs" / name)
     dump_agents_file(first, tmp_path / name)
@@ -40,6 +40,7 @@ def _agents(**entries):
 
 @pytest.mark.parametrize("data, message", [
     (_agents(robot1={"policy": "A2C"}), "agents.robot1.policy: expected one of PPO, SAC, DQN, got 'A2C'"),
+    (_agents(robot1={"bundle": 3}), "agents.robot1.bundle: expected a bundle directory path, got 3"),
     (_agents(robot2={"obs_space": [10, -1]}),
      "agents.robot2.obs_space: expected a list of positive integers like [84, 84, 3], got [10, -1]"),
     (_agents(robot1={"action_space": {"discrete": 0}}),

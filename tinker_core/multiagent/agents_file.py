@@ -33,7 +33,7 @@ POLICIES = ("PPO", "SAC", "DQN")
 """The algorithms an agent can train with (tinker_core.algos)."""
 
 _TOP_KEYS = ("env", "env_kwargs", "total_timesteps", "seed", "centralized_critic", "agents")
-_AGENT_KEYS = ("policy", "obs_space", "action_space", "perception", "group", "hyperparameters")
+_AGENT_KEYS = ("policy", "obs_space", "action_space", "perception", "group", "hyperparameters", "bundle")
 
 
 def _is_pattern(name: str) -> bool:
@@ -137,6 +137,9 @@ class AgentSpec:
     """Agents of one group share one policy's parameters (None: a group of its own, named after it)."""
     hyperparameters: Mapping[str, Any] = field(default_factory=dict)
     """The algorithm's config fields (PPOConfig, SACConfig, DQNConfig), e.g. learning_rate."""
+    bundle: str = ""
+    """The deploy bundle this agent's robot runs on ROS 2 (``tinker bringup --agents``, ``agents:=FILE``); empty:
+    the shipped default policy. A relative path is taken from the agents file's folder."""
 
     @property
     def group_name(self) -> str:
@@ -165,6 +168,8 @@ class AgentSpec:
             d["group"] = self.group
         if self.hyperparameters:
             d["hyperparameters"] = dict(self.hyperparameters)
+        if self.bundle:
+            d["bundle"] = self.bundle
         return d
 
 
@@ -192,8 +197,11 @@ def parse_agent(name: str, raw: Any) -> AgentSpec:
     hp = raw.get("hyperparameters") or {}
     if not isinstance(hp, Mapping):
         raise ConfigError(f"{where}.hyperparameters: expected a mapping, got {hp!r}")
+    bundle = raw.get("bundle") or ""
+    if not isinstance(bundle, str):
+        raise ConfigError(f"{where}.bundle: expected a bundle directory path, got {bundle!r}")
     spec = AgentSpec(
-        name=name, policy=policy.upper(),
+        name=name, policy=policy.upper(), bundle=bundle,
         obs_space=None if raw.get("obs_space") is None else SpaceSpec.parse(raw["obs_space"], f"{where}.obs_space"),
         action_space=(None if raw.get("action_space") is None
                       else SpaceSpec.parse(raw["action_space"], f"{where}.action_space")),

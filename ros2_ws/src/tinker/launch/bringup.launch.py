@@ -12,6 +12,10 @@ newest ``goal``, geometry_msgs/PointStamped), ``namespace:=robot1``, ``params_fi
 ``bundle:=/path/bundle`` (perception and policy), ``record:=/path/run.mcap`` and ``view:=true`` (both start
 the ``view`` node: it records the run, and with ``view:=true`` serves the live view on ws://127.0.0.1:8765 and
 http://127.0.0.1:8766/). Empty = the file's value.
+
+``agents:=/path/agents.yaml``: several robots, one namespace per agent of the file (tinker.fleet), each with its
+own nodes, SafetyWrapper and lifecycle, the agent's ``bundle`` for perception and policy, and its own simulator
+seed; ``namespace`` and ``bundle`` do not apply then.
 """
 
 import os
@@ -44,7 +48,21 @@ def _change(node, transition_id):
 
 
 def _graph(context):
-    namespace = context.launch_configurations["namespace"]
+    agents = context.launch_configurations.get("agents", "")
+    if not agents:
+        return _robot(context, context.launch_configurations["namespace"], {})
+    from tinker.fleet import fleet_agents
+
+    cfg, base = fleet_agents(agents)
+    actions = []
+    for i, (name, spec) in enumerate(cfg.agents.items()):
+        own = {"bundle": str((base / spec.bundle).resolve()) if spec.bundle else "", "seed": i}
+        actions += _robot(context, name, own)
+    return actions
+
+
+def _robot(context, namespace, own):
+    """One robot's nodes in ``namespace``; ``own``: its bundle and simulator seed when it is one of several."""
     params_file = context.launch_configurations["params_file"]
     sim = context.launch_configurations["sim"].strip().lower() not in ("false", "0", "no", "off")
     actions = []
@@ -55,9 +73,11 @@ def _graph(context):
             continue
         params = [params_file]
         for arg, nodes in OVERRIDES.items():
-            value = context.launch_configurations.get(arg, "")
+            value = own.get(arg) if arg in own else context.launch_configurations.get(arg, "")
             if value and name in nodes:
                 params.append({arg: value})
+        if name == "sim_robot" and "seed" in own:
+            params.append({"seed": own["seed"]})
         if name == VIEW_NODE:
             params.append({"serve": view})
         if not sim and name in WITHOUT_SIM:
@@ -89,6 +109,8 @@ def generate_launch_description():
         DeclareLaunchArgument("bundle", default_value="",
                               description="deploy bundle dir for perception and policy (empty: the shipped default)"),
         DeclareLaunchArgument("record", default_value="", description="MCAP file to record the run to (view node)"),
+        DeclareLaunchArgument("agents", default_value="",
+                              description="agents file: one robot per agent, each in its own namespace (tinker.fleet)"),
         DeclareLaunchArgument("view", default_value="false",
                               description="true: live view (Foxglove WebSocket :8765, browser page :8766)"),
         OpaqueFunction(function=_graph),

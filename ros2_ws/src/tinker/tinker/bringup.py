@@ -101,7 +101,9 @@ class Graph:
                  overrides: Mapping[str, Mapping[str, Any]] | None = None, composed: bool = False,
                  record: str | os.PathLike | None = None, nodes: Sequence[str] = NODES,
                  run_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
-                 python: str = sys.executable, view: bool = False, sim: bool = True):
+                 python: str = sys.executable, view: bool = False, sim: bool = True, separate: Sequence[str] = ()):
+        """``composed``: the loop's nodes in one process; ``separate`` names nodes that still get a process of their
+        own (e.g. ``("policy",)``, so that one can be killed alone)."""
         self.params_file = Path(params_file) if params_file else default_params_file()
         if not self.params_file.is_file():
             raise ConfigError(f"bringup --params: file not found: {self.params_file}")
@@ -113,6 +115,10 @@ class Graph:
         if (view or record) and VIEW_NODE not in self.nodes:
             self.nodes.append(VIEW_NODE)
         self.composed = composed
+        self.separate = tuple(separate)
+        if [n for n in self.separate if n not in NODES]:
+            raise ConfigError(f"bringup separate: unknown node(s) {[n for n in self.separate if n not in NODES]}; "
+                              f"known: {list(NODES)}")
         self.overrides: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
         for node, params in ({} if sim else WITHOUT_SIM).items():  # a real driver publishes joint_states only
             self.overrides[node] = {**params, **self.overrides.get(node, {})}
@@ -165,14 +171,23 @@ class Graph:
 
     def command(self, node: str | None) -> list[str]:
         if node is None:
-            loop = [n for n in self.nodes if n != VIEW_NODE]
+            loop = [n for n in self.nodes if n != VIEW_NODE and n not in self.separate]
             return [self.python, "-m", "tinker.composed", "--nodes", ",".join(loop), *self.ros_args(None)]
         return [self.python, "-m", f"tinker.{node}", *self.ros_args(node)]
 
     # --- processes -----------------------------------------------------------------------------------
     def start(self, activate: bool = True, timeout: float = 60.0) -> "Graph":
         """Start the processes, wait for every node, then configure and activate the lifecycle nodes."""
-        groups = ([None] + [n for n in self.nodes if n == VIEW_NODE]) if self.composed else self.nodes
+        self.launch()
+        return self.bring_up(activate, timeout)
+
+    def _own_process(self, node: str) -> bool:
+        return not self.composed or node == VIEW_NODE or node in self.separate
+
+    def launch(self) -> "Graph":
+        """The first half of `start`: refuse a namesake graph, then start the processes (no waiting), so that
+        several graphs (`tinker.fleet.Fleet`) start together and wait for discovery once."""
+        groups = ([None] if self.composed else []) + [n for n in self.nodes if self._own_process(n)]
         self._connect()
         try:
             self._refuse_name_clash()
@@ -185,6 +200,10 @@ class Graph:
             self.procs[name] = subprocess.Popen(self.command(g), stdout=log, stderr=subprocess.STDOUT,
                                                 env=self.env, start_new_session=True, preexec_fn=die_with_parent)
             log.close()
+        return self
+
+    def bring_up(self, activate: bool = True, timeout: float = 60.0) -> "Graph":
+        """The second half of `start`: wait for every node, then configure and activate the lifecycle nodes."""
         try:
             self.wait_for_nodes(timeout)
             if activate:
@@ -199,10 +218,10 @@ class Graph:
 
     def pid(self, node: str) -> int:
         """The process id of ``node`` (the composed process's in composed mode)."""
-        return self.procs["composed" if self.composed and node != VIEW_NODE else node].pid
+        return self.procs[node if self._own_process(node) else "composed"].pid
 
     def log(self, node: str) -> str:
-        path = self.run_dir / f"{'composed' if self.composed and node != VIEW_NODE else node}.log"
+        path = self.run_dir / f"{node if self._own_process(node) else 'composed'}.log"
         return path.read_text(errors="replace") if path.is_file() else ""
 
     def _check_alive(self) -> None:

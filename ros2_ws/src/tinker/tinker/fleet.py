@@ -1,0 +1,93 @@
+"""`Fleet`: several robots in one ROS 2 graph, one namespace per agent of an agents file.
+
+Each agent ``NAME`` of the file is a robot under ``/NAME``: its own simulated robot (or driver), perception,
+policy, SafetyWrapper (safety node) and lifecycle, all on the same parameter file as a single robot, with the
+agent's ``bundle``. Topics and services are relative, so ``/robot2/safety/reset`` acts on robot2 alone, and a
+dead policy holds only its own robot. The robots' experience bridges stream to one learner endpoint
+(``learner_endpoint``): the learner gets one stream per agent, each transition tagged with its namespace.
+
+By default each robot's loop is one composed process (five nodes, one executor: fewer processes for many
+robots on few cores), with ``separate`` nodes in processes of their own::
+
+    with Fleet("configs/fleet_reach.yaml", separate=("policy",)) as fleet:
+        fleet.graphs["robot2"].kill("policy")   # robot2 holds, then latches its e-stop; the others go on
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from tinker.bringup import Graph
+from tinker_core.errors import ConfigError
+from tinker_core.multiagent.agents_file import AgentsConfig, load_agents_file
+
+_NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def fleet_agents(agents: AgentsConfig | str | os.PathLike) -> tuple[AgentsConfig, Path]:
+    """The agents file parsed, checked for what a ROS namespace needs, and the folder relative bundles start from."""
+    if isinstance(agents, AgentsConfig):
+        cfg, base = agents, Path.cwd()
+    else:
+        path = Path(agents)
+        if not path.is_file():
+            raise ConfigError(f"agents file not found: {path}")
+        cfg, base = load_agents_file(path), path.resolve().parent
+    for name, spec in cfg.agents.items():
+        if not _NAMESPACE.match(name):
+            raise ConfigError(f"agents.{name}: a robot's name is its ROS namespace: letters, digits and '_', not "
+                              f"starting with a digit (patterns are for training files), got {name!r}")
+        if spec.bundle and not (base / spec.bundle).is_dir():
+            raise ConfigError(f"agents.{name}.bundle: not a bundle directory: {base / spec.bundle}")
+    return cfg, base
+
+
+class Fleet:
+    """One `Graph` per agent, started together; ``graphs`` by agent name."""
+
+    def __init__(self, agents: AgentsConfig | str | os.PathLike, *, params_file: str | os.PathLike | None = None,
+                 composed: bool = True, separate: Sequence[str] = (), sim: bool = True,
+                 overrides: Mapping[str, Mapping[str, Any]] | None = None, run_dir: str | os.PathLike | None = None,
+                 env: Mapping[str, str] | None = None, seed: int = 0):
+        """``overrides`` apply to every robot (as `Graph`'s); each robot's simulator gets seed ``seed + i``."""
+        cfg, base = fleet_agents(agents)
+        self.config = cfg
+        root = Path(run_dir) if run_dir else None
+        self.graphs: dict[str, Graph] = {}
+        for i, (name, spec) in enumerate(cfg.agents.items()):
+            own: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
+            if spec.bundle:
+                b = str((base / spec.bundle).resolve())
+                for node in ("perception", "policy"):
+                    own.setdefault(node, {})["bundle"] = b
+            if sim:
+                own.setdefault("sim_robot", {}).setdefault("seed", seed + i)
+            self.graphs[name] = Graph(params_file, namespace=name, overrides=own, composed=composed, separate=separate,
+                                      sim=sim, env=env, run_dir=None if root is None else root / name)
+
+    def start(self, timeout: float = 120.0) -> "Fleet":
+        """Start every robot's processes, then wait for all of them and activate each robot's lifecycle nodes."""
+        started: list[Graph] = []
+        try:
+            for g in self.graphs.values():
+                started.append(g.launch())
+            for g in self.graphs.values():
+                g.bring_up(timeout=timeout)
+        except BaseException:
+            for g in started:
+                g.stop()
+            raise
+        return self
+
+    def stop(self, grace: float = 10.0) -> dict[str, dict[str, int | None]]:
+        """Stop every robot (each publishes its hold on the way out); exit codes by agent and process."""
+        return {name: g.stop(grace) for name, g in self.graphs.items()}
+
+    def __enter__(self) -> "Fleet":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
