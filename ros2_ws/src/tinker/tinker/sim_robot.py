@@ -226,7 +226,7 @@ class SimRobotNode(NodeRuntime, Node):
             self._accept(q)
         sent = self._published.get(int(meta["stamp_ns"])) if meta.get("stamp_ns", "").isdigit() else None
         if sent is not None:  # end to end: this state's publish -> the safe command's arrival here
-            self.span(int(meta.get("cycle", 0)), sent, now - sent, module="loop_e2e")
+            self.span(int(meta.get("cycle", 0)), sent, now - sent, module="loop_e2e", status=meta.get("status", ""))
         if self._frame_job is not None:  # the cycle's loop is done: the camera renders in the quiet window
             self._submit_frame()
 
