@@ -35,9 +35,15 @@ def fleet(ros2, bundles, tmp_path_factory):
     (tmp / "agents.yaml").write_text(yaml.safe_dump({"agents": {
         "robot1": {"policy": "SAC", "bundle": "v2"}, "robot2": {"policy": "SAC", "bundle": "v2"},
         "robot3": {"policy": "SAC", "bundle": "v1"}}}))
+    from tinker_core.transport import TransitionReceiver
+
     domain = ros2.fresh_domain()
+    learner = TransitionReceiver("tcp://127.0.0.1:0")  # one learner for every robot's bridge
     f = Fleet(tmp / "agents.yaml", separate=("policy",), env=ros2.graph_env(domain), run_dir=tmp / "logs",
-              overrides={"/**": {"control_period": ros2.PERIOD, "camera_rate_hz": 0.0}})  # camera in line (the test bundles see it)
+              overrides={"/**": {"control_period": ros2.PERIOD, "camera_rate_hz": 0.0},  # camera in line (the bundles see it)
+                         "sim_robot": {"episode_cycles": 15},
+                         "experience_bridge": {"learner_endpoint": learner.endpoint}})
+    f.learner = learner
     probe = ros2.Probe(domain, "fleet_probe")
     probe.commands = {a: probe.collect(Float64MultiArray, f"/{a}/forward_position_controller/commands", RECORD_QOS)
                       for a in AGENTS}
@@ -52,6 +58,7 @@ def fleet(ros2, bundles, tmp_path_factory):
     finally:
         probe.close()
         f.stop()
+        learner.close()
 
 
 def _served(f, ros2, agent: str, since_ns: int = 0) -> list:
@@ -71,6 +78,17 @@ def test_each_robot_runs_in_its_namespace_with_its_own_bundle_and_safety(fleet, 
     assert versions == {"robot1": "2", "robot2": "2", "robot3": "1"}, versions
     for a in AGENTS:  # each robot has its own lifecycle
         assert fleet.graphs[a].state("safety") == "active" and fleet.graphs[a].state("policy") == "active"
+
+
+def test_one_learner_gets_a_stream_per_robot(fleet, ros2):
+    by_robot: dict[str, int] = {}
+    end = time.monotonic() + 30
+    while time.monotonic() < end and (len(by_robot) < 3 or min(by_robot.values()) < 5):
+        for t in fleet.learner.recv_many(64, timeout_ms=200):
+            ns = t.info["namespace"]
+            by_robot[ns] = by_robot.get(ns, 0) + 1
+            assert t.action.shape == (7,) and t.info["policy_version"] == ("1" if ns == "/robot3" else "2"), t.info
+    assert set(by_robot) == {f"/{a}" for a in AGENTS} and min(by_robot.values()) >= 5, by_robot
 
 
 def test_killing_one_robots_policy_holds_only_that_robot(fleet, ros2):
