@@ -6,8 +6,10 @@ and by the live view's page (streamed by the ``view`` node):
 - `EpisodeSeries`: success (and return, where known) per episode, with the policy version that ran it;
 - `LatencyHistogram`: counts in fixed log-spaced bins (`LATENCY_EDGES_MS`), so a histogram filled one
   cycle at a time on a live stream has the same bins as one made from a finished run's latencies;
-- `InterventionSeries`: the SafetyWrapper's cumulative counters sampled at marks (episode ends), turned
-  into interventions per interval by kind (`INTERVENTION_KINDS`). The intervals add up to the counters.
+- `InterventionSeries`: the SafetyWrapper's cumulative counters sampled at marks, turned into interventions
+  per interval by kind (`INTERVENTION_KINDS`); the intervals add up to the counters. Where the counters are
+  read directly (``tinker eval``) the marks are episode ends; where they come from the safety node's
+  /diagnostics heartbeat (the demo, the live view) the marks are the heartbeats, labelled by time (s).
 """
 
 from __future__ import annotations
@@ -120,12 +122,22 @@ class EpisodeSeries:
     """One row per finished episode: index (0, 1, ...), success, policy version, and optional return and phase."""
 
     rows: list[dict] = field(default_factory=list)
+    keep: int | None = None
+    """the newest rows kept (None: all); `total` and `successes` still count every episode"""
+    total: int = 0
+    successes: int = 0
 
     def add(self, success: bool, policy_version: Any, *, ret: float | None = None, phase: str = "",
-            episode: int | None = None) -> dict:
-        row = {"index": len(self.rows), "episode": len(self.rows) if episode is None else int(episode),
-               "success": bool(success), "policy_version": str(policy_version), "return": ret, "phase": phase}
+            episode: int | None = None, t_s: float | None = None) -> dict:
+        """One finished episode; ``t_s``: when it ended (s, on the clock of the interventions' time labels)."""
+        row = {"index": self.total, "episode": self.total if episode is None else int(episode),
+               "success": bool(success), "policy_version": str(policy_version), "return": ret, "phase": phase,
+               "t_s": t_s}
         self.rows.append(row)
+        self.total += 1
+        self.successes += bool(success)
+        if self.keep is not None and len(self.rows) > self.keep:
+            del self.rows[: -self.keep]
         return row
 
     def version_changes(self) -> list[int]:
@@ -138,7 +150,8 @@ class EpisodeSeries:
         return [float(s[max(0, i - window + 1): i + 1].mean()) for i in range(len(s))]
 
     def to_dict(self) -> dict:
-        return {"episodes": list(self.rows), "version_changes": self.version_changes()}
+        return {"episodes": list(self.rows), "version_changes": self.version_changes(), "total": self.total,
+                "successes": self.successes}
 
 
 @dataclass
@@ -151,18 +164,25 @@ class InterventionSeries:
 
     labels: list[Any] = field(default_factory=list)
     per_interval: dict[str, list[int]] = field(default_factory=lambda: {k: [] for k in INTERVENTION_KINDS})
+    keep: int | None = None
+    """the newest intervals kept (None: all); `totals` still counts every interval (a live stream sets it)"""
     _last: dict[str, int] = field(default_factory=lambda: dict.fromkeys(INTERVENTION_KINDS, 0))
+    _totals: dict[str, int] = field(default_factory=lambda: dict.fromkeys(INTERVENTION_KINDS, 0))
 
     def mark(self, label: Any, counters: Mapping[str, Any]) -> dict[str, int]:
-        """Close the interval ending now, labelled ``label`` (an episode index), with the cumulative ``counters``
-        (`safety_counts` form or the wrapper's own); returns that interval's counts. Counters that went back
-        (a restarted node) start over from their new value."""
-        now = safety_counts(counters)
-        delta = {k: now[k] - self._last[k] if now[k] >= self._last[k] else now[k] for k in INTERVENTION_KINDS}
+        """Close the interval ending now, labelled ``label`` (an episode index, a time), with the cumulative
+        ``counters`` (`safety_counts` form or the wrapper's own); returns that interval's counts. Counters that
+        went back (a restarted node) start over from their new value."""
+        delta = self.since_last(counters)
         self.labels.append(label)
         for k in INTERVENTION_KINDS:
             self.per_interval[k].append(delta[k])
-        self._last = now
+            self._totals[k] += delta[k]
+        if self.keep is not None and len(self.labels) > self.keep:
+            del self.labels[: -self.keep]
+            for v in self.per_interval.values():
+                del v[: -self.keep]
+        self._last = safety_counts(counters)
         return delta
 
     def since_last(self, counters: Mapping[str, Any]) -> dict[str, int]:
@@ -172,7 +192,8 @@ class InterventionSeries:
 
     @property
     def totals(self) -> dict[str, int]:
-        return {k: int(sum(v)) for k, v in self.per_interval.items()}
+        """Every interval's counts added up (those no longer kept included)."""
+        return dict(self._totals)
 
     def to_dict(self) -> dict:
         return {"labels": list(self.labels), "per_interval": {k: list(v) for k, v in self.per_interval.items()},
@@ -188,7 +209,10 @@ class ReportFigureData:
     latency: LatencyHistogram
     interventions: InterventionSeries | None = None
     """None: no SafetyWrapper ran (the panel says so)"""
-    interventions_label: str = "interventions per episode"
+    interventions_label: str = "episode"
+    """the x axis of the interventions panel"""
+    interventions_over_time: bool = False
+    """the interventions' labels are times (s, heartbeats) rather than episode indices"""
     deadline_ms: float | None = None
     """the cycle's deadline, drawn on the histogram when given"""
     phases: dict[str, str] = field(default_factory=dict)

@@ -1,7 +1,8 @@
 """Draws a run's report figure (matplotlib, Agg): the one picture the demo's report and ``tinker eval`` write.
 
 Three panels from `tinker_core.report_data.ReportFigureData`: success per episode with the policy version
-marked (and the return, where known), the SafetyWrapper's interventions per episode by kind, and the latency
+marked (and the return, where known), the SafetyWrapper's interventions by kind (per episode or per heartbeat
+over time), and the latency
 histogram in the shared log bins. `draw_report` returns what it drew, read back from the plotted artists,
 so a test (or a reader of ``report.json``) sees the numbers behind the picture.
 """
@@ -75,20 +76,41 @@ def _interventions_panel(ax, data: ReportFigureData) -> dict:
         ax.set_xticks([])
         ax.set_yticks([])
         return {}
-    x = np.arange(len(series.labels))
+    if data.interventions_over_time:
+        x = np.array(series.labels, dtype=float)
+        width = 0.85 * (float(np.median(np.diff(x))) if len(x) > 1 else 1.0)
+    else:
+        x, width = np.arange(len(series.labels), dtype=float), 0.85
     bottom = np.zeros(len(x))
     drawn: dict = {"x": x.tolist(), "labels": list(series.labels)}
     for kind in INTERVENTION_KINDS:
         h = np.array(series.per_interval[kind], dtype=float)
-        bars = ax.bar(x, h, bottom=bottom, width=0.85, color=KIND_COLORS[kind],
-                      label=f"{kind.replace('_', '-')} ({int(h.sum())})")
+        # over time, a bar ends at its heartbeat: it covers the interval before it
+        bars = ax.bar(x - width if data.interventions_over_time else x, h, bottom=bottom, width=width,
+                      align="edge" if data.interventions_over_time else "center",
+                      color=KIND_COLORS[kind], label=f"{kind.replace('_', '-')} ({int(h.sum())})")
         drawn[kind] = [int(round(b.get_height())) for b in bars]
         bottom += h
-    ax.set_xlim(-0.6, max(len(x), 1) - 0.4)
+    if data.interventions_over_time:
+        _phase_marks(ax, data)
+        if len(x):
+            ax.set_xlim(min(0.0, float(x[0]) - width), float(x[-1]) + width * 0.2)
+    else:
+        ax.set_xlim(-0.6, max(len(x), 1) - 0.4)
     ax.set_xlabel(data.interventions_label)
     ax.legend(**_ABOVE)
     ax.set_ylim(0, max(1.0, float(bottom.max()) if len(bottom) else 1.0) * 1.05)
     return drawn
+
+
+def _phase_marks(ax, data: ReportFigureData) -> None:
+    """On a time axis: a line where each phase's last episode ended, so the intervals read against the phases."""
+    for ph, text in data.phases.items():
+        ends = [r["t_s"] for r in data.episodes.rows if r["phase"] == ph and r.get("t_s") is not None]
+        if ends:
+            ax.axvline(max(ends), color="k", lw=0.8, ls=":")
+            ax.text(max(ends), 1.0, f" end of: {text}", transform=ax.get_xaxis_transform(), fontsize=7,
+                    rotation=90, va="top", ha="right")
 
 
 def _latency_panel(ax, data: ReportFigureData) -> dict:

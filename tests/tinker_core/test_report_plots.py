@@ -51,6 +51,17 @@ def test_the_interventions_per_episode_add_up_to_the_safety_wrappers_counters():
         guard.close()
 
 
+def test_a_live_series_keeps_the_newest_intervals_and_counts_them_all():
+    kept = InterventionSeries(keep=2)
+    for i, c in enumerate([{"clipped": 1}, {"clipped": 3}, {"clipped": 6}, {"clipped": 2}]):  # then a restart
+        kept.mark(i, c)
+    assert kept.labels == [2, 3] and kept.per_interval["clipped"] == [3, 2] and kept.totals["clipped"] == 8
+    eps = EpisodeSeries(keep=2)
+    for ok in (True, False, True):
+        eps.add(ok, 1)
+    assert [r["index"] for r in eps.rows] == [1, 2] and (eps.total, eps.successes) == (3, 2)
+
+
 def test_the_figure_draws_the_histogram_of_its_latencies_and_the_interventions_it_got(tmp_path):
     guard, series = _guard_with_marks()
     guard.close()

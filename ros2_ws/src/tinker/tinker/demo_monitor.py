@@ -1,8 +1,8 @@
 """`Monitor`: the demo's observer of the running graph, a ROS node in its own context (not on the control path).
 
 It records each finished episode (from the robot's ``task`` topic: success, time to success, the policy
-version that ran it) and the nodes' /diagnostics, and at each episode end samples the safety node's
-SafetyWrapper counters, so the report has the interventions per episode (`tinker_core.report_data`).
+version that ran it, when it ended) and the nodes' /diagnostics; each heartbeat of the safety node marks its
+SafetyWrapper counters, so the report has the interventions over time (`tinker_core.report_data`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ class Monitor:
         self.node = rclpy.create_node("tinker_demo_monitor", context=self.ctx)
         ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
         self.interventions = InterventionSeries()
-        """the safety node's counters at each episode end (its last heartbeat, 1 s apart): interventions per episode"""
+        """the safety node's counters at each of its heartbeats (1 s apart), labelled by time (s): interventions
+        per heartbeat, on the clock of the episodes' ``t_s``"""
         self._safety_counters = safety_counters
         self.node.create_subscription(Float64MultiArray, f"{ns}/task", self._on_task, COMMAND_QOS)
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, 50)
@@ -82,24 +83,19 @@ class Monitor:
                                       "distance_m": float(v[3]), "phase": self.phase, "cycle": cycle,
                                       "t_s": time.monotonic() - self._t0,
                                       "policy_version": int(version) if str(version).isdigit() else 0})
-                self.interventions.mark(len(self.episodes) - 1, self._safety_counters(self._values_of("safety")))
 
     def _on_diag(self, msg: Any) -> None:
         with self.lock:
             for st in msg.status:
-                self.diag[st.name] = {kv.key: kv.value for kv in st.values}
+                vals = self.diag[st.name] = {kv.key: kv.value for kv in st.values}
+                if st.name.endswith("/safety") and "interventions.calls" in vals:
+                    self.interventions.mark(round(time.monotonic() - self._t0, 2), self._safety_counters(vals))
 
     def policy_value(self, key: str, default: str = "") -> str:
         for name, vals in self.diag.items():
             if name.endswith("/policy"):
                 return vals.get(key, default)
         return default
-    def _values_of(self, suffix: str) -> dict[str, str]:
-        for name, vals in self.diag.items():
-            if name.endswith("/" + suffix):
-                return vals
-        return {}
-
     def node_values(self, suffix: str) -> dict[str, str]:
         with self.lock:
             for name, vals in self.diag.items():

@@ -53,13 +53,13 @@ def figure_data(report: dict, interventions: Any, latencies_ms: list[float]) -> 
     """The figure's data from the report's episodes, the monitor's `InterventionSeries` and the traces' latencies."""
     episodes = EpisodeSeries()
     for e in report["episodes"]:
-        episodes.add(e["success"], e["policy_version"], phase=e["phase"], episode=e["episode"])
+        episodes.add(e["success"], e["policy_version"], phase=e["phase"], episode=e["episode"], t_s=e.get("t_s"))
     return ReportFigureData(
         title=(f"tinker demo on {Path(report['dynamics']).stem}: success before {report['before']['success_rate'] * 100:.0f}% "
                f"-> after {report['after']['success_rate'] * 100:.0f}%"),
         episodes=episodes, latency=LatencyHistogram.of(latencies_ms, E2E_MEASURES), interventions=interventions,
-        interventions_label="episode (the safety node's counters at each episode end, from its 1 s heartbeat)",
-        deadline_ms=report["control_period"] * 1000.0, phases=PHASES)
+        interventions_label="time (s): commands per heartbeat of the safety node (1 s), from its SafetyWrapper's counters",
+        interventions_over_time=True, deadline_ms=report["control_period"] * 1000.0, phases=PHASES)
 
 
 def format_report(r: dict) -> str:
@@ -110,7 +110,7 @@ def write_report(report: dict, interventions: Any, out: Path, progress: Callable
     drawn = draw_report(figure_data(report, interventions, [d for _, d in series]), out / "demo.png")
     report["plot"] = drawn["path"]
     report["figure"] = {"path": drawn["path"], "latency_histogram": drawn["latency"],
-                        "interventions_per_episode": drawn["interventions"],
+                        "interventions_per_heartbeat": drawn["interventions"],
                         "version_changes": drawn["success"].get("version_changes", [])}
     (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
     text = format_report(report)

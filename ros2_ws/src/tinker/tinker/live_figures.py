@@ -9,8 +9,8 @@ topic                       content (schemas below)
 ``/tinker/episodes``        success per finished episode with the policy version that ran it (last 200)
 ``/tinker/latency_hist``    cycle latency counts in the shared log bins (`LATENCY_EDGES_MS`), p50/p99, and
                             what the latency measures; at most once per ``every_s``
-``/tinker/interventions``   the SafetyWrapper's interventions per episode by kind (its counters in the safety
-                            node's /diagnostics at each episode end), the open episode's so far, the totals
+``/tinker/interventions``   the SafetyWrapper's interventions by kind per heartbeat of the safety node (~1 s;
+                            its counters in /diagnostics), labelled by time (s), and the totals
 ==========================  ================================================================================
 
 A client that connects late gets the whole (windowed) series in the next message.
@@ -21,12 +21,11 @@ from __future__ import annotations
 import time
 from typing import Any, Mapping
 
-from tinker_core.report_data import (INTERVENTION_KINDS, EpisodeSeries, InterventionSeries, LatencyHistogram,
-                                     safety_counts)
+from tinker_core.report_data import INTERVENTION_KINDS, EpisodeSeries, InterventionSeries, LatencyHistogram
 
 LIVE_MEASURES = "cycle latency: robot state stamp -> safe command sent (ms)"
 WINDOW = 200
-"""episodes sent per message (the newest)"""
+"""episodes and intervention intervals sent per message (the newest)"""
 
 _COUNTS = {"type": "object", "properties": {k: {"type": "integer"} for k in INTERVENTION_KINDS}}
 EPISODES_SCHEMA = {
@@ -35,6 +34,7 @@ EPISODES_SCHEMA = {
         "episodes": {"type": "array", "items": {"type": "object", "properties": {
             "index": {"type": "integer", "description": "episodes seen by the view, from 0"},
             "episode": {"type": "integer", "description": "the robot's episode counter"},
+            "t_s": {"type": "number", "description": "when it ended, s since the view's first message"},
             "success": {"type": "boolean"}, "policy_version": {"type": "string"}}}},
         "total": {"type": "integer"}, "successes": {"type": "integer"},
     },
@@ -54,11 +54,10 @@ INTERVENTIONS_SCHEMA = {
     "type": "object",
     "properties": {
         "kinds": {"type": "array", "items": {"type": "string"}},
-        "labels": {"type": "array", "items": {"type": "integer"}, "description": "episode index of each interval"},
-        "per_interval": {"type": "object", "description": "kind -> commands per episode"},
-        "open": {**_COUNTS, "description": "the episode still running, so far"},
-        "totals": {**_COUNTS, "description": "all closed intervals"},
-        "cumulative": {**_COUNTS, "description": "the safety node's counters in its last heartbeat"},
+        "labels": {"type": "array", "items": {"type": "number"},
+                   "description": "each interval's end: the heartbeat's time, s since the view's first message"},
+        "per_interval": {"type": "object", "description": "kind -> commands changed or held in each interval"},
+        "totals": {**_COUNTS, "description": "all intervals: the safety node's counters in its last heartbeat"},
     },
 }
 
@@ -73,11 +72,17 @@ class LiveFigures:
         self.latency_ch = foxglove.Channel("/tinker/latency_hist", schema=LATENCY_SCHEMA, context=ctx)
         self.interventions_ch = foxglove.Channel("/tinker/interventions", schema=INTERVENTIONS_SCHEMA, context=ctx)
         self.every_ns = int(every_s * 1e9)
-        self.episodes = EpisodeSeries()
+        self.episodes = EpisodeSeries(keep=WINDOW)
         self.latency = LatencyHistogram(LIVE_MEASURES, keep_values=False)
-        self.interventions = InterventionSeries()
-        self._counters: dict[str, int] = dict.fromkeys(INTERVENTION_KINDS, 0)
+        self.interventions = InterventionSeries(keep=WINDOW)
         self._last_hist_ns = 0
+        self._t0_ns: int | None = None
+
+    def _t(self, now_ns: int) -> float:
+        """Seconds since the first message (the time axis of episodes and interventions)."""
+        if self._t0_ns is None:
+            self._t0_ns = now_ns
+        return round((now_ns - self._t0_ns) / 1e9, 2)
 
     def cycle(self, latency_ms: float | None, policy_version: str, episode: int | None, success: bool, ended: bool,
               now_ns: int | None = None) -> None:
@@ -86,28 +91,25 @@ class LiveFigures:
         if latency_ms is not None and latency_ms >= 0.0:
             self.latency.add(latency_ms)
         if ended:
-            row = self.episodes.add(success, policy_version, episode=-1 if episode is None else episode)
-            self.interventions.mark(row["index"], self._counters)
+            self.episodes.add(success, policy_version, episode=-1 if episode is None else episode, t_s=self._t(now_ns))
             self._publish_episodes(now_ns)
-            self._publish_interventions(now_ns)
         if now_ns - self._last_hist_ns >= self.every_ns:
             self._last_hist_ns = now_ns
             self.latency_ch.log(self.latency.to_dict(), log_time=now_ns)
 
     def safety(self, counters: Mapping[str, Any], now_ns: int) -> None:
-        """The safety node's SafetyWrapper counters (`tinker.wire.safety_counters` of its /diagnostics values)."""
-        self._counters = safety_counts(counters)
+        """One heartbeat's SafetyWrapper counters (`tinker.wire.safety_counters` of the safety node's /diagnostics)."""
+        self.interventions.mark(self._t(now_ns), counters)
         self._publish_interventions(now_ns)
 
     def _publish_episodes(self, now_ns: int) -> None:
-        rows = self.episodes.rows
-        self.episodes_ch.log({"episodes": [{k: r[k] for k in ("index", "episode", "success", "policy_version")}
-                                           for r in rows[-WINDOW:]],
-                              "total": len(rows), "successes": sum(r["success"] for r in rows)}, log_time=now_ns)
+        e = self.episodes
+        self.episodes_ch.log({"episodes": [{k: r[k] for k in ("index", "episode", "t_s", "success", "policy_version")}
+                                           for r in e.rows],
+                              "total": e.total, "successes": e.successes}, log_time=now_ns)
 
     def _publish_interventions(self, now_ns: int) -> None:
         s = self.interventions
-        self.interventions_ch.log({"kinds": list(INTERVENTION_KINDS), "labels": s.labels[-WINDOW:],
-                                   "per_interval": {k: v[-WINDOW:] for k, v in s.per_interval.items()},
-                                   "open": s.since_last(self._counters), "totals": s.totals,
-                                   "cumulative": dict(self._counters)}, log_time=now_ns)
+        self.interventions_ch.log({"kinds": list(INTERVENTION_KINDS), "labels": s.labels,
+                                   "per_interval": s.per_interval,
+                                   "totals": s.totals}, log_time=now_ns)
