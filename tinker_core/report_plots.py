@@ -19,8 +19,9 @@ from tinker_core.report_data import INTERVENTION_KINDS, LATENCY_EDGES_MS, Report
 KIND_COLORS = {"clipped": "#f0a500", "rate_limited": "#2b8cbe", "workspace": "#8d6e63", "held": "#9c4fb5",
                "estop": "#d62728"}
 """One colour per intervention kind (the live page uses the same)."""
-PHASE_COLORS = ("tab:red", "tab:orange", "tab:green", "tab:blue", "tab:purple")
-_ABOVE = dict(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=5, frameon=False, borderaxespad=0.2)
+PHASE_COLORS = ("tab:gray", "tab:red", "tab:orange", "tab:blue", "tab:green", "tab:purple")
+"""phases in order (the demo: warm-up, before, fine-tuning, final gate, after)"""
+_ABOVE = dict(fontsize=7, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=6, frameon=False, borderaxespad=0.2)
 """legends sit above their panel, never over the data"""
 
 
@@ -33,8 +34,7 @@ def _success_panel(ax, data: ReportFigureData) -> dict:
               else {"": list(range(len(rows)))})
     for (ph, idx), color in zip(groups.items(), PHASE_COLORS):
         if idx:
-            ax.scatter(x[idx], s[idx], s=14, color=color, zorder=3,
-                       label=f"{data.phases.get(ph, ph)}: success (1) / not (0)" if ph else "episode: success (1) / not (0)")
+            ax.scatter(x[idx], s[idx], s=14, color=color, zorder=3, label=data.phases.get(ph, ph) if ph else "episode")
     if rows:
         roll = data.episodes.rolling_success(10)
         ax.plot(x, roll, color="k", lw=1.5, label="success rate, last 10 episodes", zorder=4)
@@ -50,7 +50,7 @@ def _success_panel(ax, data: ReportFigureData) -> dict:
     ax.set_yticks([0, 0.5, 1])
     ax.set_xlabel("episode" + (f" (dotted: a new policy version from here; first {first})" if changes
                                else f" (policy {', '.join('v' + v for v in versions) or 'n/a'} throughout)"))
-    ax.set_ylabel("success")
+    ax.set_ylabel("success (1) or not (0)")
     rets = [r["return"] for r in rows]
     if rows and all(v is not None for v in rets):
         twin = ax.twinx()
@@ -99,18 +99,21 @@ def _interventions_panel(ax, data: ReportFigureData) -> dict:
         ax.set_xlim(-0.6, max(len(x), 1) - 0.4)
     ax.set_xlabel(data.interventions_label)
     ax.legend(**_ABOVE)
-    ax.set_ylim(0, max(1.0, float(bottom.max()) if len(bottom) else 1.0) * 1.05)
+    ax.set_ylim(0, max(1.0, float(bottom.max()) if len(bottom) else 1.0) * (1.15 if data.interventions_over_time else 1.05))
     return drawn
 
 
 def _phase_marks(ax, data: ReportFigureData) -> None:
-    """On a time axis: a line where each phase's last episode ended, so the intervals read against the phases."""
-    for ph, text in data.phases.items():
+    """On a time axis: each phase shaded from the previous phase's last episode end to its own, named at the top."""
+    start = 0.0
+    for (ph, text), color in zip(data.phases.items(), PHASE_COLORS):
         ends = [r["t_s"] for r in data.episodes.rows if r["phase"] == ph and r.get("t_s") is not None]
-        if ends:
-            ax.axvline(max(ends), color="k", lw=0.8, ls=":")
-            ax.text(max(ends), 1.0, f" end of: {text}", transform=ax.get_xaxis_transform(), fontsize=7,
-                    rotation=90, va="top", ha="right")
+        if not ends:
+            continue
+        ax.axvspan(start, max(ends), color=color, alpha=0.12, lw=0, zorder=0)
+        ax.text((start + max(ends)) / 2, 0.97, text, transform=ax.get_xaxis_transform(), fontsize=7, ha="center",
+                va="top", color=color, clip_on=True)
+        start = max(ends)
 
 
 def _latency_panel(ax, data: ReportFigureData) -> dict:
@@ -141,6 +144,10 @@ def _latency_panel(ax, data: ReportFigureData) -> dict:
         ax.text(0.5, 0.5, "no latency measured", ha="center", va="center", transform=ax.transAxes, color="tab:gray")
     ax.set_xlabel(h.measures + " (log scale)")
     ax.set_ylabel(f"count (of {h.total})")
+    if len(nz) and h.counts.max() > 50 * h.counts[nz].min():  # a tail of a few would be invisible: log counts
+        ax.set_yscale("log")
+        ax.set_ylim(0.7, h.counts.max() * 1.5)
+        ax.set_ylabel(f"count (of {h.total}, log scale)")
     return drawn
 
 

@@ -17,9 +17,9 @@ from tinker_core.evaluate import wilson_interval
 from tinker_core.report_data import EpisodeSeries, LatencyHistogram, ReportFigureData
 from tinker_core.report_plots import draw_report
 
-PHASES = {"before": "before fine-tuning", "finetune": "during fine-tuning", "after": "after fine-tuning",
-          "publish": "while the last candidate is gated", "warmup": "before the first phase"}
-"""The monitor's phases, in the figure's legend order."""
+PHASES = {"warmup": "warm-up", "before": "before fine-tuning", "finetune": "fine-tuning",
+          "publish": "final gate", "after": "after fine-tuning"}
+"""The monitor's phases, in time order (the figure's legend and shading)."""
 E2E_MEASURES = "cycle latency: state published -> safe command received by the robot, 4 DDS hops (ms)"
 
 
@@ -58,7 +58,7 @@ def figure_data(report: dict, interventions: Any, latencies_ms: list[float]) -> 
         title=(f"tinker demo on {Path(report['dynamics']).stem}: success before {report['before']['success_rate'] * 100:.0f}% "
                f"-> after {report['after']['success_rate'] * 100:.0f}%"),
         episodes=episodes, latency=LatencyHistogram.of(latencies_ms, E2E_MEASURES), interventions=interventions,
-        interventions_label="time (s): commands per heartbeat of the safety node (1 s), from its SafetyWrapper's counters",
+        interventions_label="time (s); a bar: commands per heartbeat of the safety node (1 s), from its counters",
         interventions_over_time=True, deadline_ms=report["control_period"] * 1000.0, phases=PHASES)
 
 
@@ -101,7 +101,7 @@ def format_report(r: dict) -> str:
         f"policy node reloads: {r['policy_reloads']}",
         f"transitions sent by the bridge: {r['bridge'].get('sent', '0')}, dropped: {r['bridge'].get('dropped', '0')}",
     ] + ([f"figure: {Path(r['plot']).name} (success per episode with the policy versions, the SafetyWrapper's "
-          "interventions per episode, the cycle latency histogram)"] if r.get("plot") else []))
+          "interventions per second, the cycle latency histogram)"] if r.get("plot") else []))
 
 
 def write_report(report: dict, interventions: Any, out: Path, progress: Callable[[str], None] = print) -> dict:
