@@ -16,8 +16,8 @@ what runs (about 5 minutes on 2 CPUs):
 
 output (in --out): report.md, report.json, demo.png (success per episode with the policy versions, the
 SafetyWrapper's interventions per second by kind, the cycle latency histogram: the figure tinker eval and
-the live view draw too), trace/ (per-node
-spans: python -m tinker_core.tracer --latency_breakdown OUT/trace/*.jsonl), nodes/*.log, learner.log.
+the live view draw too), trace/ (per-node spans: python -m tinker_core.tracer --latency_breakdown
+OUT/trace/*.jsonl), nodes/*.log, learner.log.
 
 examples:
   tinker demo
