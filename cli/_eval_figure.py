@@ -93,3 +93,19 @@ def eval_figure_data(rows: list[dict], timer: StepTimer, marks: SafetyMarks, *, 
         title=f"tinker eval: {env_id}, policy {name} (v{version}), dynamics {dynamics}: success {k}/{len(rows)}",
         episodes=episodes, latency=LatencyHistogram.of(timer.ms, measures), interventions=marks.series,
         interventions_label="episode (commands the SafetyWrapper changed or held in it)")
+
+
+def write_figure(path: str, rows: list[dict], timer: StepTimer, marks: SafetyMarks, **words: Any) -> dict:
+    """Draw the figure to ``path``; returns what eval adds to its result: ``plot``, the step time's p50/p99 (ms)
+    and ``figure``, the counts drawn beside what they were drawn from (steps, the wrapper's counters)."""
+    from tinker_core.report_plots import draw_report
+
+    data = eval_figure_data(rows, timer, marks, **words)
+    drawn = draw_report(data, path)
+    return {"plot": drawn["path"], "step_ms_p50": data.latency.percentile(50),
+            "step_ms_p99": data.latency.percentile(99),
+            "figure": {"steps_timed": data.latency.total, "steps": sum(r["steps"] for r in rows),
+                       "episodes_drawn": len(drawn["success"].get("x", [])),
+                       "interventions_drawn": {k: sum(v) for k, v in drawn["interventions"].items()
+                                               if k not in ("x", "labels")},
+                       "safety_counters": marks.totals_now()}}

@@ -124,7 +124,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     import numpy as np
     from tqdm import tqdm
 
-    from tinker_cli._eval_figure import SafetyMarks, eval_figure_data, instrument
+    from tinker_cli._eval_figure import SafetyMarks, instrument, write_figure
     from tinker_core.evaluate import evaluate
 
     bar = tqdm(total=args.episodes, desc="eval", unit="ep", disable=args.json)
@@ -148,18 +148,9 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
              std_return=float(np.std(rets)))
     if args.plot:
-        from tinker_core.report_plots import draw_report
-
-        data = eval_figure_data(res.per_episode, timer, marks, env_id=env_id, name="/".join(Path(name).parts[-2:]) or name,
-                                version=version, dynamics=Path(args.dynamics).stem if args.dynamics else "nominal")
-        drawn = draw_report(data, args.plot)
-        d["plot"] = drawn["path"]
-        d["step_ms_p50"], d["step_ms_p99"] = data.latency.percentile(50), data.latency.percentile(99)
-        d["figure"] = {"steps_timed": data.latency.total, "steps": sum(r["steps"] for r in res.per_episode),
-                       "episodes_drawn": len(drawn["success"].get("x", [])),
-                       "interventions_drawn": {k: sum(v) for k, v in drawn["interventions"].items()
-                                               if k not in ("x", "labels")},
-                       "safety_counters": marks.totals_now()}
+        d.update(write_figure(args.plot, res.per_episode, timer, marks, env_id=env_id, version=version,
+                              name="/".join(Path(name).parts[-2:]) or name,
+                              dynamics=Path(args.dynamics).stem if args.dynamics else "nominal"))
     if args.json:
         print(json.dumps(d))
     else:
