@@ -77,6 +77,7 @@ class LiveFigures:
         self.interventions = InterventionSeries(keep=WINDOW)
         self._last_hist_ns = 0
         self._t0_ns: int | None = None
+        self._version = ""
 
     def _t(self, now_ns: int) -> float:
         """Seconds since the first message (the time axis of episodes and interventions)."""
@@ -88,10 +89,11 @@ class LiveFigures:
               now_ns: int | None = None) -> None:
         """One cycle as the view shows it: its latency, and whether its episode ended here (success or time-out)."""
         now_ns = now_ns or time.time_ns()
+        self._version = policy_version or self._version  # a hold carries no version: the policy is the last seen
         if latency_ms is not None and latency_ms >= 0.0:
             self.latency.add(latency_ms)
         if ended:
-            self.episodes.add(success, policy_version, episode=-1 if episode is None else episode, t_s=self._t(now_ns))
+            self.episodes.add(success, self._version, episode=-1 if episode is None else episode, t_s=self._t(now_ns))
             self._publish_episodes(now_ns)
         if now_ns - self._last_hist_ns >= self.every_ns:
             self._last_hist_ns = now_ns

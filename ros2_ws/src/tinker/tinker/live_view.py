@@ -47,7 +47,8 @@ CYCLE_SCHEMA = {
                                                     "held, estopped (no_command: none seen for this state)"},
         "why": {"type": "string", "description": "the SafetyWrapper's reason when it intervened"},
         "intervened": {"type": "integer", "description": "1 when the command was changed or held"},
-        "latency_ms": {"type": "number", "description": "robot state -> safe command received (ms)"},
+        "latency_ms": {"type": "number", "description": "robot state stamp -> safe command sent (its DDS publish "
+                                                        "time), ms"},
         "policy_version": {"type": "string"}, "reward": {"type": "number"},
         "terminated": {"type": "boolean"}, "truncated": {"type": "boolean"}, "after_end": {"type": "boolean"},
     },
