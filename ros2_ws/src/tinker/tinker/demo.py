@@ -259,4 +259,4 @@ def run_demo(cfg: DemoConfig, progress: Progress = print) -> dict:
             if monitor is not None:
                 monitor.close()
             learner.stop()
-    return write_report(report, monitor.interventions, out, progress)
+    return write_report(report, run.monitor.interventions, out, progress)
