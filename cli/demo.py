@@ -14,8 +14,10 @@ what runs (about 5 minutes on 2 CPUs):
   dynamics variant that differs from training; episodes before, during and after online fine-tuning;
   improved policies are hot-reloaded by the policy node only after the learner's simulation gate.
 
-output (in --out): report.md, report.json, demo.png (success and latency over time), trace/ (per-node
-spans: python -m tinker_core.tracer --latency_breakdown OUT/trace/*.jsonl), nodes/*.log, learner.log.
+output (in --out): report.md, report.json, demo.png (success per episode with the policy versions, the
+SafetyWrapper's interventions per second by kind, the cycle latency histogram: the figure tinker eval and
+the live view draw too), trace/ (per-node spans: python -m tinker_core.tracer --latency_breakdown
+OUT/trace/*.jsonl), nodes/*.log, learner.log.
 
 examples:
   tinker demo

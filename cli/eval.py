@@ -24,6 +24,12 @@ examples:
   tinker eval --dynamics sim/config/dynamics/heavy_arm.yaml --episodes 100
   tinker eval runs/reach/bundle --env tinker/ArmReach-v0 --json | tail -1 | jq .success_rate
   tinker eval --env tinker/ArmSort-v0 --episodes 100 --json | tail -1 | jq .objects_sorted_rate
+  tinker eval --episodes 20 --plot runs/eval/nominal.png
+
+the figure (--plot, default runs/eval/eval.png; its path is printed and is "plot" in --json): success and
+return per episode with the policy version, the SafetyWrapper's interventions per episode (clipped,
+rate-limited, workspace, held, e-stop), and a histogram of the time per step of policy inference plus the
+SafetyWrapper, measured in process (the physics step is not counted). The demo's report draws the same.
 """
 
 
@@ -43,6 +49,8 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=1000, help="first episode seed (default 1000, apart from training)")
     p.add_argument("--no-safety", action="store_true", help="evaluate without the SafetyWrapper (not recommended)")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
+    p.add_argument("--plot", default="runs/eval/eval.png", metavar="PNG",
+                   help="where to write the figure (default runs/eval/eval.png; '' for none)")
     p.set_defaults(func=run)
 
 
@@ -116,18 +124,22 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     import numpy as np
     from tqdm import tqdm
 
+    from tinker_cli._eval_figure import SafetyMarks, instrument, write_figure
     from tinker_core.evaluate import evaluate
 
     bar = tqdm(total=args.episodes, desc="eval", unit="ep", disable=args.json)
     wins = [0]
+    timed, timer, guard = instrument(env, policy)
+    marks = SafetyMarks(guard if safety else None)
 
     def on_episode(i: int, row: dict) -> None:
+        marks.episode_end(i)
         wins[0] += row["success"]
         bar.update(1)
         bar.set_postfix(success=f"{wins[0]}/{i + 1}", ret=f"{row['return']:.1f}")
 
     try:
-        res = evaluate(env, policy, args.episodes, seed=args.seed, control_period=period, on_episode=on_episode)
+        res = evaluate(env, timed, args.episodes, seed=args.seed, control_period=period, on_episode=on_episode)
     finally:
         bar.close()
         env.close()
@@ -135,10 +147,18 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     rets = [r["return"] for r in res.per_episode]
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
              std_return=float(np.std(rets)))
+    if args.plot:
+        d.update(write_figure(args.plot, res.per_episode, timer, marks, env_id=env_id, version=version,
+                              name="/".join(Path(name).parts[-2:]) or name,
+                              dynamics=Path(args.dynamics).stem if args.dynamics else "nominal"))
     if args.json:
         print(json.dumps(d))
     else:
         print(f"{env_id} | policy {name} (v{version}) | dynamics {args.dynamics or 'nominal'}"
               + ("" if safety else " | no SafetyWrapper"))
         print(res.format() + f"; return std {d['std_return']:.2f}")
+        if "plot" in d:
+            print(f"figure: {d['plot']} (policy + SafetyWrapper per step p50 {d['step_ms_p50']:.3f} ms, "
+                  f"p99 {d['step_ms_p99']:.3f} ms)" if safety else
+                  f"figure: {d['plot']} (policy per step p50 {d['step_ms_p50']:.3f} ms, p99 {d['step_ms_p99']:.3f} ms)")
     return 0

@@ -43,7 +43,7 @@ def wait_http(url: str, timeout: float) -> bytes:
             time.sleep(0.5)
 
 
-def capture(page_url: str, out: Path, seconds: float, size: str = "1300,820") -> None:
+def capture(page_url: str, out: Path, seconds: float, size: str = "1300,1000") -> None:
     """Open ``page_url`` in headless Chromium, wait ``seconds``, write a PNG of the window to ``out``."""
     from websockets.sync.client import connect
 

@@ -40,3 +40,18 @@ def test_eval_refuses_a_missing_bundle(tmp_path):
     p = tinker("eval", str(tmp_path / "nope"), "--episodes", "1")
     assert p.returncode == 2
     assert "nope" in p.stderr
+
+
+def test_eval_writes_its_figure_from_what_it_measured(tmp_path):
+    png = tmp_path / "figs" / "eval.png"
+    p = tinker("eval", "--dynamics", "sim/config/dynamics/heavy_arm.yaml", "--episodes", "3", "--json", "--plot", str(png))
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(p.stdout.strip().splitlines()[-1])
+    assert d["plot"] == str(png) and png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 20_000
+    fig = d["figure"]
+    # one timing per step (policy + SafetyWrapper), one point per episode, and the interventions drawn per
+    # episode add up to the SafetyWrapper's own counters at the end
+    assert fig["steps_timed"] == fig["steps"] > 0 and fig["episodes_drawn"] == d["episodes"] == 3
+    assert fig["interventions_drawn"] == fig["safety_counters"]
+    assert sum(fig["safety_counters"].values()) >= 1  # the heavy arm's commands get rate-limited
+    assert 0 < d["step_ms_p50"] <= d["step_ms_p99"]

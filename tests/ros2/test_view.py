@@ -26,8 +26,10 @@ import numpy as np
 import pytest
 
 NS = "robot1"
+FIGURES = {"/tinker/episodes", "/tinker/latency_hist", "/tinker/interventions"}
+"""the report's figures, live (`tinker.live_figures`)"""
 TOPICS = {"/tf", "/joint_states", "/command", "/camera/image", "/tinker/cycle", "/tinker/arm", "/tinker/learner",
-          "/diagnostics", "/robot_description"}
+          "/diagnostics", "/robot_description"} | FIGURES
 JOINTS = [f"lbr_iiwa_joint_{i}" for i in range(1, 8)]
 STATUSES = {"passed", "clipped", "rate_limited", "held", "estopped"}
 
@@ -161,7 +163,10 @@ def test_a_foxglove_client_receives_every_channel_with_sensible_content(g):
         assert schemas["/joint_states"] == schemas["/command"] == "foxglove.JointStates"
         assert schemas["/camera/image"] == "foxglove.RawImage" and schemas["/tf"] == "foxglove.FrameTransforms"
         c.subscribe(TOPICS)
-        got = c.collect(30.0, until=lambda o: len(o.get("/tinker/cycle", [])) >= 30 and TOPICS <= set(o))
+        # until the figures have seen two episodes end (25 cycles of 0.1 s each) and the histogram came twice
+        got = c.collect(40.0, until=lambda o: len(o.get("/tinker/cycle", [])) >= 30 and TOPICS <= set(o)
+                        and o["/tinker/episodes"][-1]["total"] >= 2 and len(o["/tinker/latency_hist"]) >= 2
+                        and len(o["/tinker/interventions"]) >= 3)
     finally:
         c.close()
     assert TOPICS <= set(got), sorted(TOPICS - set(got))
@@ -190,6 +195,49 @@ def test_a_foxglove_client_receives_every_channel_with_sensible_content(g):
     names = {s["name"] for d in got["/diagnostics"] for s in d["status"]}
     assert f"/{NS}/policy" in names or f"/{NS}/safety" in names, names
     assert any(k.startswith("policy.model_version") for k in got["/tinker/learner"][-1]), got["/tinker/learner"][-1]
+    _assert_figures(got)
+
+
+def _assert_figures(got: dict) -> None:
+    """The report's three figures, live: the same series `tinker_core.report_plots` draws after a run."""
+    from tinker.wire import safety_counters
+    from tinker_core.report_data import INTERVENTION_KINDS, LATENCY_EDGES_MS, safety_counts
+
+    last = got["/tinker/episodes"][-1]
+    eps = last["episodes"]
+    assert last["total"] >= 2 and len(eps) == min(last["total"], 200)
+    assert [e["index"] for e in eps] == list(range(eps[0]["index"], eps[0]["index"] + len(eps)))
+    assert all(isinstance(e["success"], bool) and e["policy_version"] == "1" for e in eps), eps
+    assert last["total"] > 200 or last["successes"] == sum(e["success"] for e in eps)
+    assert all(e["t_s"] >= 0 for e in eps) and [e["t_s"] for e in eps] == sorted(e["t_s"] for e in eps)
+
+    hists = got["/tinker/latency_hist"]
+    h = hists[-1]
+    assert h["edges_ms"] == LATENCY_EDGES_MS.tolist() and len(h["counts"]) == len(h["edges_ms"]) - 1
+    assert h["total"] == sum(h["counts"]) > hists[0]["total"] >= 0  # it grows while the loop runs
+    assert "robot state" in h["measures"] and "safe command" in h["measures"]
+    assert 0 < h["p50_ms"] <= h["p99_ms"] < 1000  # the loop's commands come within a second of their state
+    served = [r["latency_ms"] for r in got["/tinker/cycle"] if r["latency_ms"] is not None]
+    assert min(served) <= h["p99_ms"]
+    # a live histogram keeps no values: its percentiles are the upper edges of the bins that hold them
+    assert {h["p50_ms"], h["p99_ms"]} <= set(LATENCY_EDGES_MS[1:][np.array(h["counts"]) > 0].tolist())
+
+    rows = got["/tinker/interventions"]
+    for r in rows:  # per heartbeat of the safety node, in time order, adding up to its totals
+        assert r["kinds"] == list(INTERVENTION_KINDS) and r["labels"] == sorted(r["labels"])
+        assert all(len(r["per_interval"][k]) == len(r["labels"]) and min(r["per_interval"][k], default=0) >= 0
+                   for k in INTERVENTION_KINDS)
+        if len(r["labels"]) < 200:  # all intervals still in the message
+            assert {k: sum(r["per_interval"][k]) for k in INTERVENTION_KINDS} == r["totals"], r
+    assert len(rows) >= 2 and len(rows[-1]["labels"]) >= 2
+    for a, b in zip(rows, rows[1:]):  # counters only grow
+        assert all(a["totals"][k] <= b["totals"][k] for k in INTERVENTION_KINDS), (a["totals"], b["totals"])
+    # the totals are the SafetyWrapper's counters as the safety node reported them on /diagnostics (each message
+    # goes out just before the heartbeat it came from; a client that lags may miss a message now and then)
+    reported = [safety_counts(safety_counters(s["values"])) for d in got["/diagnostics"] for s in d["status"]
+                if s["name"] == f"/{NS}/safety" and "interventions.calls" in s["values"]]
+    assert sum(r["totals"] in reported for r in rows) >= len(rows) // 2, ([r["totals"] for r in rows], reported)
+    assert sum(rows[-1]["totals"].values()) > 0  # the test bundle's policy gets rate-limited
 
 
 def test_the_browser_page_is_served_and_points_at_the_websocket(g):

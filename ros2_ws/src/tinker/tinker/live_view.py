@@ -18,6 +18,9 @@ topic                      schema                         what
 ``/tinker/learner``        JSON                           the learner as /diagnostics reports it: policy
                                                           version, bundles, updates, gate results
 ``/diagnostics``           JSON                           every node's DiagnosticStatus
+``/tinker/episodes``,      JSON (`tinker.live_figures`)   the report's figures, live: success per episode
+``/tinker/latency_hist``,                                 with policy version, the latency histogram, the
+``/tinker/interventions``                                 SafetyWrapper's interventions per episode by kind
 =========================  =============================  ===================================================
 
 Each call logs at once (the SDK serialises and sends from its own Rust thread); with no client
@@ -32,7 +35,9 @@ import time
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from tinker.live_figures import LiveFigures
 from tinker.robot_model import RobotModel
+from tinker.wire import safety_counters
 
 CYCLE_SCHEMA = {
     "type": "object",
@@ -42,7 +47,8 @@ CYCLE_SCHEMA = {
                                                     "held, estopped (no_command: none seen for this state)"},
         "why": {"type": "string", "description": "the SafetyWrapper's reason when it intervened"},
         "intervened": {"type": "integer", "description": "1 when the command was changed or held"},
-        "latency_ms": {"type": "number", "description": "robot state -> safe command received (ms)"},
+        "latency_ms": {"type": "number", "description": "robot state stamp -> safe command sent (its DDS publish "
+                                                        "time), ms"},
         "policy_version": {"type": "string"}, "reward": {"type": "number"},
         "terminated": {"type": "boolean"}, "truncated": {"type": "boolean"}, "after_end": {"type": "boolean"},
     },
@@ -80,6 +86,7 @@ class LiveView:
         self.learner = foxglove.Channel("/tinker/learner", schema={"type": "object"}, **ch)
         self.diag = foxglove.Channel("/diagnostics", schema={"type": "object"}, **ch)
         self.robot = foxglove.Channel("/robot_description", schema={"type": "object"}, **ch)
+        self.figures = LiveFigures(self.ctx)
         self.server = foxglove.start_server(name=name, host=host, port=port, context=self.ctx,
                                             asset_handler=self._asset)
         self.port = self.server.port
@@ -152,12 +159,15 @@ class LiveView:
         the command's publish time ``command_ns`` (latency = command_ns - state_stamp_ns), and the task's
         reward and episode end where known."""
         status = status or "no_command"  # no safe command for this state reached the view
+        latency = round((command_ns - state_stamp_ns) / 1e6, 3) if command_ns and state_stamp_ns else None
+        log_time = command_ns or state_stamp_ns or None
         self.cycle_ch.log({
             "cycle": int(cycle), "episode": episode, "status": status, "why": why,
-            "intervened": int(status not in ("passed", "no_command")),
-            "latency_ms": round((command_ns - state_stamp_ns) / 1e6, 3) if command_ns and state_stamp_ns else None,
+            "intervened": int(status not in ("passed", "no_command")), "latency_ms": latency,
             "policy_version": str(policy_version), "reward": reward, "terminated": bool(terminated),
-            "truncated": bool(truncated), "after_end": bool(after_end)}, log_time=command_ns or state_stamp_ns or None)
+            "truncated": bool(truncated), "after_end": bool(after_end)}, log_time=log_time)
+        self.figures.cycle(latency, str(policy_version), episode, bool(terminated), bool(terminated or truncated),
+                           log_time)
         self.counts["cycle"] += 1
 
     def cycle_record(self, rec: Mapping) -> None:
@@ -171,6 +181,8 @@ class LiveView:
         rows = []
         for name, level, message, values in statuses:
             rows.append({"name": name, "level": int(level), "message": message, "values": dict(values)})
+            if name.endswith("/safety") and any(k.startswith("interventions.") for k in values):
+                self.figures.safety(safety_counters(values), stamp_ns)
             with self._learner_lock:
                 for k, v in values.items():
                     if k in LEARNER_KEYS:

@@ -256,3 +256,31 @@ class JointMap:
         if not (np.isfinite(q).all() and np.isfinite(qd).all()):
             raise ValidationError(f"{self.where}.position", "finite values", "NaN/inf")
         return q, qd
+
+
+def safety_counters(values: Mapping[str, str]) -> dict[str, object]:
+    """The SafetyWrapper's counters from the safety node's /diagnostics values (``interventions.<name>``),
+    as numbers; the e-stops per cause (``interventions.estops``, a printed mapping, or one
+    ``interventions.estops.<cause>`` key each) as a mapping. Unreadable values count 0."""
+    import ast
+
+    out: dict[str, object] = {}
+    estops: dict[str, int] = {}
+    for k, v in values.items():
+        if not k.startswith("interventions."):
+            continue
+        name = k.split(".", 1)[1]
+        if name.startswith("estops"):
+            cause = name.partition(".")[2]
+            try:
+                parsed = ast.literal_eval(v) if isinstance(v, str) else v
+            except (ValueError, SyntaxError):
+                parsed = 0
+            if isinstance(parsed, Mapping):
+                estops.update({str(c): int(n) for c, n in parsed.items() if isinstance(n, (int, float))})
+            elif isinstance(parsed, (int, float)):
+                estops[cause or "any"] = int(parsed)
+            continue
+        out[name] = int(v) if str(v).lstrip("-").isdigit() else 0
+    out["estops"] = estops
+    return out

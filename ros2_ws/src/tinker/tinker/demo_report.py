@@ -1,0 +1,121 @@
+"""The demo's report: what the run measured, as ``report.json``, ``report.md`` and the figure ``demo.png``.
+
+Every number comes from the run: episodes from the robot's ``task`` topic (`tinker.demo_monitor.Monitor`),
+latency from the nodes' trace spans, counters from their /diagnostics. The figure is
+`tinker_core.report_plots.draw_report`, the same one ``tinker eval`` writes and the live view draws.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tinker_core.evaluate import wilson_interval
+from tinker_core.report_data import EpisodeSeries, LatencyHistogram, ReportFigureData
+from tinker_core.report_plots import draw_report
+
+PHASES = {"warmup": "warm-up", "before": "before fine-tuning", "finetune": "fine-tuning",
+          "publish": "final gate", "after": "after fine-tuning"}
+"""The monitor's phases, in time order (the figure's legend and shading)."""
+E2E_MEASURES = "cycle latency: state published -> safe command received by the robot, 4 DDS hops (ms)"
+
+
+def latency_from_traces(trace_dir: Path) -> dict:
+    """End-to-end cycle latency (state publish → safe command at the robot) from the nodes' spans."""
+    from tinker_core.tracer import read_trace
+
+    files = sorted(trace_dir.glob("*.jsonl"))
+    events = read_trace(files) if files else []
+    e2e = sorted((e["start_ns"], e["dur_ns"] / 1e6) for e in events if e["module"] == "loop_e2e")
+    if not e2e:
+        return {"cycles": 0, "e2e_p50_ms": None, "e2e_p99_ms": None, "e2e_max_ms": None, "series": []}
+    lat = np.array([d for _, d in e2e])
+    t0 = e2e[0][0]
+    return {"cycles": len(e2e), "e2e_p50_ms": float(np.percentile(lat, 50)),
+            "e2e_p99_ms": float(np.percentile(lat, 99)), "e2e_max_ms": float(lat.max()),
+            "series": [((s - t0) / 1e9, d) for s, d in e2e]}
+
+
+def phase_summary(episodes: list[dict], phase: str) -> dict:
+    rows = [e for e in episodes if e["phase"] == phase]
+    k, n = sum(e["success"] for e in rows), len(rows)
+    lo, hi = wilson_interval(k, n)
+    versions = sorted({e["policy_version"] for e in rows})
+    tts = [e["time_to_success_s"] for e in rows if e.get("time_to_success_s") is not None]
+    return {"episodes": n, "successes": k, "success_rate": k / n if n else 0.0, "ci_low": lo, "ci_high": hi,
+            "mean_time_to_success_s": float(np.mean(tts)) if tts else None, "policy_versions": versions}
+
+
+def figure_data(report: dict, interventions: Any, latencies_ms: list[float]) -> ReportFigureData:
+    """The figure's data from the report's episodes, the monitor's `InterventionSeries` and the traces' latencies."""
+    episodes = EpisodeSeries()
+    for e in report["episodes"]:
+        episodes.add(e["success"], e["policy_version"], phase=e["phase"], episode=e["episode"], t_s=e.get("t_s"))
+    return ReportFigureData(
+        title=(f"tinker demo on {Path(report['dynamics']).stem}: success before {report['before']['success_rate'] * 100:.0f}% "
+               f"-> after {report['after']['success_rate'] * 100:.0f}%"),
+        episodes=episodes, latency=LatencyHistogram.of(latencies_ms, E2E_MEASURES), interventions=interventions,
+        interventions_label="time (s); a bar: commands per heartbeat of the safety node (1 s), from its counters",
+        interventions_over_time=True, deadline_ms=report["control_period"] * 1000.0, phases=PHASES)
+
+
+def format_report(r: dict) -> str:
+    b, a, lat = r["before"], r["after"], r["latency"]
+
+    def pct(x: float) -> str:
+        return f"{x * 100:.1f}%"
+
+    def tts(p: dict) -> str:
+        return "n/a" if p["mean_time_to_success_s"] is None else f"{p['mean_time_to_success_s']:.2f} s"
+
+    p50 = "n/a" if lat["e2e_p50_ms"] is None else f"{lat['e2e_p50_ms']:.2f} ms"
+    p99 = "n/a" if lat["e2e_p99_ms"] is None else f"{lat['e2e_p99_ms']:.2f} ms"
+    unsafe = {k: v for k, v in r.get("unsafe_states", {}).items() if v}
+    pub = r["learner"].get("published") or {}
+    g = pub.get("gate") if isinstance(pub, dict) else None
+    gate = "n/a" if not g else (f"{'passed' if g.get('passed') else 'refused'} (sim success {pct(g['success_rate'])}, "
+                                f"{g.get('estops', 0)} e-stops, mean return {g['mean_return']:.2f})")
+    return "\n".join([
+        f"tinker demo — {r['env_id']} on dynamics {Path(r['dynamics']).stem} (training used randomized nominal)",
+        "",
+        "| | episodes | success | 95% CI | mean time to success | policy versions |",
+        "|---|---|---|---|---|---|",
+        f"| before fine-tuning | {b['episodes']} | {pct(b['success_rate'])} | {pct(b['ci_low'])}–{pct(b['ci_high'])} "
+        f"| {tts(b)} | {b['policy_versions']} |",
+        f"| during fine-tuning | {r['finetune']['episodes']} | {pct(r['finetune']['success_rate'])} | "
+        f"{pct(r['finetune']['ci_low'])}–{pct(r['finetune']['ci_high'])} | {tts(r['finetune'])} "
+        f"| {r['finetune']['policy_versions']} |",
+        f"| after fine-tuning | {a['episodes']} | {pct(a['success_rate'])} | {pct(a['ci_low'])}–{pct(a['ci_high'])} "
+        f"| {tts(a)} | {a['policy_versions']} |",
+        "",
+        f"cycle latency (state publish → safe command at the robot): p50 {p50}, p99 {p99} over {lat['cycles']} cycles",
+        f"deadline misses: {r['deadline_misses']}",
+        f"safety: {sum(unsafe.values())} unsafe states reached by the robot{' ' + str(unsafe) if unsafe else ''}; "
+        f"{r['safety_interventions']} commands adjusted by the SafetyWrapper (clipped, rate-limited, held); "
+        f"e-stops: {', '.join(r['estops']) or 'none'}",
+        f"learner: {r['learner'].get('updates', 0)} updates on {r['learner'].get('ingested_total', 0)} live transitions, "
+        f"{r['learner'].get('version') or 0} gated versions published; newest gate: {gate}; "
+        f"policy node reloads: {r['policy_reloads']}",
+        f"transitions sent by the bridge: {r['bridge'].get('sent', '0')}, dropped: {r['bridge'].get('dropped', '0')}",
+    ] + ([f"figure: {Path(r['plot']).name} (success per episode with the policy versions, the SafetyWrapper's "
+          "interventions per second, the cycle latency histogram)"] if r.get("plot") else []))
+
+
+def write_report(report: dict, interventions: Any, out: Path, progress: Callable[[str], None] = print) -> dict:
+    """Draw the figure, then write ``report.json`` and ``report.md`` (both name the figure) into ``out``."""
+    series = report["latency"].pop("series", [])
+    drawn = draw_report(figure_data(report, interventions, [d for _, d in series]), out / "demo.png")
+    report["plot"] = drawn["path"]
+    report["figure"] = {"path": drawn["path"], "latency_histogram": drawn["latency"],
+                        "interventions_per_heartbeat": drawn["interventions"],
+                        "version_changes": drawn["success"].get("version_changes", [])}
+    (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+    text = format_report(report)
+    (out / "report.md").write_text(text + f"\n\n![demo]({Path(drawn['path']).name})\n")
+    progress("")
+    progress(text)
+    progress(f"\nreport: {out / 'report.md'}, {out / 'report.json'}; figure: {drawn['path']}")
+    return report
