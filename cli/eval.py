@@ -94,14 +94,13 @@ def _gym_env(args: argparse.Namespace, env_id: str, recorded: dict) -> Any:
 
 def _run_checkpoint(args: argparse.Namespace) -> int:
     """A training checkpoint (``runs/X/final``): its deterministic policy on the env it records."""
+    import tinker_sim  # noqa: F401  (registers the tinker/ ids a checkpoint may record; the CLI is the composition root)
     from tinker_core.algos import load_algorithm
 
     algo = load_algorithm(args.policy, device="cpu")
     if args.env and args.env != algo.env_id:
         from tinker_core.envs import EnvConfig
 
-        if args.env.startswith("tinker/"):
-            import tinker_sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
         env = EnvConfig(args.env).make()
     elif algo.vec_env is not None:
         env = algo.env_config.make() if algo.env_config is not None else algo.vec_env.envs[0]

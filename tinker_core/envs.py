@@ -131,7 +131,7 @@ class EnvConfig:
     def _not_found(self, e: Exception) -> str:
         msg = f"env: cannot make {self.id!r} ({e})"
         if self.id.startswith("tinker/"):
-            return msg + "; tinker/ ids are registered by importing sim: add env_import: [sim]"
+            return msg + "; tinker/ ids are registered by importing tinker_sim: add env_import: [tinker_sim]"
         if ":" not in self.id:
             return (msg + "; if a package registers it, name the package: env_import: [package], or write "
                     "the id as 'package:" + self.id + "'")
