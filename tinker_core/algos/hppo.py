@@ -66,6 +66,8 @@ class HPPO(Algorithm):
         self.tracker = OptionTracker(self.config.n_envs, self.config.gamma)
         self._eval_tracker: OptionTracker | None = None
         self.option_counts = np.zeros(self.k, np.int64)
+        self.last_decisions: list[list[Decision]] = []
+        """the high-level transitions completed in the last rollout, per env in time order (for inspection)"""
 
     # -- networks -----------------------------------------------------------------------------------
     def _build_networks(self) -> None:
@@ -229,6 +231,7 @@ class HPPO(Algorithm):
                         tr.finish(i, nxt[i], bool(term[i]), bool(done[i]))
                 self._last_obs = new_obs
         decisions = tr.take()
+        self.last_decisions = decisions
         m: dict[str, Any] = {}
         self.train(True)
         with backward_in_caller_thread():
