@@ -110,7 +110,7 @@ def plot(runs: list[dict], path) -> None:
     ax1.set_ylabel("curriculum: objects per episode")
     ax1.set_ylim(0.5, 6.5)
     ax1.legend(loc="upper left")
-    ax2.set_ylabel("training success (last 50 episodes,\nat the current stage)")
+    ax2.set_ylabel("training success\n(last 50 training episodes)")
     ax2.set_xlabel("env steps")
     ax2.set_ylim(-0.02, 1.1)
     ax1.set_title("tinker/PlanarSort-v0: hierarchical vs flat at equal env steps (one line per seed;\n"
@@ -123,7 +123,15 @@ def plot(runs: list[dict], path) -> None:
 def main() -> None:
     ap = arg_parser(__doc__.splitlines()[0])
     ap.add_argument("--no-sac", action="store_true", help="leave SAC out (the slowest run)")
+    ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from the existing result file, run nothing")
     args = ap.parse_args()
+    if args.plot_only:
+        import json
+
+        png = result_path("hierarchy", True, ".png") if args.quick else ROOT / "docs" / "hierarchy" / "curve.png"
+        plot(json.loads(result_path("hierarchy", args.quick).read_text())["runs"], png)
+        print(f"redrew {png}")
+        return
     steps = 20_000 if args.quick else 300_000
     seeds = [0] if args.quick else [0, 1, 2]
     eval_episodes = 5 if args.quick else 20

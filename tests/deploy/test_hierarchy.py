@@ -66,3 +66,15 @@ def test_single_graph_export_is_refused_with_a_pointer():
     algo = HPPO(ENV, HPPOConfig(skills=["planar_sort"], n_steps=32, net_arch=[16], batch_size=32))
     with pytest.raises(Exception, match="deployable_levels"):
         algo.deployable_parts()
+
+
+def test_tinker_export_writes_every_level_of_an_hppo_checkpoint(tmp_path, capsys):
+    from tinker_cli import main
+
+    algo = HPPO(ENV, HPPOConfig(num_options=2, termination="learned", n_steps=32, net_arch=[16], batch_size=32))
+    algo.save(tmp_path / "ck")
+    assert main(["export", str(tmp_path / "ck"), "-o", str(tmp_path / "out.onnx"), "--record-steps", "64"]) == 0
+    assert "recorded 64 observations" in capsys.readouterr().out
+    policy = HierarchicalOnnxPolicy(tmp_path / "out")
+    assert policy.termination is not None and policy.k == 2
+    assert policy(np.zeros(policy.input_spec.shape, np.float32)).shape == (3,)
