@@ -6,7 +6,7 @@ torch-vs-onnxruntime parity, written by `tinker_deploy.export.export_bundle`) an
 
 | level | input | output |
 |---|---|---|
-| ``high/`` | obs | option index (int64) |
+| ``high/`` | obs | [option index] (int64) |
 | ``low/`` | obs ⊕ one_hot(option) | env action |
 | ``termination/`` (learned termination only) | obs ⊕ one_hot(option) | [beta] |
 
@@ -161,7 +161,7 @@ class HierarchicalOnnxPolicy(ModuleBase):
             if ends:
                 self.option = None
         if self.option is None:
-            self.option = int(np.asarray(self.high(obs)).reshape(()))
+            self.option = int(np.asarray(self.high(obs)).reshape(-1)[0])
             self.age = 0
             self.high_calls += 1
         action = self.low(self._aug(obs))

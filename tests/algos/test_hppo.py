@@ -170,14 +170,14 @@ def test_tinker_train_runs_hppo_with_the_curriculum(tmp_path):
 
 # -- learning ---------------------------------------------------------------------------------------
 def test_tiny_training_beats_random_option_choices():
-    """Scripted skills, one object: 6000 env steps train the high level to pick reach-then-carry.
-    Measured (seeds 0-4, 20 eval episodes): untrained (near-uniform choices) success 0.00-0.15, trained 0.85-1.00;
-    the bound 0.5 leaves room on both sides."""
-    algo = HPPO(ENV, tiny(skills=["planar_sort"], seed=0, n_steps=128, n_envs=4, n_epochs=4),
-                env_kwargs={"num_objects": 1})
+    """Scripted skills, one object: 12288 env steps train the high level to pick reach-then-carry.
+    Measured with this config (seeds 0-4, 20 eval episodes each): untrained (near-uniform sampled choices) success
+    0.00-0.15, trained (deterministic) 0.95-1.00; at 8192 steps it was 0.45-1.00. Bounds: <= 0.35 before, >= 0.6 after."""
+    algo = HPPO(ENV, tiny(skills=["planar_sort"], seed=0, n_steps=128, n_envs=4, n_epochs=10, net_arch=[64, 64],
+                          learning_rate=1e-3), env_kwargs={"num_objects": 1})
     env = gym.make(ENV, num_objects=1)
     before = evaluate(env, algo.policy, 20, seed=100).success_rate
-    algo.learn(6000, progress=False)
+    algo.learn(12288, progress=False)
     algo.policy.deterministic = True
     after = evaluate(env, algo.policy, 20, seed=100).success_rate
-    assert before <= 0.3 and after >= 0.5, (before, after)
+    assert before <= 0.35 and after >= 0.6, (before, after)

@@ -46,8 +46,8 @@ def test_onnx_levels_act_like_the_torch_policy(tmp_path, cfg):
             obs, _, te, tr, _ = env.step(a_torch)
             if te or tr:
                 break
-    assert 0 < onnx_policy.high_calls < onnx_policy.calls  # the high level runs at a lower rate
-    if "termination" not in cfg:
+    assert onnx_policy.high_calls >= 2
+    if "termination" not in cfg:  # max duration 4: the high level runs at most every 4th cycle (plus episode starts)
         assert onnx_policy.high_calls <= -(-onnx_policy.calls // 4) + 2
 
 

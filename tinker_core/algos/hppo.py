@@ -365,7 +365,7 @@ class HPPO(Algorithm):
                         "levels with deployable_levels() (tinker export does)")
 
     def deployable_levels(self) -> dict[str, tuple[nn.Module, Spec, Spec]]:
-        """Each level as (CPU module in eval mode, input spec, output spec): ``high`` obs -> option index;
+        """Each level as (CPU module in eval mode, input spec, output spec): ``high`` obs -> [option index];
         ``low`` ``obs ⊕ one_hot(option)`` -> env action; with learned termination, ``termination``
         ``obs ⊕ one_hot(option)`` -> [beta]. No data-dependent control flow (ONNX-exportable)."""
         import copy
@@ -380,7 +380,7 @@ class HPPO(Algorithm):
             low = LearnedLowHead(self.options, None if self.discrete else self.act_low,  # type: ignore[arg-type]
                                  None if self.discrete else self.act_high, getattr(self, "action_offset", 0))
         levels: dict[str, tuple[nn.Module, Spec, Spec]] = {
-            "high": (high, obs_spec, Spec((), "int64", 0, k - 1)),
+            "high": (high, obs_spec, Spec((1,), "int64", 0, k - 1)),
             "low": (low, aug, self.action_spec),
         }
         if self.beta is not None:

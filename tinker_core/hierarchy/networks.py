@@ -84,14 +84,14 @@ class Termination(nn.Module):
 
 # -- deployed heads -----------------------------------------------------------------------------------
 class HighArgmax(nn.Module):
-    """Deployed high level: obs -> the option index (int64), the most probable one."""
+    """Deployed high level: obs -> [option index] (int64, shape (1,)), the most probable option."""
 
     def __init__(self, high: HighLevel):
         super().__init__()
         self.logits = high.pi.logits
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        return torch.argmax(self.logits(obs), dim=-1)
+        return torch.argmax(self.logits(obs), dim=-1, keepdim=True)
 
 
 class LearnedLowHead(nn.Module):
