@@ -78,3 +78,7 @@ def test_tinker_export_writes_every_level_of_an_hppo_checkpoint(tmp_path, capsys
     policy = HierarchicalOnnxPolicy(tmp_path / "out")
     assert policy.termination is not None and policy.k == 2
     assert policy(np.zeros(policy.input_spec.shape, np.float32)).shape == (3,)
+    capsys.readouterr()
+    assert main(["eval", str(tmp_path / "out"), "--episodes", "2", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["env"] == ENV and result["episodes"] == 2 and result["safety"] is False
