@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if args.policy and not (Path(args.policy) / "manifest.json").is_file() and (Path(args.policy) / "meta.json").is_file():
         return _run_checkpoint(args)
     if args.policy:
-        from tinker_deploy.hierarchy import is_hierarchy
+        from tinker_deploy.hierarchy_runtime import is_hierarchy
 
         if is_hierarchy(args.policy):
             return _run_hierarchy(args)
@@ -126,7 +126,7 @@ def _run_hierarchy(args: argparse.Namespace) -> int:
     Only tasks without an arm for now: the SafetyWrapper's sim composition reads one bundle's arm terms."""
     from tinker_core.envs import EnvConfig
     from tinker_core.errors import ConfigError
-    from tinker_deploy.hierarchy import HierarchicalOnnxPolicy
+    from tinker_deploy.hierarchy_runtime import HierarchicalOnnxPolicy
 
     policy = HierarchicalOnnxPolicy(args.policy)
     recorded = policy.low.manifest.env or ({"id": policy.low.manifest.env_id} if policy.low.manifest.env_id else {})

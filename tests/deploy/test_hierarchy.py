@@ -12,7 +12,8 @@ import pytest
 import tinker_sim  # noqa: F401  (registers tinker/PlanarSort-v0 and the planar_sort skills)
 from tinker_core.algos import HPPO, HPPOConfig
 from tinker_core.errors import BundleError
-from tinker_deploy.hierarchy import HierarchicalOnnxPolicy, export_hierarchy
+from tinker_deploy.hierarchy import export_hierarchy
+from tinker_deploy.hierarchy_runtime import HierarchicalOnnxPolicy
 
 ENV = "tinker/PlanarSort-v0"
 
@@ -82,3 +83,15 @@ def test_tinker_export_writes_every_level_of_an_hppo_checkpoint(tmp_path, capsys
     assert main(["eval", str(tmp_path / "out"), "--episodes", "2", "--json"]) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["env"] == ENV and result["episodes"] == 2 and result["safety"] is False
+
+
+def test_the_runtime_imports_without_torch():
+    """The edge install has no torch: the hierarchy's runtime must not pull it in (the exporter may)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tinker_deploy.hierarchy_runtime; "
+            "print([m for m in sys.modules if m.split('.')[0] in ('torch', 'onnx')])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
