@@ -27,7 +27,7 @@ examples:
 
 hierarchical policies (algo hppo): -o out/sorter writes out/sorter/ with one bundle per level
   (high/: obs -> option, low/: obs + one-hot option -> action, termination/ when learned) and
-  hierarchy.json; tinker_deploy.hierarchy.HierarchicalOnnxPolicy runs them (no --int8 yet).
+  hierarchy.json; tinker_deploy.hierarchy_runtime.HierarchicalOnnxPolicy runs them (no --int8 yet).
 """
 
 
