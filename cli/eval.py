@@ -25,6 +25,7 @@ examples:
   tinker eval runs/reach/bundle --env tinker/ArmReach-v0 --json | tail -1 | jq .success_rate
   tinker eval --env tinker/ArmSort-v0 --episodes 100 --json | tail -1 | jq .objects_sorted_rate
   tinker eval --episodes 20 --plot runs/eval/nominal.png
+  tinker eval sorter --episodes 50       an exported hierarchical policy (hierarchy.json), on its recorded env
 
 the figure (--plot, default runs/eval/eval.png; its path is printed and is "plot" in --json): success and
 return per episode with the policy version, the SafetyWrapper's interventions per episode (clipped,
@@ -63,6 +64,11 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     if args.policy and not (Path(args.policy) / "manifest.json").is_file() and (Path(args.policy) / "meta.json").is_file():
         return _run_checkpoint(args)
+    if args.policy:
+        from tinker_deploy.hierarchy_runtime import is_hierarchy
+
+        if is_hierarchy(args.policy):
+            return _run_hierarchy(args)
     bundle = args.policy or default_bundle(args.env or DEFAULT_ENV)
     policy = load_policy(bundle)
     recorded = policy.manifest.env or ({"id": policy.manifest.env_id} if policy.manifest.env_id else {})
@@ -114,8 +120,37 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
         raise ConfigError("--dynamics: evaluate a tinker/ sim policy as an exported bundle (tinker export), "
                           "which runs with the SafetyWrapper")
     env_id = args.env or algo.env_id or "?"
-    return _evaluate(args, env, lambda o: algo.predict(o, deterministic=True), str(args.policy), env_id,
+    policy = lambda o: algo.predict(o, deterministic=True)  # noqa: E731
+    if hasattr(algo.policy, "reset"):  # a policy with state between steps (HPPO's running option): reset per episode
+        algo.policy.deterministic = True
+        policy = algo.policy
+    return _evaluate(args, env, policy, str(args.policy), env_id,
                      float(getattr(env.unwrapped, "control_period", 1.0) or 1.0), False, version=algo.num_timesteps)
+
+
+def _run_hierarchy(args: argparse.Namespace) -> int:
+    """An exported hierarchical policy (``hierarchy.json``: tinker_deploy.hierarchy) on the env its levels record.
+    Only tasks without an arm for now: the SafetyWrapper's sim composition reads one bundle's arm terms."""
+    from tinker_core.envs import EnvConfig
+    from tinker_core.errors import ConfigError
+    from tinker_deploy.hierarchy_runtime import HierarchicalOnnxPolicy
+
+    policy = HierarchicalOnnxPolicy(args.policy)
+    recorded = policy.low.manifest.env or ({"id": policy.low.manifest.env_id} if policy.low.manifest.env_id else {})
+    env_id = args.env or recorded.get("id")
+    if not env_id:
+        raise ConfigError(f"{args.policy}: the hierarchy records no env; give --env")
+    if args.dynamics:
+        raise ConfigError("--dynamics: not available for hierarchical policies yet (the arm tasks' dynamics files)")
+    if env_id.startswith("tinker/Arm"):
+        raise ConfigError(f"--env {env_id}: hierarchical policies are not composed with the arm's SafetyWrapper in "
+                          "tinker eval yet; evaluate them on tasks without an arm (e.g. tinker/PlanarSort-v0)")
+    if env_id.startswith("tinker/"):
+        import tinker_sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
+    env = (EnvConfig.from_dict(recorded, "recorded env") if recorded.get("id") == env_id and "kwargs" in recorded
+           else EnvConfig(env_id)).make()
+    return _evaluate(args, env, policy, str(args.policy), env_id, float(getattr(env.unwrapped, "control_period", 1.0)
+                                                                          or 1.0), False, version=policy.low.version)
 
 
 def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id: str, period: float, safety: bool,

@@ -24,6 +24,10 @@ examples:
   tinker export runs/arm_reach/final -o policy.onnx
   tinker export runs/arm_reach/final -o bundles/v3.onnx --int8 --policy-version 3
   tinker deploy verify bundles/v3 && tinker deploy check-arm bundles/v3
+
+hierarchical policies (algo hppo): -o out/sorter writes out/sorter/ with one bundle per level
+  (high/: obs -> option, low/: obs + one-hot option -> action, termination/ when learned) and
+  hierarchy.json; tinker_deploy.hierarchy_runtime.HierarchicalOnnxPolicy runs them (no --int8 yet).
 """
 
 
@@ -61,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
     from tinker_deploy.export import export_bundle, record_observations
 
     algo = load_algorithm(args.checkpoint, device="cpu")
+    if hasattr(algo, "deployable_levels"):  # a hierarchical policy: one bundle per level
+        return _export_hierarchy(algo, args)
     meta = algo.export_metadata()
     parts = algo.deployable_parts()
     recorded = None
@@ -85,5 +91,40 @@ def run(args: argparse.Namespace) -> int:
                 env.close()
     out = export_bundle(parts, meta, args.output, recorded_obs=recorded, tolerance=args.tolerance,
                         policy_version=args.policy_version, quantize=args.int8)
+    print(f"exported {args.checkpoint} -> {out}")
+    return 0
+
+
+def _export_hierarchy(algo: Any, args: argparse.Namespace) -> int:
+    """Each level of a hierarchical policy (HPPO) as its own bundle, with hierarchy.json (tinker_deploy.hierarchy)."""
+    import numpy as np
+
+    from tinker_core.errors import ConfigError
+    from tinker_deploy.hierarchy import export_hierarchy
+
+    if args.int8:
+        raise ConfigError("--int8: not available for hierarchical policies yet (export without it)")
+    recorded = None
+    if args.recorded_obs:
+        recorded = np.load(args.recorded_obs)["obs"]
+    elif args.record_steps > 0 and algo.env_config is not None:
+        env = algo.env_config.make()
+        try:
+            obs, _ = env.reset(seed=0)
+            algo.policy.deterministic = True
+            algo.policy.reset()
+            rows = []
+            for _ in range(args.record_steps):
+                rows.append(np.asarray(obs, np.float32))
+                obs, _, te, tr, _ = env.step(algo.policy(obs))
+                if te or tr:
+                    obs, _ = env.reset()
+                    algo.policy.reset()
+            recorded = np.stack(rows)
+            print(f"recorded {args.record_steps} observations of the policy in {algo.env_id}")
+        finally:
+            env.close()
+    out = export_hierarchy(algo.deployable_levels(), algo.hierarchy_metadata(), algo.export_metadata(), args.output,
+                           recorded_obs=recorded, tolerance=args.tolerance, policy_version=args.policy_version)
     print(f"exported {args.checkpoint} -> {out}")
     return 0

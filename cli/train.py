@@ -1,4 +1,4 @@
-"""``tinker train``: train PPO, SAC, DQN or BC (imitation of an expert) on a gymnasium or tinker env."""
+"""``tinker train``: train PPO, SAC, DQN, IMPALA, hierarchical PPO (HPPO) or BC (imitation of an expert) on a gymnasium or tinker env."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ examples:
   tinker train --config configs/sac_arm_reach.yaml --out runs/arm_reach
   tinker train --resume runs/arm_reach/checkpoints/step_20000 --out runs/arm_reach
   tinker train --config configs/bc_arm_sort.yaml --out runs/arm_sort      (behaviour cloning + DAgger)
+  tinker train --config configs/hppo_planar_sort.yaml --out runs/sort  (hierarchical PPO, curriculum 1 -> 6 objects)
 
 The config YAML holds 'algo', 'env', 'env_kwargs', 'env_import', 'env_wrappers', 'total_timesteps'
 and a section named after the algorithm with its hyperparameters (see configs/), or 'rlzoo': an RL Zoo
@@ -39,12 +40,12 @@ controllers in sim/scripted.py). BC stops when its episode schedule is done; tot
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train", help="train a policy (PPO, SAC, DQN, IMPALA, BC) or several agents",
+    p = sub.add_parser("train", help="train a policy (PPO, SAC, DQN, IMPALA, HPPO, BC) or several agents",
                        description="Train a policy with PPO, SAC, DQN, IMPALA or BC (behaviour cloning + DAgger from "
                                    "an expert), or several agents from an agents file; log to TensorBoard; "
                                    "checkpoint; plot.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--algo", choices=["ppo", "sac", "dqn", "bc", "impala"], help="algorithm (default: from --config)")
+    p.add_argument("--algo", choices=["ppo", "sac", "dqn", "bc", "impala", "hppo"], help="algorithm (default: from --config)")
     p.add_argument("--env", help="gymnasium id, e.g. Pendulum-v1, tinker/ArmReach-v0, panda_gym:PandaReach-v3 or "
                                   "package.module:EnvClass (default: from --config)")
     p.add_argument("--config", help="YAML with algo, env, env_kwargs, env_import, env_wrappers, total_timesteps and "

@@ -20,7 +20,20 @@ GOAL_ENV_IDS: dict[str, dict[str, Any]] = {
 each is run through gymnasium's env checker in tests/algos/test_her.py"""
 
 
+PLANAR_ENV_IDS: dict[str, dict[str, Any]] = {
+    "tinker/PlanarSort-v0": {},
+}
+"""kinematic planar sorting (`tinker_sim.planar_sort.PlanarSortEnv`; it truncates its own episodes after
+``steps_per_object * num_objects`` steps); its scripted skills register as ``planar_sort/...``"""
+
+
 def register_all() -> None:
+    from tinker_sim.planar_sort_skills import register as register_skills
+
+    register_skills()
+    for env_id, spec in PLANAR_ENV_IDS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point="tinker_sim.planar_sort:PlanarSortEnv", **spec)
     for env_id, spec in ENV_IDS.items():
         if env_id in gym.registry:
             continue

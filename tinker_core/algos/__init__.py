@@ -1,4 +1,4 @@
-"""Learning algorithms as pipeline modules: PPO, SAC, DQN, IMPALA, and BC (behaviour cloning + DAgger).
+"""Learning algorithms as pipeline modules: PPO, SAC, DQN, IMPALA, hierarchical PPO (HPPO), and BC (behaviour cloning + DAgger).
 
 ``algo = SAC("Pendulum-v1", SACConfig(...)); algo.learn(20_000); algo.save("runs/x")``;
 ``load_algorithm("runs/x")`` restores it (weights, optimizers, replay, RNG, env state) so training
@@ -14,13 +14,14 @@ from tinker_core.algos.base import AlgoConfig, Algorithm, PolicyModule
 from tinker_core.algos.checkpointing import algorithm_from_meta
 from tinker_core.algos.bc import BC, BCConfig
 from tinker_core.algos.dqn import DQN, DQNConfig
+from tinker_core.algos.hppo import HPPO, HPPOConfig
 from tinker_core.algos.impala import IMPALA, IMPALAConfig
 from tinker_core.algos.ppo import PPO, PPOConfig
 from tinker_core.algos.sac import SAC, SACConfig
 from tinker_core.diagnostics import DivergenceError
 from tinker_core.training.checkpoint import read_checkpoint
 
-ALGOS: dict[str, type[Algorithm]] = {"ppo": PPO, "sac": SAC, "dqn": DQN, "bc": BC, "impala": IMPALA}
+ALGOS: dict[str, type[Algorithm]] = {"ppo": PPO, "sac": SAC, "dqn": DQN, "bc": BC, "impala": IMPALA, "hppo": HPPO}
 
 
 def load_algorithm(path: str | Path, env: Any = None, device: str | None = None) -> Algorithm:
@@ -36,4 +37,4 @@ def load_algorithm(path: str | Path, env: Any = None, device: str | None = None)
 
 
 __all__ = ["ALGOS", "AlgoConfig", "Algorithm", "PolicyModule", "PPO", "PPOConfig", "SAC", "SACConfig", "DQN",
-           "DQNConfig", "BC", "BCConfig", "IMPALA", "IMPALAConfig", "DivergenceError", "load_algorithm"]
+           "DQNConfig", "BC", "BCConfig", "IMPALA", "IMPALAConfig", "HPPO", "HPPOConfig", "DivergenceError", "load_algorithm"]
