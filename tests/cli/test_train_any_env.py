@@ -100,7 +100,7 @@ def test_env_errors_name_the_key_and_the_value(tmp_path, capsys):
     msg = str(e.value)
     assert msg.startswith("env: cannot make 'NoSuchEnv-v0'") and "env_import: [package]" in msg
     assert "tinker/" not in msg and "import sim" not in msg
-    assert "env_import: [sim]" in str(pytest.raises(ConfigError, EnvConfig("tinker/Nope-v0").make).value)
+    assert "env_import: [tinker_sim]" in str(pytest.raises(ConfigError, EnvConfig("tinker/Nope-v0").make).value)
     with pytest.raises(ConfigError, match=r"env_import\[1\]: cannot import module 'no_such_pkg'"):
         EnvConfig("Pendulum-v1", env_import=["gymnasium", "no_such_pkg"]).make()
     with pytest.raises(ConfigError, match=r"env_wrappers\[0\]: module 'gymnasium.wrappers' has no 'TimeLimitt'"):
