@@ -333,6 +333,53 @@ def test_deactivating_the_policy_holds_without_estop_and_activation_resumes_thro
     _check_robot_steps(g, ros2, since)
 
 
+def _first(g, node: str, since_ns: int, pred) -> dict[str, str] | None:
+    return next((d for d in _diags(g, node, since_ns) if pred(d)), None)
+
+
+def test_a_paused_then_killed_perception_is_error_in_its_dependents_and_clears_when_it_is_back(g, ros2):
+    """Issue 22, stale diagnostics: each node reports its inputs' ages (its own monotonic clock); a silent
+    input is ERROR naming the topic, published when the level changes (not at the next heartbeat), and OK
+    again when the peer is back. SIGSTOP of perception, then SIGKILL and a restart: the policy names
+    perception's output, safety (which hears the policy only) names the policy's output. "Within a second"
+    is the nodes' own account: the input's age (since its newest message, which came at most one period
+    before the stop) in the first ERROR that names it."""
+    features, target = f"/{NS}/perception/features", f"/{NS}/policy/joint_target"
+    names = lambda topic: lambda d: d["level"] == ERROR and topic in d["message"]  # noqa: E731
+    timeout = float(_diag(g, "policy")["input_timeout_s"])
+    assert timeout < 1.0, "the shipped input_timeout cannot show a stopped peer within a second"
+    since = time.time_ns()
+    os.kill(g.pid("perception"), signal.SIGSTOP)
+    try:
+        ros2.wait_until(lambda: _first(g, "policy", since, names(features)), 10, f"policy ERROR naming {features}")
+    finally:
+        os.kill(g.pid("perception"), signal.SIGCONT)
+    first = _first(g, "policy", since, names(features))
+    assert timeout < float(first[f"input_age_s.{features}"]) <= 1.0, first
+    back = time.time_ns()
+    ros2.wait_until(lambda: _first(g, "policy", back, lambda d: d["level"] == OK), 10, "policy OK once perception resumed")
+    assert _diag(g, "policy")[f"input_age_s.{features}"] != "never"
+
+    since = time.time_ns()
+    g.kill("perception", signal.SIGKILL)
+    g.procs["perception"].wait()
+    ros2.wait_until(lambda: _first(g, "policy", since, names(features)) and _first(g, "safety", since, names(target)),
+                    10, f"policy ERROR naming {features} and safety ERROR naming {target}")
+    for node, topic in (("policy", features), ("safety", target)):
+        first = _first(g, node, since, names(topic))
+        assert float(first[f"input_age_s.{topic}"]) <= 1.0, (node, first)
+        assert f"{topic}: last message" in first["message"], first["message"]
+    g.restart("perception")
+    back = time.time_ns()
+    ros2.wait_until(lambda: _first(g, "policy", back, lambda d: d["level"] == OK), 30, "policy OK after the restart")
+    ok, msg = g.call_trigger("safety/reset")  # the watchdog latched while no command came: only a reset clears it
+    assert ok, msg
+    reset = time.time_ns()
+    ros2.wait_until(lambda: _first(g, "safety", reset, lambda d: d["level"] == OK), 10, "safety OK after the reset")
+    _resumes(g, ros2, "perception's restart")
+    _check_robot_steps(g, ros2, since)
+
+
 def test_a_second_graph_with_the_same_names_started_without_tinker_bringup_refuses_to_run(g, ros2):
     """The twin's nodes are started as `ros2 launch`/`ros2 run` start them (the executable with
     --ros-args, no supervisor checking names): the nodes themselves refuse (exit 3)."""
