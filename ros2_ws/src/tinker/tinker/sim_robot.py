@@ -31,7 +31,7 @@ import time
 from array import array
 
 import numpy as np
-from rcl_interfaces.msg import IntegerRange, ParameterDescriptor, ParameterType, SetParametersResult
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType, SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -119,7 +119,7 @@ class SimRobotNode(NodeRuntime, Node):
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
     def _declare_parameters(self) -> None:
-        """Every parameter with a descriptor: read-only where a change needs a restart."""
+        """Every parameter with a descriptor (a number with its range): read-only where a change needs a restart."""
         S, I, B, D = (ParameterType.PARAMETER_STRING, ParameterType.PARAMETER_INTEGER, ParameterType.PARAMETER_BOOL,
                       ParameterType.PARAMETER_DOUBLE)
         fixed = " Fixed at start-up."
@@ -127,7 +127,9 @@ class SimRobotNode(NodeRuntime, Node):
         def p(name, default, kind, description, read_only=True, lo=None, hi=None):
             d = ParameterDescriptor(description=description + (fixed if read_only else ""), read_only=read_only,
                                     type=kind)
-            if lo is not None:
+            if lo is not None and kind == D:
+                d.floating_point_range = [FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)]
+            elif lo is not None:
                 d.integer_range = [IntegerRange(from_value=lo, to_value=hi, step=1)]
             self.declare_parameter(name, default, d)
 
@@ -135,8 +137,9 @@ class SimRobotNode(NodeRuntime, Node):
         p("dynamics", "", S, "A sim DynamicsParams YAML (domain randomization); '' = nominal.")
         p("camera", True, B, "Publish camera images.")
         p("image_size", 64, I, "Camera image width and height, px.", lo=8, hi=1024)
-        p("camera_rate_hz", 20.0, D, "Camera frames per s, rendered off the control path; 0 = every cycle, in line.")
-        p("seed", 0, I, "Seed of the first episode (episode k uses seed + k).")
+        p("camera_rate_hz", 20.0, D, "Camera frames per s, rendered off the control path; 0 = every cycle, in line.",
+          lo=0.0, hi=1000.0)
+        p("seed", 0, I, "Seed of the first episode (episode k uses seed + k).", lo=0, hi=2**31 - 1)
         p("hold_after_cycles", 3, I, "Cycles without a fresh command before the arm holds its measured pose.",
           read_only=False, lo=1, hi=1000)
         p("episode_cycles", 0, I, "> 0: a new episode (reset) after this many cycles or on success; 0 = never.",
