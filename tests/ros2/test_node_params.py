@@ -151,3 +151,23 @@ def test_an_empty_bundle_runs_the_shipped_default_and_says_which(nodes):
 
     bundle = Path(nodes["perception"].get_parameter("bundle").value)
     assert bundle.parts[-3:] == ("pretrained", "arm_reach", "bundle") and (bundle / "manifest.json").is_file()
+
+
+def test_a_nodes_status_names_each_input_waits_for_it_during_the_grace_then_errors(nodes):
+    """The runtime's input watch as /diagnostics shows it (no message has come: nothing publishes here)."""
+    from diagnostic_msgs.msg import DiagnosticStatus
+    from rclpy.parameter import Parameter
+
+    perception = nodes["perception"]
+    js, goal = perception.resolve_topic_name("joint_states"), perception.resolve_topic_name("goal")
+    st = perception.diagnostics()
+    values = {kv.key: kv.value for kv in st.values}
+    assert values[f"input_age_s.{js}"] == "never" and values[f"input_age_s.{goal}"] == "never"
+    assert st.level == DiagnosticStatus.WARN and f"waiting for {js}" in st.message, st.message
+    try:
+        assert perception.set_parameters([Parameter("input_startup_grace", value=0.0)])[0].successful
+        st = perception.diagnostics()
+        assert st.level == DiagnosticStatus.ERROR and f"{js}: no message in" in st.message, st.message
+        assert goal not in st.message  # published on change: its age is reported, never judged
+    finally:
+        perception.set_parameters([Parameter("input_startup_grace", value=20.0)])
