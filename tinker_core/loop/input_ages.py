@@ -153,11 +153,11 @@ class RecentFaults:
             self._window_start = self.count  # a new run of refusals
         self.count, self.last, self._last_ns = self.count + 1, str(why), now
 
-    def level(self, what: str = "refused") -> tuple[Level, str]:
-        """WARN ``{what} N input(s), last S s ago: LAST`` while the last refusal is recent, else OK (N: this run's)."""
+    def level(self, what: str = "refused", noun: str = "input") -> tuple[Level, str]:
+        """WARN ``{what} N {noun}(s), last S s ago: LAST`` while the last refusal is recent, else OK (N: this run's)."""
         if self._last_ns is None:
             return Level.OK, ""
         ago = (self._clock() - self._last_ns) / 1e9
         if ago > self.memory_s:
             return Level.OK, ""
-        return Level.WARN, f"{what} {self.count - self._window_start} input(s), last {ago:.1f} s ago: {self.last}"
+        return Level.WARN, f"{what} {self.count - self._window_start} {noun}(s), last {ago:.1f} s ago: {self.last}"

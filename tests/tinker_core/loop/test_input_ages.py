@@ -150,3 +150,4 @@ def test_refusals_warn_while_recent_and_clear_once_they_stop(clock):
     assert faults.count == 2 and faults.last.endswith("mono8")  # the record stays
     faults.note("again")
     assert faults.level()[1].startswith("refused 1 input(s)")  # a new run counts from 1
+    assert faults.level("rejected", "command")[1].startswith("rejected 1 command(s), last 0.0 s ago: again")

@@ -348,7 +348,7 @@ class SimRobotNode(NodeRuntime, Node):
             return ERROR, self.namesake
         if self.foreign:
             return ERROR, self.foreign
-        level, message = self.rejections.level("rejected")  # WARN while commands are rejected, OK once they stop
+        level, message = self.rejections.level("rejected", "command")  # WARN while commands are rejected, OK once they stop
         if level:
             return WARN, message
         if self.arm.holding:
