@@ -161,8 +161,8 @@ def test_twenty_participants_joining_the_running_loop_latch_no_estop(g, ros2):
     topics_published = 7
     for batch in range(5):
         t0 = time.time_ns()
-        procs = [subprocess.Popen([sys.executable, PARTICIPANT, NS, str(topics_published), "20"], env=g.env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True) for _ in range(4)]
+        procs = [subprocess.Popen([sys.executable, PARTICIPANT, NS, str(topics_published), "20"], env=g.env,
+                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(4)]
         outs = [p.communicate(timeout=60)[0] for p in procs]
         for p, out in zip(procs, outs):
             last = out.strip().splitlines()[-1] if out.strip() else ""
@@ -362,7 +362,8 @@ def test_a_paused_then_killed_perception_is_error_in_its_dependents_and_clears_w
     first = _first(g, "policy", since, names(features))
     assert timeout < float(first[f"input_age_s.{features}"]) <= 1.0, first
     back = time.time_ns()
-    ros2.wait_until(lambda: _first(g, "policy", back, lambda d: d["level"] == OK), 10, "policy OK once perception resumed")
+    ros2.wait_until(lambda: _first(g, "policy", back, lambda d: d["level"] == OK), 10,
+                    "policy OK once perception resumed")
     assert _diag(g, "policy")[f"input_age_s.{features}"] != "never"
 
     since = time.time_ns()

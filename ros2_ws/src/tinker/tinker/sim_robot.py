@@ -92,7 +92,8 @@ class SimRobotNode(NodeRuntime, Node):
             self.mirror = MirrorCamera(scene, self.seed, self._publish_frame)
         self.task_pub = self.create_publisher(Float64MultiArray, g("task_topic"), COMMAND_QOS)
         if g("command_type") == "joint_trajectory":
-            self.cmd_sub = self.watch_subscription(JointTrajectory, g("command_topic"), self._on_trajectory, COMMAND_QOS)
+            self.cmd_sub = self.watch_subscription(JointTrajectory, g("command_topic"), self._on_trajectory,
+                                                   COMMAND_QOS)
         elif g("command_type") == "float64_array":
             self.cmd_sub = self.watch_subscription(Float64MultiArray, g("command_topic"), self._on_array, COMMAND_QOS)
         else:
@@ -348,7 +349,7 @@ class SimRobotNode(NodeRuntime, Node):
             return ERROR, self.namesake
         if self.foreign:
             return ERROR, self.foreign
-        level, message = self.rejections.level("rejected", "command")  # WARN while commands are rejected, OK once they stop
+        level, message = self.rejections.level("rejected", "command")  # WARN while rejecting, OK once it stops
         if level:
             return WARN, message
         if self.arm.holding:
