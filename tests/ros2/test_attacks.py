@@ -171,7 +171,8 @@ def test_twenty_participants_joining_the_running_loop_latch_no_estop(g, ros2):
             assert int(matched.split("=")[1]) >= topics_published, f"a participant missed publishers: {last}"
             done, made = map(int, answered.split("=")[1].split("/"))
             assert made == 8 and done == made, f"parameter calls unanswered: {last}"
-        assert len(_served(g, ros2, t0)) >= 3, f"the loop stopped serving during join batch {batch}"
+        assert len(_served(g, ros2, t0)) >= 3, (f"the loop stopped serving during join batch {batch}: e-stops "
+                                                f"{_estops_since(g, since)}, safety: {_diag(g, 'safety').get('message')}")
     time.sleep(2.0)  # the issue saw latches 1-2 s after a join
     misses = int(_diag(g, "safety")["deadline_misses"]) - misses0
     assert not _estops_since(g, since), (misses, _estops_since(g, since))
