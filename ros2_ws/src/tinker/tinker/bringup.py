@@ -234,6 +234,20 @@ class Graph:
     def kill(self, node: str, sig: int = signal.SIGKILL) -> None:
         os.killpg(self.procs[node].pid, sig)
 
+    def restart(self, node: str, timeout: float = 60.0) -> None:
+        """Start ``node``'s process again after it died or was killed (the same command; its log is appended
+        to), wait until it is in the ROS graph and, for a lifecycle node, configure and activate it."""
+        old = self.procs[node]
+        if old.poll() is None:
+            raise BringupError(f"restart {node}: its process {old.pid} is still running; kill or stop it first")
+        with open(self.run_dir / f"{node}.log", "ab") as log:
+            self.procs[node] = subprocess.Popen(self.command(node), stdout=log, stderr=subprocess.STDOUT,
+                                                env=self.env, start_new_session=True, preexec_fn=die_with_parent)
+        self.wait_for_nodes(timeout)
+        if node in LIFECYCLE:
+            self.transition(node, "configure", timeout)
+            self.transition(node, "activate", timeout)
+
     def stop(self, grace: float = 10.0) -> dict[str, int | None]:
         """SIGTERM every process group, wait up to ``grace`` s, SIGKILL the rest, then finalise this side's
         ROS node (waiting at most ``grace`` s for that too); returns exit codes."""

@@ -7,6 +7,9 @@ transition goes to the learner with `tinker_core.transport.TransitionSender` (dr
 blocks), each closed cycle to the MCAP recording (``record``). New bundles from the learner
 (`WeightsSubscriber`) are written atomically (`tinker.bundle_io.write_bundle`) and handed to the policy
 node by setting its ``bundle`` parameter (perception first when its model changed).
+The five streams are watched inputs (`tinker.runtime.NodeRuntime.subscribe`): one silent longer than
+``input_timeout`` is ERROR in /diagnostics (no cycle can close without it); the e-stop state is latched
+and published on change (its age only).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
 from tinker.wire import RECORD_QOS, meta_of, read_task, topic_params
 from tinker_core.errors import TinkerError, ValidationError
 from tinker_core.loop.cycle_join import CycleJoiner
+from tinker_core.loop.input_ages import RecentFaults
 
 PARAMS = {
     "learner_endpoint": Param("", "ZeroMQ PUSH endpoint of the learner, e.g. tcp://127.0.0.1:5555 (empty: none)", read_only=True),
@@ -53,6 +57,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.sender = self.weights = self.recorder = self.deployed_version = None
         self.transitions = self.bundles_received = 0
         self.last_error, self.estopped = "", False
+        self.drops, self._dropped_seen = RecentFaults(), 0  # WARN while transitions are being dropped
         if g("learner_endpoint"):
             from tinker_core.transport import TransitionSender
 
@@ -74,7 +79,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         for role, callback in (("task", self._on_task), ("features", self._on_features), ("raw_action", self._on_raw),
                                ("joint_target", self._on_target), ("command", self._on_command)):
             self.subscribe(f"{role}_topic", role, callback, RECORD_QOS)
-        self.subscribe("estop_state_topic", "estop_state", self._on_estop)
+        self.subscribe("estop_state_topic", "estop_state", self._on_estop, stale=None)
 
     # --- message conversion: each stream into the joiner -----------------------------------------
     def _on_features(self, msg: Float32MultiArray) -> None:
@@ -139,8 +144,12 @@ class ExperienceBridgeNode(NodeRuntime, Node):
                 "estopped": self.estopped, "last_error": self.last_error}
 
     def diagnostic_level(self):
-        if self.sender is not None and self.sender.dropped:
-            return WARN, f"dropped {self.sender.dropped} transition(s): learner away or slow"
+        dropped = self.sender.dropped if self.sender is not None else 0
+        if dropped > self._dropped_seen:
+            self.drops.note(f"{dropped} transition(s) dropped in all")
+            self._dropped_seen = dropped
+        if self.drops.level()[0]:  # recently: OK again once the learner keeps up
+            return WARN, f"dropping transitions ({dropped} in all): learner away or slow"
         return OK, "bridging"
 
     def on_exit(self) -> None:

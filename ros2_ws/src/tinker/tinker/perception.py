@@ -8,6 +8,11 @@ start-up with a message naming the missing and extra joints. ``task_synced`` (th
 ``task`` topic, a state's terms under its stamp) or not: the newest ``goal`` (geometry_msgs/PointStamped)
 or ``task`` terms serve every ``joint_states`` message, and ``ee_pos`` comes from forward kinematics
 of ``urdf`` (a ros2_control robot publishes only joint_states).
+
+Inputs watched for staleness (`tinker.runtime.NodeRuntime.subscribe`): ``joint_states`` (ERROR when
+silent), ``task`` (ERROR when ``task_synced``, else age only), the camera image (ERROR when the model
+takes one, else age only), ``policy/raw_action`` (WARN: the last action of an inactive policy),
+``goal`` (published on change: age only).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from tinker.bundle_io import open_perception, resolve_bundle
 from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
 from tinker.wire import GOAL_TERM, JointMap, array_msg, read_array, read_task, stamp_ns, state_cycle, topic_params
 from tinker_core.errors import TinkerError, ValidationError
+from tinker_core.loop.input_ages import Level, RecentFaults
 
 PARAMS = {
     "bundle": Param("", "deploy bundle directory (perception.onnx runs here); empty: the shipped default policy"),
@@ -43,16 +49,25 @@ class PerceptionNode(NodeRuntime, Node):
     def __init__(self, **kwargs):
         super().__init__("perception", **kwargs)
         self._init_runtime("perception", PARAMS)
-        self.rejected, self.last_error, self._checked, self.cycle = 0, "", False, None
+        self.refusals, self._checked, self.cycle, self._image_topic = RecentFaults(), False, None, None
         if not self.param("bundle"):  # param get shows the bundle that runs
             self.set_parameters([Parameter("bundle", value=str(resolve_bundle("")))])
         self._load(self.param("bundle"))
         self.add_on_set_parameters_callback(self._on_params)
         self.pub = self.advertise("features_topic", "features")
-        for param, role, callback in (("image_topic", "image", self._on_image), ("task_topic", "task", self._on_task),
-                                      ("joint_states_topic", "joint_states", self._on_joints),
-                                      ("goal_topic", "goal", self._on_goal), ("raw_action_topic", "raw_action", self._on_action)):
-            self.subscribe(param, role, callback)
+        synced = Level.ERROR if self.param("task_synced") else None
+        for param, role, callback, stale in (
+                ("image_topic", "image", self._on_image, self._image_level()),
+                ("task_topic", "task", self._on_task, synced),
+                ("joint_states_topic", "joint_states", self._on_joints, Level.ERROR),
+                ("goal_topic", "goal", self._on_goal, None),
+                ("raw_action_topic", "raw_action", self._on_action, Level.WARN)):
+            self.subscribe(param, role, callback, stale=stale)
+        self._image_topic = self.resolve_topic_name(self.param("image_topic"))
+
+    def _image_level(self) -> Level | None:
+        """A quiet camera is an ERROR only for a model that takes images."""
+        return Level.ERROR if self.cycle.image_key else None
 
     def _load(self, path: str) -> None:
         from tinker_core.loop.kinematics import ForwardKinematics
@@ -67,6 +82,8 @@ class PerceptionNode(NodeRuntime, Node):
             cycle.take_inputs(self.cycle)
         self.model, self.cycle, self.sha, self._checked = model, cycle, model.sha256, False
         self.jmap = JointMap(model.manifest.joint_names, "perception.joint_states")
+        if self._image_topic is not None:
+            self.inputs.set_stale_level(self._image_topic, self._image_level())
 
     def _on_params(self, params):
         from rcl_interfaces.msg import SetParametersResult
@@ -82,7 +99,7 @@ class PerceptionNode(NodeRuntime, Node):
         return SetParametersResult(successful=True)
 
     def _refuse(self, err: Exception) -> None:
-        self.rejected, self.last_error = self.rejected + 1, str(err)
+        self.refusals.note(str(err))
         self.get_logger().warning(f"input refused: {err}", throttle_duration_sec=1.0)
 
     def _on_joints(self, msg: JointState) -> None:
@@ -135,11 +152,13 @@ class PerceptionNode(NodeRuntime, Node):
 
     def diagnostic_values(self) -> dict[str, object]:
         return {"model_version": self.model.version, "perception_sha256": self.sha,
-                "frame_age_ms": f"{self.cycle.frame_age_ns / 1e6:.1f}", "refused_inputs": self.rejected,
-                "last_error": self.last_error}
+                "frame_age_ms": f"{self.cycle.frame_age_ns / 1e6:.1f}", "refused_inputs": self.refusals.count,
+                "last_error": self.refusals.last}
 
     def diagnostic_level(self):
-        return (WARN, f"refused {self.rejected} input(s): {self.last_error}") if self.last_error else (OK, "running")
+        """WARN while inputs are being refused (the last within `RecentFaults.memory_s`), OK once they stop."""
+        level, message = self.refusals.level()
+        return (WARN, message) if level else (OK, "running")
 
 
 main = main_for(PerceptionNode)

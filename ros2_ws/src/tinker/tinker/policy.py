@@ -7,6 +7,8 @@ of another perception model (sha256 in their metadata) are refused: safety holds
 Hot reload (never an unvalidated model, never a missed cycle): set ``bundle``, call ``~/reload``
 (std_srvs/Trigger), or let the experience bridge set it; the bundle is validated in the background.
 Lifecycle: configure loads, verifies and warms up; activate starts commanding; deactivate stops.
+Inputs watched for staleness from configure on (`tinker.runtime.NodeRuntime.subscribe`): the features
+and ``joint_states``, each ERROR when silent longer than ``input_timeout`` (a dead perception shows here).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from tinker.bundle_io import PolicyBundle, resolve_bundle
 from tinker.runtime import ERROR, OK, WARN, NodeRuntime, Param, main_for
 from tinker.wire import JointMap, array_msg, read_array, stamp_ns, topic_params
 from tinker_core.errors import TinkerError, ValidationError
+from tinker_core.loop.input_ages import RecentFaults
 
 PARAMS = {
     "bundle": Param("", "deploy bundle directory (actor.onnx runs here); empty: the shipped default policy"),
@@ -41,7 +44,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         self._init_runtime("policy", PARAMS)
         self.core: PolicyBundle | None = None
         self.active = self.stopped_by_overrun = False
-        self.rejected, self.last_error, self._entities = 0, "", []
+        self.refusals, self.last_error, self._entities = RecentFaults(), "", []
         self.add_on_set_parameters_callback(self._on_params)
 
     def on_configure(self, state) -> TransitionCallbackReturn:
@@ -104,7 +107,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         return response
 
     def _refuse(self, err: Exception) -> None:
-        self.rejected, self.last_error = self.rejected + 1, str(err)
+        self.refusals.note(str(err))
         self.get_logger().warning(f"input refused, cycle held: {err}", throttle_duration_sec=1.0)
 
     def _on_joints(self, msg: JointState) -> None:
@@ -147,15 +150,16 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         return {"active": self.active, "model_version": self.core.version if self.core else None,
                 "actor_sha256": r.actor_sha256 if r else "", "perception_sha256": r.perception_sha256 if r else "",
                 "reloads": self.core.reloads if self.core else 0, "reload_rejections": r.rejected_reloads if r else 0,
-                "refused_inputs": self.rejected, "last_error": self.last_error}
+                "refused_inputs": self.refusals.count, "last_error": self.last_error or self.refusals.last}
 
     def diagnostic_level(self):
         if self.stopped_by_overrun:
             return ERROR, "stopped after an overrun (on_overrun: stop)"
         if self.core is None or not self.active:
             return WARN, "unconfigured" if self.core is None else "inactive: not commanding"
-        if self.rejected and self.last_error:
-            return WARN, f"refused {self.rejected} input(s): {self.last_error}"
+        level, message = self.refusals.level()  # WARN while inputs are being refused, OK once they stop
+        if level:
+            return WARN, message
         return OK, f"commanding with bundle v{self.core.version}"
 
     def on_exit(self) -> None:

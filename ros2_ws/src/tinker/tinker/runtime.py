@@ -1,8 +1,17 @@
 """What every tinker node shares: cycle statistics, /diagnostics, trace spans and the standard main().
 
 `NodeRuntime` is a mixin for `rclpy.node.Node` and `rclpy.lifecycle.LifecycleNode`: it declares the
-common parameters (``control_period``, ``trace_dir``, ``diagnostics_period``), keeps the cycle
-statistics, writes spans in the tinker_core tracer format and publishes a DiagnosticArray heartbeat.
+common parameters (`RUNTIME_PARAMS`), keeps the cycle statistics, writes spans in the tinker_core tracer
+format and publishes a DiagnosticArray heartbeat.
+
+Inputs go stale: a node subscribes through `NodeRuntime.subscribe` / `watch_subscription`, which declares
+the topic as an input once, where the subscription is made (`tinker_core.loop.input_ages.InputAges`):
+every message's arrival is noted on this node's monotonic clock, /diagnostics reports each input's age,
+and an input silent for longer than ``input_timeout`` raises the node's level (ERROR for what it cannot
+work without), naming the topic, its age and the limit. A check every `INPUT_CHECK_PERIOD_S` publishes
+the diagnostics at once when that level changes, so a stopped (killed, paused) peer shows as ERROR in
+the nodes that depend on it within ``input_timeout`` + `INPUT_CHECK_PERIOD_S`, and the level clears as
+soon as messages return. A killed node vanishes from /diagnostics: its dependents' ERROR is how it shows.
 
 `main_for(cls)` is the standard entry point: SIGINT and SIGTERM are caught by tinker (not by rclpy)
 so that a commanding node can publish its stop while the context is still alive, then exit 0.
@@ -35,9 +44,15 @@ from rclpy.signals import SignalHandlerOptions
 from tinker.priority import lower_priority, set_realtime
 from tinker.quiet_gc import QUIET_GC
 from tinker_core.errors import TinkerError
+from tinker_core.loop.input_ages import InputAges, Level
 from tinker_core.tracer import Tracer
 
 OK, WARN, ERROR, STALE = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR, DiagnosticStatus.STALE
+_LEVELS = {OK: Level.OK, WARN: Level.WARN, ERROR: Level.ERROR}
+"""diagnostic_msgs levels (bytes) as tinker_core's `Level`, and back"""
+_MSG_LEVELS = {v: k for k, v in _LEVELS.items()}
+INPUT_CHECK_PERIOD_S = 0.1
+"""s between checks of the inputs' ages: a change of their level is published at once, not at the next heartbeat"""
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,11 @@ RUNTIME_PARAMS: dict[str, Param] = {
     "realtime_priority": Param(0, "SCHED_FIFO priority of the loop's processes (0: normal scheduling)", (0, 99), True),
     "trace_dir": Param("", "directory for per-node JSONL trace spans (empty: none)", read_only=True),
     "diagnostics_period": Param(1.0, "s between /diagnostics heartbeats", (0.05, 60.0), True),
+    "input_timeout": Param(0.5, "s; an input (subscribed topic) silent for longer is stale: ERROR in /diagnostics, "
+                                "naming the topic and its age, until it is heard again. Takes effect at once",
+                           (0.01, 60.0)),
+    "input_startup_grace": Param(20.0, "s; an input never heard since it was subscribed is WARN 'waiting for' this "
+                                       "long, ERROR afterwards. Takes effect at once", (0.0, 3600.0)),
 }
 """the parameters every tinker node declares (`NodeRuntime`)"""
 
@@ -157,6 +177,8 @@ class NodeRuntime:
         kinds = ((Subscription, self.destroy_subscription), (Publisher, self.destroy_publisher),
                  (Service, self.destroy_service), (Timer, self.destroy_timer))
         for e in entities:
+            if isinstance(e, Subscription):
+                self.inputs.forget(e.topic_name)
             next(destroy for cls, destroy in kinds if isinstance(e, cls))(e)
 
     def _init_runtime(self, module: str, params: Mapping[str, Param] | None = None) -> None:
@@ -178,17 +200,38 @@ class NodeRuntime:
                                              self._on_diag_timer)
         self._period_ns = int(self.period * 1e9)
         self._started = time.monotonic()
+        self.inputs = InputAges(float(self.param("input_timeout")), float(self.param("input_startup_grace")))
+        self._inputs_reported = Level.OK
+        self._input_timer = self.create_timer(INPUT_CHECK_PERIOD_S, self._check_inputs)
+        self.add_post_set_parameters_callback(self._inputs_reconfigure)
 
     def param(self, name: str) -> Any:
         return self.get_parameter(name).value
 
-    def subscribe(self, param: str, role: str, callback: Callable, qos=None):
+    def subscribe(self, param: str, role: str, callback: Callable, qos=None, stale: Level | None = Level.ERROR):
         """Subscribe the topic named by parameter ``param``, with the type and QoS `tinker.wire.TOPICS` declares
-        for ``role`` (``qos``: another QoS, e.g. the recorder's deeper queue)."""
+        for ``role`` (``qos``: another QoS, e.g. the recorder's deeper queue), watched as an input
+        (`watch_subscription`; ``stale``: the level when it goes quiet, None: its age only)."""
         from tinker.wire import TOPICS
 
         t = TOPICS[role]
-        return self.create_subscription(t.type, self.param(param), callback, qos or t.qos)
+        return self.watch_subscription(t.type, self.param(param), callback, qos or t.qos, stale)
+
+    def watch_subscription(self, msg_type, topic: str, callback: Callable, qos, stale: Level | None = Level.ERROR):
+        """``create_subscription``, the topic declared as an input of this node: each message's arrival is
+        noted (node's monotonic clock) before ``callback`` runs, and a silence longer than ``input_timeout``
+        makes the node's level ``stale`` (None: the age is reported, never judged: a topic published only
+        on change). `destroy_entities` forgets it with the subscription."""
+        name = self.resolve_topic_name(topic)
+        seen = self.inputs.seen
+
+        def on_message(msg) -> None:
+            seen(name)
+            callback(msg)
+
+        sub = self.create_subscription(msg_type, topic, on_message, qos)
+        self.inputs.declare(name, stale)
+        return sub
 
     def advertise(self, param: str, role: str):
         """A publisher on the topic named by parameter ``param``, as `tinker.wire.TOPICS` declares ``role``."""
@@ -234,9 +277,30 @@ class NodeRuntime:
         elif self not in _QUIET.pending:
             _QUIET.pending.append(self)
 
+    def _inputs_reconfigure(self, params) -> None:
+        if any(p.name in ("input_timeout", "input_startup_grace") for p in params):
+            self.inputs.configure(float(self.param("input_timeout")), float(self.param("input_startup_grace")))
+
+    def _check_inputs(self) -> None:
+        """A change of the inputs' level goes out now (in the quiet window), not at the next heartbeat."""
+        if self.inputs.level()[0] != self._inputs_reported:
+            self._on_diag_timer()
+
+    def _level(self) -> tuple[bytes, str]:
+        """The node's own level and its inputs', the worse one's message (both where they are equal)."""
+        level, message = self.diagnostic_level()
+        in_level, in_message = self.inputs.level()
+        self._inputs_reported = in_level
+        own = _LEVELS.get(level, Level.ERROR)
+        if in_level > own:
+            return _MSG_LEVELS[in_level], in_message
+        if in_level == own and in_level > Level.OK:
+            return level, f"{message}; {in_message}"
+        return level, message
+
     def diagnostics(self) -> DiagnosticStatus:
         p50, p99 = self.stats.percentiles_us()
-        level, message = self.diagnostic_level()
+        level, message = self._level()
         values = {
             "heartbeat_s": f"{time.monotonic() - self._started:.1f}",
             "cycles": self.stats.cycles,
@@ -248,6 +312,7 @@ class NodeRuntime:
             "gc_collections": "/".join(map(str, QUIET_GC.collections)),
             "gc_max_pause_ms": f"{QUIET_GC.max_pause_ns / 1e6:.2f}",
         }
+        values.update(self.inputs.values())
         values.update(self.diagnostic_values())
         st = DiagnosticStatus(level=level, name=self.get_fully_qualified_name(), message=message,
                               hardware_id=self.get_fully_qualified_name())

@@ -32,6 +32,10 @@ Every limit is the SafetyWrapper's (safety/). What the node adds is what only th
   held and no miss counted; its first command after re-activation starts through the start ramp.
 - **E-stop**: only ``~/reset`` with a valid measured state clears it. No lifecycle transition does:
   activate keeps a latched e-stop, and one latched before cleanup is latched again at configure.
+- **Stale inputs** (`tinker.runtime.NodeRuntime.watch_subscription`): the policy's commands and
+  ``joint_states`` are ERROR in /diagnostics when silent longer than ``input_timeout`` (naming the topic
+  and its age); the policy's commands only while the policy is active (deactivated, its silence is the
+  WARN hold below; re-activated, they are waited for again).
 - **One node per name**: another node with this node's fully qualified name on the domain (a second
   graph) makes configure fail; seen within ``NAME_CHECK_WINDOW_S`` of start-up the process refuses to
   run (exit 3), seen later it is an ERROR diagnostic (and the second graph's second publishers on
@@ -58,6 +62,7 @@ from tinker.wire import (COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_m
                          stamp_ns, state_tags)
 from tinker_safety.state_gate import StateGate
 from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.input_ages import Level
 
 COMMAND_TYPES = ("float64_array", "joint_trajectory")
 """Command message types: forward_command_controller's Float64MultiArray, joint_trajectory_controller's JointTrajectory."""
@@ -225,11 +230,13 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                                   g("state_quarantine"))
             if self._estop_carry:  # an e-stop latched before cleanup stays latched: only ~/reset clears it
                 self.guard.estop(f"latched before cleanup ({self._estop_carry})")
+            watch = self.watch_subscription
             self._subs = [
-                self.create_subscription(Float64MultiArray, g("policy_command_topic"), self._on_command, COMMAND_QOS),
-                self.create_subscription(JointState, g("joint_states_topic"), self._on_joints, SENSOR_QOS),
-                self.create_subscription(TransitionEvent, f"{g('policy_node')}/transition_event",
-                                         self._on_policy_transition, TRANSITION_QOS)]
+                watch(Float64MultiArray, g("policy_command_topic"), self._on_command, COMMAND_QOS,
+                      Level.ERROR if self.policy_active else None),
+                watch(JointState, g("joint_states_topic"), self._on_joints, SENSOR_QOS),
+                watch(TransitionEvent, f"{g('policy_node')}/transition_event", self._on_policy_transition,
+                      TRANSITION_QOS, None)]
             self._js_sub = self._subs[1]
             self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
                           self.create_service(Trigger, "~/reset", self._on_reset)]
@@ -354,6 +361,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                         State.PRIMARY_STATE_FINALIZED):
             return
         active = goal == State.PRIMARY_STATE_ACTIVE
+        if active != self.policy_active:  # a deactivated policy's silence is no fault; an activated one is waited for
+            self._expect_commands(active)
         if not active:
             self._policy_returning = True  # its next command starts through the ramp
             if self.policy_active:
@@ -382,6 +391,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             return
         if not self.policy_active:  # a command before its activation event: the policy is back
             self.policy_active, self._policy_returning = True, True
+            self._expect_commands(True, arrived=True)
         if self._policy_returning and not self.guard.estopped:
             self._start_ramp(self._q, self._qd)
         self._policy_returning = False
@@ -403,6 +413,19 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             self._publish_estop_state()
         elif status.outcome.name == "ESTOPPED":
             self.get_logger().warning(f"holding: {status.summary}", throttle_duration_sec=2.0)
+
+    def _expect_commands(self, expected: bool, arrived: bool = False) -> None:
+        """The policy's commands are an input that must flow (ERROR when stale) only while it is active.
+        ``arrived``: one has just come (its arrival is already noted)."""
+        topic = self._subs[0].topic_name if self._subs else None
+        if topic is None:
+            return
+        if expected and not arrived:
+            self.inputs.declare(topic, Level.ERROR)  # waited for again: its grace starts now
+        elif expected:
+            self.inputs.set_stale_level(topic, Level.ERROR)
+        else:
+            self.inputs.set_stale_level(topic, None)
 
     # --- watchdog and stop ---------------------------------------------------------------------
     def _watchdog(self) -> None:

@@ -13,6 +13,8 @@ diagnostic naming the topic). Every executed command is measured against the arm
 physics): ``max_command_step`` in /diagnostics is the largest step as a fraction of the URDF velocity
 limit times the period. Another node with this node's name on the domain at start-up: exit 3.
 Domain randomization: ``dynamics`` names a DynamicsParams YAML (sim/config/dynamics/*.yaml).
+The command topic is a watched input (`tinker.runtime.NodeRuntime.watch_subscription`): silent longer
+than ``input_timeout`` (the safety node stopped) it is ERROR in /diagnostics, naming the topic and its age.
 
 Camera (``camera_rate_hz``, from the launch YAML's ``/**`` section, shared with perception): > 0
 renders like a real camera at its own rate, off the control path: when a frame is due, the scene is
@@ -29,7 +31,7 @@ import time
 from array import array
 
 import numpy as np
-from rcl_interfaces.msg import IntegerRange, ParameterDescriptor, ParameterType, SetParametersResult
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor, ParameterType, SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Image, JointState
@@ -40,6 +42,7 @@ from tinker.runtime import ERROR, OK, WARN, NodeRuntime, main_for
 from tinker.sim_camera import MirrorCamera, snapshot
 from tinker.wire import COMMAND_QOS, SENSOR_QOS, JointMap, array_msg, read_array, set_stamp
 from tinker_core.errors import TinkerError, ValidationError
+from tinker_core.loop.input_ages import RecentFaults
 
 
 JOINT_STATE_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
@@ -89,13 +92,14 @@ class SimRobotNode(NodeRuntime, Node):
             self.mirror = MirrorCamera(scene, self.seed, self._publish_frame)
         self.task_pub = self.create_publisher(Float64MultiArray, g("task_topic"), COMMAND_QOS)
         if g("command_type") == "joint_trajectory":
-            self.cmd_sub = self.create_subscription(JointTrajectory, g("command_topic"), self._on_trajectory, COMMAND_QOS)
+            self.cmd_sub = self.watch_subscription(JointTrajectory, g("command_topic"), self._on_trajectory,
+                                                   COMMAND_QOS)
         elif g("command_type") == "float64_array":
-            self.cmd_sub = self.create_subscription(Float64MultiArray, g("command_topic"), self._on_array, COMMAND_QOS)
+            self.cmd_sub = self.watch_subscription(Float64MultiArray, g("command_topic"), self._on_array, COMMAND_QOS)
         else:
             raise TinkerError(f"sim_robot.command_type: expected 'float64_array' or 'joint_trajectory', "
                               f"got {g('command_type')!r}")
-        self.rejected = 0
+        self.rejections = RecentFaults()
         self.foreign = ""  # why commands are not executed: a second publisher on the command topic
         self.foreign_holds = 0
         self.namesake = ""
@@ -105,7 +109,6 @@ class SimRobotNode(NodeRuntime, Node):
         self.steps_over_limit = 0
         self.stale = 0
         self._reset_at_ns = 0
-        self.last_error = ""
         self.cycle = 0
         self.episode = 0
         self.episode_step = 0
@@ -117,7 +120,7 @@ class SimRobotNode(NodeRuntime, Node):
         self.add_on_set_parameters_callback(self._on_set_parameters)
 
     def _declare_parameters(self) -> None:
-        """Every parameter with a descriptor: read-only where a change needs a restart."""
+        """Every parameter with a descriptor (a number with its range): read-only where a change needs a restart."""
         S, I, B, D = (ParameterType.PARAMETER_STRING, ParameterType.PARAMETER_INTEGER, ParameterType.PARAMETER_BOOL,
                       ParameterType.PARAMETER_DOUBLE)
         fixed = " Fixed at start-up."
@@ -125,7 +128,9 @@ class SimRobotNode(NodeRuntime, Node):
         def p(name, default, kind, description, read_only=True, lo=None, hi=None):
             d = ParameterDescriptor(description=description + (fixed if read_only else ""), read_only=read_only,
                                     type=kind)
-            if lo is not None:
+            if lo is not None and kind == D:
+                d.floating_point_range = [FloatingPointRange(from_value=float(lo), to_value=float(hi), step=0.0)]
+            elif lo is not None:
                 d.integer_range = [IntegerRange(from_value=lo, to_value=hi, step=1)]
             self.declare_parameter(name, default, d)
 
@@ -133,8 +138,9 @@ class SimRobotNode(NodeRuntime, Node):
         p("dynamics", "", S, "A sim DynamicsParams YAML (domain randomization); '' = nominal.")
         p("camera", True, B, "Publish camera images.")
         p("image_size", 64, I, "Camera image width and height, px.", lo=8, hi=1024)
-        p("camera_rate_hz", 20.0, D, "Camera frames per s, rendered off the control path; 0 = every cycle, in line.")
-        p("seed", 0, I, "Seed of the first episode (episode k uses seed + k).")
+        p("camera_rate_hz", 20.0, D, "Camera frames per s, rendered off the control path; 0 = every cycle, in line.",
+          lo=0.0, hi=1000.0)
+        p("seed", 0, I, "Seed of the first episode (episode k uses seed + k).", lo=0, hi=2**31 - 1)
         p("hold_after_cycles", 3, I, "Cycles without a fresh command before the arm holds its measured pose.",
           read_only=False, lo=1, hi=1000)
         p("episode_cycles", 0, I, "> 0: a new episode (reset) after this many cycles or on success; 0 = never.",
@@ -208,8 +214,7 @@ class SimRobotNode(NodeRuntime, Node):
         return True
 
     def _reject(self, err: Exception) -> None:
-        self.rejected += 1
-        self.last_error = str(err)
+        self.rejections.note(str(err))
         self.get_logger().warning(f"command rejected: {err}", throttle_duration_sec=1.0)
 
     def _on_array(self, msg: Float64MultiArray) -> None:
@@ -330,8 +335,8 @@ class SimRobotNode(NodeRuntime, Node):
                 "foreign_publisher_holds": self.foreign_holds, "namesake": self.namesake,
                 "max_command_step": f"{self.step_max:.4f}", "max_command_step_window": f"{window:.4f}",
                 "commands_over_velocity_limit": self.steps_over_limit,
-                "rejected_commands": self.rejected, "stale_commands": self.stale, "sim_misses": self.arm.misses,
-                "episode": self.episode, "last_error": self.last_error,
+                "rejected_commands": self.rejections.count, "stale_commands": self.stale, "sim_misses": self.arm.misses,
+                "episode": self.episode, "last_error": self.rejections.last,
                 **{f"unsafe_states.{k}": v for k, v in self.arm.env.violations.items()}}
         if self.mirror is not None:
             vals.update({"camera_frames": self.mirror.frames, "camera_dropped": self.mirror.dropped,
@@ -344,8 +349,9 @@ class SimRobotNode(NodeRuntime, Node):
             return ERROR, self.namesake
         if self.foreign:
             return ERROR, self.foreign
-        if self.rejected and self.last_error:
-            return WARN, f"rejected {self.rejected} command(s): {self.last_error}"
+        level, message = self.rejections.level("rejected", "command")  # WARN while rejecting, OK once it stops
+        if level:
+            return WARN, message
         if self.arm.holding:
             return WARN, "holding: no fresh command"
         return OK, "running"
