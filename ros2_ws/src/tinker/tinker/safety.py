@@ -23,7 +23,8 @@ Every limit is the SafetyWrapper's (safety/). What the node adds is what only th
 - **Watchdog on the node's monotonic clock, never on message stamps**: every trusted state opens a
   cycle and arms a one-shot timer; a policy command answering it (same stamp, or no stamp) closes the
   cycle; when ``hold_deadline`` (fraction of the period) passes first, the cycle is missed: hold at
-  the measured pose. ``watchdog_misses_to_estop`` (safety YAML, via ``config``) missed cycles **in a
+  the measured pose. A late command for the newest state still goes on; one for a state a newer state
+  has replaced is dropped and counted in ``stale_commands`` (the robot never steps back to an older plan). ``watchdog_misses_to_estop`` (safety YAML, via ``config``) missed cycles **in a
   row** latch the e-stop; one served cycle resets the count. So a policy stall shorter than
   ``(watchdog_misses_to_estop - 1)`` periods never latches (the tolerance), a dead policy latches
   within ``watchdog_misses_to_estop`` periods.
@@ -386,8 +387,10 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         if meta.get("stop") == "1":
             self._send_hold("policy node stopped")
             return
-        if 0 < stamp < self._rebase_stamp:
-            self.stale_commands += 1  # answers a state from before the simulator's episode reset
+        if 0 < stamp < max(self._rebase_stamp, self._state_stamp):
+            # answers a state a newer one has replaced (its cycle was held at the deadline), or one from
+            # before the simulator's episode reset: the robot never steps back to an older plan
+            self.stale_commands += 1
             return
         if not self.policy_active:  # a command before its activation event: the policy is back
             self.policy_active, self._policy_returning = True, True
