@@ -103,9 +103,7 @@ def test_every_yaml_key_is_declared_with_a_description(nodes, name):
     assert not missing, f"{name}: parameters without a description: {missing}"
 
 
-@pytest.mark.parametrize("name", [n if n != "view" else pytest.param(n, marks=pytest.mark.xfail(
-    strict=True, reason="tinker.view declares its parameters without descriptors (view.py: another branch's)"))
-    for n in ALL_NODES])
+@pytest.mark.parametrize("name", ALL_NODES)
 def test_every_parameter_any_node_declares_has_a_description_and_a_number_its_range(each_node, name):
     """What ``ros2 param describe`` shows a user, for every parameter of every node (`tinker.runtime`'s too)."""
     node = each_node(name)

@@ -34,7 +34,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from tinker.recording import CycleJoin, EpisodeEnds, RunRecorder
-from tinker.runtime import EXECUTOR_ENV, OK, WARN, NodeRuntime, main_for
+from tinker.runtime import EXECUTOR_ENV, OK, WARN, NodeRuntime, Param, declare_params, main_for
 from tinker.wire import RECORD_QOS, SENSOR_QOS, decode_meta, stamp_ns
 from tinker_core.errors import TinkerError
 
@@ -78,27 +78,35 @@ def serve_page(port: int, ws_port: int, host: str = "127.0.0.1"):
     return httpd
 
 
+VIEW_PARAMS: dict[str, Param] = {
+    "record": Param("", "MCAP file to record the run into (empty: no recording)", read_only=True),
+    "serve": Param(True, "serve the live view over the Foxglove WebSocket protocol", read_only=True),
+    "host": Param("127.0.0.1", "address the live view and the page listen on", read_only=True),
+    "port": Param(8765, "Foxglove WebSocket port (0: any free port)", (0, 65535), True),
+    "http_port": Param(8766, "port of the browser page (0: any free port, -1: no page)", (-1, 65535), True),
+    "urdf": Param("", "robot model for the 3D view and /tf (empty: kuka_iiwa/model.urdf from pybullet_data)",
+                  read_only=True),
+    "learner_control": Param("", "the learner's control endpoint to poll for its curve and gate results (empty: "
+                                 "none)", read_only=True),
+    "learner_poll_s": Param(2.0, "s between two polls of the learner", (0.1, 3600.0), True),
+    "command_type": Param("float64_array", "the command topic's type: 'float64_array' (Float64MultiArray) or "
+                                           "'joint_trajectory' (JointTrajectory)", read_only=True),
+    "joint_states_topic": Param("joint_states", "the robot's state topic", read_only=True),
+    "command_topic": Param("forward_position_controller/commands", "the safe command topic", read_only=True),
+    "image_topic": Param("camera/image_raw", "the camera topic", read_only=True),
+    "task_topic": Param("task", "the simulated robot's per-cycle task topic", read_only=True),
+    "features_topic": Param("perception/features", "perception's output topic", read_only=True),
+    "raw_action_topic": Param("policy/raw_action", "the policy's raw action topic", read_only=True),
+    "joint_target_topic": Param("policy/joint_target", "the policy's joint target topic", read_only=True),
+}
+"""the view node's parameters (launch/bringup.yaml's ``view`` section sets them); all read at start-up"""
+
+
 class ViewNode(NodeRuntime, Node):
     def __init__(self, **kwargs):
         super().__init__("view", **kwargs)
         self._init_runtime("view")
-        p = self.declare_parameter
-        p("record", "")
-        p("serve", True)
-        p("host", "127.0.0.1")
-        p("port", 8765)
-        p("http_port", 8766)
-        p("urdf", "")
-        p("learner_control", "")
-        p("learner_poll_s", 2.0)
-        p("command_type", "float64_array")
-        p("joint_states_topic", "joint_states")
-        p("command_topic", "forward_position_controller/commands")
-        p("image_topic", "camera/image_raw")
-        p("task_topic", "task")
-        p("features_topic", "perception/features")
-        p("raw_action_topic", "policy/raw_action")
-        p("joint_target_topic", "policy/joint_target")
+        declare_params(self, VIEW_PARAMS)
         g = lambda n: self.get_parameter(n).value  # noqa: E731
         from tinker.robot_model import RobotModel
 
