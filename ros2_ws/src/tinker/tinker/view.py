@@ -1,9 +1,11 @@
 """`view`: the graph's observer. It records the run and streams it live, off the control path.
 
 Subscribes (it publishes nothing to the loop, and no loop node waits for it) to the standard topics
-``joint_states``, the command topic, ``camera/image_raw``, ``/diagnostics`` and to the loop's per-cycle
-messages (``task``, ``perception/features``, ``policy/raw_action``, ``policy/joint_target``), which it
-joins into cycle records (`tinker.recording.CycleJoin`). Then, as its parameters ask:
+``joint_states``, the command topic, ``camera/image_raw``, ``/diagnostics`` and the robot's ``task``;
+when recording, also to the stages' outputs inside the cycle (``perception/features``,
+``policy/raw_action``, ``policy/joint_target``, reliable), which it joins into cycle records
+(`tinker.recording.CycleJoin`). The live view alone reads best effort and adds no reader to the
+topics between the stages. Then, as its parameters ask:
 
 - ``record: RUN.mcap``: `tinker.recording.RunRecorder` writes the standard topics as they came off
   the wire (CDR, like ``ros2 bag record``), ``/tf`` from the URDF and each joint state, and the cycle
@@ -35,7 +37,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from tinker.recording import CycleJoin, EpisodeEnds, RunRecorder
 from tinker.runtime import EXECUTOR_ENV, OK, WARN, NodeRuntime, Param, declare_params, main_for
-from tinker.wire import RECORD_QOS, SENSOR_QOS, decode_meta, stamp_ns
+from tinker.wire import OBSERVER_QOS, RECORD_QOS, SENSOR_QOS, decode_meta, stamp_ns
 from tinker_core.errors import TinkerError
 
 PAGE = Path(__file__).resolve().parent / "web" / "view.html"
@@ -137,16 +139,20 @@ class ViewNode(NodeRuntime, Node):
             threading.Thread(target=self._poll_learner, args=(g("learner_control"), float(g("learner_poll_s"))),
                              name="tinker-view-learner", daemon=True).start()
         cmd_cls = Float64MultiArray if g("command_type") == "float64_array" else JointTrajectory
-        self._subs = {}
-        for key, cls, qos, handler in (
-                ("joint_states_topic", JointState, SENSOR_QOS, self._on_joints),
+        # a recording keeps every cycle (reliable, and the stage outputs its records join); the live view alone
+        # reads best effort and leaves the stage topics inside the cycle without a reader of its own
+        per_cycle = RECORD_QOS if self.recorder is not None else OBSERVER_QOS
+        subs = [("joint_states_topic", JointState, SENSOR_QOS, self._on_joints),
                 ("image_topic", Image, SENSOR_QOS, self._on_image),
-                ("command_topic", cmd_cls, RECORD_QOS, self._on_command),
-                ("task_topic", Float64MultiArray, RECORD_QOS, self._on_task),
-                ("features_topic", Float32MultiArray, RECORD_QOS, self._on_features),
-                ("raw_action_topic", Float64MultiArray, RECORD_QOS, self._on_raw),
-                ("joint_target_topic", Float64MultiArray, RECORD_QOS, self._on_target),
-                ("/diagnostics", DiagnosticArray, 50, self._on_diag)):
+                ("command_topic", cmd_cls, per_cycle, self._on_command),
+                ("task_topic", Float64MultiArray, per_cycle, self._on_task),
+                ("/diagnostics", DiagnosticArray, 50, self._on_diag)]
+        if self.recorder is not None:
+            subs += [("features_topic", Float32MultiArray, RECORD_QOS, self._on_features),
+                     ("raw_action_topic", Float64MultiArray, RECORD_QOS, self._on_raw),
+                     ("joint_target_topic", Float64MultiArray, RECORD_QOS, self._on_target)]
+        self._subs = {}
+        for key, cls, qos, handler in subs:
             topic = self.resolve_topic_name(g(key) if key.endswith("_topic") else key)
             self._subs[topic] = self.create_subscription(cls, topic, partial(self._on_raw_msg, topic, cls, handler),
                                                          qos, raw=True)

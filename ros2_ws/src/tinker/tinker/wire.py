@@ -45,6 +45,9 @@ LATCHED_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=R
 RECORD_QOS = QoSProfile(depth=50, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
 """What the experience bridge listens to: every cycle, a little slack."""
+OBSERVER_QOS = QoSProfile(depth=50, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT,
+                          durability=DurabilityPolicy.VOLATILE)
+"""A watcher of the loop (the live view): no acknowledgements asked of the loop's publishers, a little slack."""
 
 
 @dataclass(frozen=True)
