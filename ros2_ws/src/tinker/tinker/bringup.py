@@ -94,6 +94,50 @@ def _fq(namespace: str, name: str) -> str:
     return f"{ns}/{name}"
 
 
+class Supervisor:
+    """The bringup's own ROS node, in a context of its own (the caller's rclpy use is untouched): one DDS
+    participant that watches and drives graphs. A `tinker.fleet.Fleet` shares one between its robots, so N
+    robots add N participants to the domain, not 2N (each participant discovers every other one)."""
+
+    def __init__(self, env: Mapping[str, str] | None = None):
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.executors import SingleThreadedExecutor
+        from rclpy.signals import SignalHandlerOptions
+
+        env = os.environ if env is None else env
+        self.ctx = Context()
+        domain = env.get("ROS_DOMAIN_ID", "")
+        rclpy.init(context=self.ctx, args=[], domain_id=int(domain) if domain.isdigit() else None,
+                   signal_handler_options=SignalHandlerOptions.NO)
+        self.node = rclpy.create_node(f"tinker_bringup_{uuid.uuid4().hex[:8]}", context=self.ctx)
+        self.executor = SingleThreadedExecutor(context=self.ctx)
+        self.executor.add_node(self.node)
+        self.connected_at = time.monotonic()
+        self._closed = False
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Finalise the node and context, waiting at most ``timeout`` s: finalising a node's publishers has
+        been seen to block in rcl/Fast DDS for minutes while another participant of the same process was
+        spinning, and stopping a graph must not hang on it."""
+        if self._closed:
+            return
+        self._closed = True
+        node, ctx, executor = self.node, self.ctx, self.executor
+
+        def finalise() -> None:
+            executor.shutdown()
+            node.destroy_node()
+            ctx.try_shutdown()
+
+        t = threading.Thread(target=finalise, name="tinker-bringup-disconnect", daemon=True)
+        t.start()
+        t.join(timeout)
+        if t.is_alive():
+            warnings.warn(f"bringup: the supervisor's ROS node was not finalised within {timeout:.0f} s "
+                          f"(rcl/DDS blocked); it is left to process exit", RuntimeWarning, stacklevel=2)
+
+
 class Graph:
     """One robot's node graph: start(), wait_active(), stop(); usable as a context manager."""
 
@@ -101,9 +145,11 @@ class Graph:
                  overrides: Mapping[str, Mapping[str, Any]] | None = None, composed: bool = False,
                  record: str | os.PathLike | None = None, nodes: Sequence[str] = NODES,
                  run_dir: str | os.PathLike | None = None, env: Mapping[str, str] | None = None,
-                 python: str = sys.executable, view: bool = False, sim: bool = True, separate: Sequence[str] = ()):
+                 python: str = sys.executable, view: bool = False, sim: bool = True, separate: Sequence[str] = (),
+                 supervisor: Supervisor | None = None):
         """``composed``: the loop's nodes in one process; ``separate`` names nodes that still get a process of their
-        own (e.g. ``("policy",)``, so that one can be killed alone)."""
+        own (e.g. ``("policy",)``, so that one can be killed alone); ``supervisor``: a `Supervisor` shared with
+        other graphs, which their owner closes (None: this graph makes its own and closes it in `stop`)."""
         self.params_file = Path(params_file) if params_file else default_params_file()
         if not self.params_file.is_file():
             raise ConfigError(f"bringup --params: file not found: {self.params_file}")
@@ -135,6 +181,8 @@ class Graph:
         self.python = python
         self.procs: dict[str, subprocess.Popen] = {}
         self._ctx = self._node = self._executor = None
+        self._shared = supervisor
+        self._supervisor: Supervisor | None = None
         self.enclave = f"/tinker/graph_{uuid.uuid4().hex[:12]}"
         """This graph's ROS enclave: discovery tells its nodes from nodes of the same names elsewhere (no
         security is implied; without ROS_SECURITY_ENABLE an enclave is only a label)."""
@@ -278,42 +326,24 @@ class Graph:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    # --- ROS side (own context: the caller's rclpy use is untouched) -------------------------------------
-    def _connect(self) -> None:
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.executors import SingleThreadedExecutor
-        from rclpy.signals import SignalHandlerOptions
+    def use_supervisor(self, supervisor: Supervisor | None) -> None:
+        """Share ``supervisor`` (closed by its owner) from the next start on; None: make one's own again."""
+        self._shared = supervisor
 
-        self._ctx = Context()
-        domain = self.env.get("ROS_DOMAIN_ID", "")
-        rclpy.init(context=self._ctx, args=[], domain_id=int(domain) if domain.isdigit() else None,
-                   signal_handler_options=SignalHandlerOptions.NO)
-        self._node = rclpy.create_node(f"tinker_bringup_{uuid.uuid4().hex[:8]}", context=self._ctx)
-        self._executor = SingleThreadedExecutor(context=self._ctx)
-        self._executor.add_node(self._node)
-        self._connected_at = time.monotonic()
+    # --- ROS side (the supervisor's own context: the caller's rclpy use is untouched) ----------------------
+    def _connect(self) -> None:
+        sup = self._supervisor = self._shared or Supervisor(self.env)
+        self._ctx, self._node, self._executor = sup.ctx, sup.node, sup.executor
+        self._connected_at = sup.connected_at
 
     def _disconnect(self, timeout: float = 10.0) -> None:
-        """Finalise the supervisor's node and context, waiting at most ``timeout`` s: finalising a node's
-        publishers has been seen to block in rcl/Fast DDS for minutes while another participant of the
-        same process was spinning, and stopping a graph must not hang on it."""
+        """Let go of the supervisor; close it when it is this graph's own (see `Supervisor.close`)."""
         if self._node is None:
             return
-        node, ctx, executor = self._node, self._ctx, self._executor
+        sup, self._supervisor = self._supervisor, None
         self._node = self._ctx = self._executor = None
-
-        def finalise() -> None:
-            executor.shutdown()
-            node.destroy_node()
-            ctx.try_shutdown()
-
-        t = threading.Thread(target=finalise, name="tinker-bringup-disconnect", daemon=True)
-        t.start()
-        t.join(timeout)
-        if t.is_alive():
-            warnings.warn(f"bringup: the supervisor's ROS node was not finalised within {timeout:.0f} s "
-                          f"(rcl/DDS blocked); it is left to process exit", RuntimeWarning, stacklevel=2)
+        if sup is not None and sup is not self._shared:
+            sup.close(timeout)
 
     def _call(self, srv_type, name: str, request, timeout: float):
         client = self._node.create_client(srv_type, name)

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tinker.bringup import Graph
+from tinker.bringup import Graph, Supervisor
 from tinker_core.errors import ConfigError
 from tinker_core.multiagent.agents_file import AgentsConfig, load_agents_file
 
@@ -56,6 +56,8 @@ class Fleet:
         cfg, base = fleet_agents(agents)
         self.config = cfg
         root = Path(run_dir) if run_dir else None
+        self.env = dict(os.environ if env is None else env)
+        self.supervisor: Supervisor | None = None  # one DDS participant for every robot's supervision, made at start
         self.graphs: dict[str, Graph] = {}
         for i, (name, spec) in enumerate(cfg.agents.items()):
             own: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
@@ -71,6 +73,10 @@ class Fleet:
     def start(self, timeout: float = 120.0) -> "Fleet":
         """Start every robot's processes, then wait for all of them and activate each robot's lifecycle nodes."""
         started: list[Graph] = []
+        if self.supervisor is None:
+            self.supervisor = Supervisor(self.env)
+        for g in self.graphs.values():
+            g.use_supervisor(self.supervisor)
         try:
             for g in self.graphs.values():
                 started.append(g.launch())
@@ -79,12 +85,20 @@ class Fleet:
         except BaseException:
             for g in started:
                 g.stop()
+            self._close_supervisor()
             raise
         return self
 
+    def _close_supervisor(self, timeout: float = 10.0) -> None:
+        if self.supervisor is not None:
+            self.supervisor.close(timeout)
+            self.supervisor = None
+
     def stop(self, grace: float = 10.0) -> dict[str, dict[str, int | None]]:
         """Stop every robot (each publishes its hold on the way out); exit codes by agent and process."""
-        return {name: g.stop(grace) for name, g in self.graphs.items()}
+        codes = {name: g.stop(grace) for name, g in self.graphs.items()}
+        self._close_supervisor(grace)
+        return codes
 
     def __enter__(self) -> "Fleet":
         return self.start()
