@@ -7,8 +7,9 @@ agents file). tinker's own envs live in ``tinker_sim.multi`` (import it to regis
 from tinker_core.multiagent.agents_file import (
     AgentsConfig, AgentSpec, SpaceSpec, dump_agents_file, is_agents_file, load_agents_file,
 )
+from tinker_core.multiagent.channels import ChannelSpec, Channels
 from tinker_core.multiagent.registry import make_parallel_env, register_parallel_env, registered_ids
 from tinker_core.multiagent.trainer import MultiAgentTrainer, train_agents
 
-__all__ = ["AgentSpec", "AgentsConfig", "MultiAgentTrainer", "SpaceSpec", "dump_agents_file", "is_agents_file",
+__all__ = ["AgentSpec", "AgentsConfig", "ChannelSpec", "Channels", "MultiAgentTrainer", "SpaceSpec", "dump_agents_file", "is_agents_file",
            "load_agents_file", "make_parallel_env", "register_parallel_env", "registered_ids", "train_agents"]

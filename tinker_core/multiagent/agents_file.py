@@ -8,6 +8,8 @@ agents:
   robot1: {policy: PPO, obs_space: [84, 84, 3], action_space: {discrete: 5}, perception: nature_cnn}
   robot2: {policy: DQN, obs_space: [10], hyperparameters: {learning_rate: 0.0005}}
   "drone_*": {policy: PPO, group: swarm}   # a pattern: every env agent it matches
+channels:                          # optional: messages between agents (tinker_core.multiagent.channels)
+  signal: {from: robot2, to: [robot1], size: 4}
 ```
 
 An entry's key is an agent name, or an ``fnmatch`` pattern (``*``, ``?``, ``[``) for many agents
@@ -28,11 +30,12 @@ from typing import Any, Mapping
 import numpy as np
 
 from tinker_core.errors import ConfigError
+from tinker_core.multiagent.channels import ChannelSpec, parse_channels
 
 POLICIES = ("PPO", "SAC", "DQN")
 """The algorithms an agent can train with (tinker_core.algos)."""
 
-_TOP_KEYS = ("env", "env_kwargs", "total_timesteps", "seed", "centralized_critic", "agents")
+_TOP_KEYS = ("env", "env_kwargs", "total_timesteps", "seed", "centralized_critic", "channels", "agents")
 _AGENT_KEYS = ("policy", "obs_space", "action_space", "perception", "group", "hyperparameters", "bundle")
 
 
@@ -231,6 +234,8 @@ class AgentsConfig:
     """Seeds the env and every agent whose hyperparameters do not set one."""
     centralized_critic: bool = False
     """PPO groups learn a critic on the env's global ``state()`` (MAPPO-style) instead of their own observation."""
+    channels: tuple[ChannelSpec, ...] = ()
+    """Declared messages between agents (`tinker_core.multiagent.channels`), built into their spaces."""
 
     def __post_init__(self) -> None:
         if not self.agents:
@@ -279,7 +284,8 @@ class AgentsConfig:
                 raise ConfigError(f"agents: expected agent names as strings, got {name!r}")
             agents[name] = parse_agent(name, raw)
         kw = {k: data[k] for k in ("env", "total_timesteps", "seed", "centralized_critic") if k in data}
-        return cls(agents=agents, env_kwargs=dict(data.get("env_kwargs") or {}), **kw)
+        return cls(agents=agents, env_kwargs=dict(data.get("env_kwargs") or {}),
+                   channels=parse_channels(data.get("channels")), **kw)
 
     def to_dict(self) -> dict[str, Any]:
         """The agents file as plain data (``from_dict(to_dict())`` gives an equal config)."""
@@ -289,6 +295,8 @@ class AgentsConfig:
         if self.env_kwargs:
             out["env_kwargs"] = dict(self.env_kwargs)
         out.update(total_timesteps=self.total_timesteps, seed=self.seed, centralized_critic=self.centralized_critic)
+        if self.channels:
+            out["channels"] = {c.name: c.to_yaml() for c in self.channels}
         out["agents"] = {n: a.to_yaml() for n, a in self.agents.items()}
         return out
 

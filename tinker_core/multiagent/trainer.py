@@ -40,6 +40,7 @@ from tinker_core.algos.normalize import ObsNormalizer
 from tinker_core.algos.off_policy import OffPolicyAlgorithm
 from tinker_core.errors import CheckpointError, ConfigError
 from tinker_core.multiagent.agents_file import AgentsConfig, AgentSpec, load_agents_file
+from tinker_core.multiagent.channels import Channels
 from tinker_core.multiagent.registry import make_parallel_env
 from tinker_core.nn import mlp
 from tinker_core.spec import spec_from_space
@@ -115,6 +116,8 @@ class MultiAgentTrainer:
         self.env_id = env if isinstance(env, str) else None
         if isinstance(env, str):
             env = make_parallel_env(env, **{**agents.env_kwargs, **(env_kwargs or {})})
+        if agents.channels:
+            env = Channels(env, agents.channels)
         for attr in ("reset", "step", "observation_space", "action_space", "possible_agents"):
             if not hasattr(env, attr):
                 raise ConfigError(f"env: expected a PettingZoo ParallelEnv (it has no {attr!r}), got {type(env).__name__}")
