@@ -23,8 +23,9 @@ Every limit is the SafetyWrapper's (safety/). What the node adds is what only th
 - **Watchdog on the node's monotonic clock, never on message stamps**: every trusted state opens a
   cycle and arms a one-shot timer; a policy command answering it (same stamp, or no stamp) closes the
   cycle; when ``hold_deadline`` (fraction of the period) passes first, the cycle is missed: hold at
-  the measured pose. A late command for the newest state still goes on; one for a state a newer state
-  has replaced is dropped and counted in ``stale_commands`` (the robot never steps back to an older plan). ``watchdog_misses_to_estop`` (safety YAML, via ``config``) missed cycles **in a
+  the measured pose. A late command still goes on when it answers the newest state or the one before;
+  older ones are dropped and counted in ``stale_commands`` (`tinker_safety.command_order.CommandOrder`:
+  the robot never steps back to an older plan). ``watchdog_misses_to_estop`` (safety YAML, via ``config``) missed cycles **in a
   row** latch the e-stop; one served cycle resets the count. So a policy stall shorter than
   ``(watchdog_misses_to_estop - 1)`` periods never latches (the tolerance), a dead policy latches
   within ``watchdog_misses_to_estop`` periods.
@@ -61,6 +62,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from tinker.runtime import ERROR, OK, WARN, NodeRuntime, main_for
 from tinker.wire import (COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_msg, decode_meta, encode_meta, read_array,
                          stamp_ns, state_tags)
+from tinker_safety.command_order import CommandOrder
 from tinker_safety.state_gate import StateGate
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.input_ages import Level
@@ -144,8 +146,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.namesake = ""
         self._names_checked = 0.0
         self.holds = 0
-        self.stale_commands = 0
-        self._rebase_stamp = 0
+        self.order = CommandOrder()  # which late commands may still go on (stale_commands: the ones that may not)
         self.no_command = 0
         self.ramp_restarts = 0  # safe-start ramps begun by activation or a returning policy
         self.refused = 0
@@ -315,7 +316,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                 self._refuse_state("rebase", f"{self.gate.topic}: episode start: {self.guard.last_reset_refusal}")
                 return
             self._last_sent = self.guard.last_command
-            self._rebase_stamp = stamp  # commands answering states before it were meant for another pose
+            self.order.rebase(stamp)  # commands answering states before it were meant for another pose
         if self.untrusted:  # the guard's limits apply from this measured pose on, as for every command
             self.get_logger().info(f"{self.gate.topic}: states trusted again")
             self.untrusted = ""
@@ -324,6 +325,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             self._start_ramp(q, qd)
             self._restart_ramp = False
         self._state_stamp = stamp
+        self.order.state(stamp)
         self._state_cycle = cycle if cycle is not None else self._state_cycle + 1
         self._state_seq += 1
         if self.active:
@@ -378,19 +380,18 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             return
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
         meta = decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
+        valid = True
         try:
             target, _ = read_array(msg, len(self.names), "safety.policy_command")
         except ValidationError as e:
             self._refuse(e)
+            valid = False
             target = np.asarray(msg.data, dtype=np.float64)  # the guard holds, counts and may latch
         stamp = int(meta["stamp_ns"]) if meta.get("stamp_ns", "").isdigit() else 0
         if meta.get("stop") == "1":
             self._send_hold("policy node stopped")
             return
-        if 0 < stamp < max(self._rebase_stamp, self._state_stamp):
-            # answers a state a newer one has replaced (its cycle was held at the deadline), or one from
-            # before the simulator's episode reset: the robot never steps back to an older plan
-            self.stale_commands += 1
+        if valid and not self.order.accepts(stamp):  # too old to go on (tinker_safety.command_order)
             return
         if not self.policy_active:  # a command before its activation event: the policy is back
             self.policy_active, self._policy_returning = True, True
@@ -402,6 +403,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self._last_cmd_t = now = time.monotonic()
         self.guard.feed(target, now)
         cmd, status = self.guard.tick(now, self._q, self._qd)
+        self.order.went_out(stamp)
         if stamp in (0, self._state_stamp):  # the answer to the newest state (a late one does not close it)
             self._served_seq = self._state_seq
             self._wd_timer.cancel()
@@ -453,6 +455,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             self.guard.estop(f"watchdog: {self._misses_in_row} cycles in a row without a policy command")
         self.holds += status.outcome.name in ("HELD", "ESTOPPED")
         self._publish(cmd, self._state_stamp, self._state_cycle, "", status.outcome.name.lower())
+        self.order.went_out(self._state_stamp)  # this state's hold went out
         if self.guard.estopped != was:
             self.get_logger().error(f"e-stop latched: {status.summary}")
             self._publish_estop_state()
@@ -532,7 +535,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         vals: dict[str, object] = {"active": self.active, "holds": self.holds, "no_command": self.no_command, "refused_inputs": self.refused,
                                    "state_refusal": self.untrusted,
                                    "episode_starts": self.gate.episode_starts if self.gate else 0,
-                                   "stale_commands": self.stale_commands,
+                                   "stale_commands": self.order.dropped,
                                    **{f"refused_states.{k}": v for k, v in self.refused_states.items()},
                                    "policy_active": self.policy_active, "ramp_restarts": self.ramp_restarts,
                                    "misses_in_row": self._misses_in_row,
