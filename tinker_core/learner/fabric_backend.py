@@ -183,7 +183,7 @@ def run(devices: int, steps: int, batch: int, hidden: int, seed: int, determinis
         out: Path, warm: int = 5) -> dict:
     """``steps`` updates of SAC on fixed batches of ``batch`` samples in all: over ``devices`` Fabric
     processes (``devices`` > 1, autograd path) or in this process (``path``: "autograd" or "compiled").
-    Each rank writes ``rank{r}.npy`` (its final state) into ``out``; rank 0 returns and writes ``result.json``."""
+    Each rank writes ``rank{r}_start.npy`` and ``rank{r}.npy`` (its state before and after) into ``out``; rank 0 returns and writes ``result.json``."""
     torch.set_num_threads(1)
     out.mkdir(parents=True, exist_ok=True)
     algo = make_sac(hidden, seed, deterministic, compiled=path == "compiled" and devices == 1)
@@ -198,6 +198,7 @@ def run(devices: int, steps: int, batch: int, hidden: int, seed: int, determinis
     elif path == "autograd":
         algo._update = None
     mine = [shard(b, rank, world) for b in batches]
+    np.save(out / f"rank{rank}_start.npy", flat_state(algo))
     for b in mine[:steps]:  # the steps compared by the test
         algo._train_step(b)
     state = flat_state(algo)
