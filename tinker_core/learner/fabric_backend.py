@@ -101,7 +101,7 @@ class DataParallelUpdate:
             native.note_update_path(type(algo).__name__, "autograd",
                                     "the Fabric back-end all-reduces gradients between backward and the optimizer "
                                     "step, which the compiled step does in one call")
-        self.all_reduces = 0
+        self.all_reduces, self.reduce_s = 0, 0.0  # collectives made and the wall time spent in them
         self._broadcast_state()
         if getattr(algo, "gen", None) is not None:
             algo.gen.manual_seed(int(seed) * 1000 + self.rank)  # independent noise per shard, as per sample
@@ -124,9 +124,11 @@ class DataParallelUpdate:
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return
+        t0 = time.perf_counter()
         flat = torch.cat([g.reshape(-1) for g in grads])
         flat = self.fabric.all_reduce(flat, reduce_op="mean")
         torch._foreach_copy_(grads, [v.view_as(g) for v, g in zip(flat.split([g.numel() for g in grads]), grads)])
+        self.reduce_s += time.perf_counter() - t0
         self.all_reduces += 1
 
     def step(self, shard: ReplaySamples) -> torch.Tensor:
@@ -204,7 +206,9 @@ def run(devices: int, steps: int, batch: int, hidden: int, seed: int, determinis
     state = flat_state(algo)
     np.save(out / f"rank{rank}.npy", state)
     ts = []  # timing: all batches again (after the state was saved), each step timed
-    for b in mine:
+    for i, b in enumerate(mine):
+        if dp is not None and i == warm:
+            dp.reduce_s = 0.0
         t0 = time.perf_counter()
         algo._train_step(b)
         ts.append(time.perf_counter() - t0)
@@ -215,7 +219,8 @@ def run(devices: int, steps: int, batch: int, hidden: int, seed: int, determinis
               "hidden": hidden, "steps": steps, "timed_steps": len(ts), "step_ms_p50": 1e3 * float(np.median(ts)),
               "step_ms_mean": 1e3 * float(np.mean(ts)), "updates_per_s": 1.0 / float(np.mean(ts)),
               "samples_per_s": batch / float(np.mean(ts)),
-              "all_reduces_per_update": dp.all_reduces / (steps + len(mine)) if dp else 0}
+              "all_reduces_per_update": dp.all_reduces / (steps + len(mine)) if dp else 0,
+              "all_reduce_ms_per_update": 1e3 * dp.reduce_s / len(ts) if dp else 0.0}
     if rank == 0:
         (out / "result.json").write_text(json.dumps(result, indent=1))
     return result
