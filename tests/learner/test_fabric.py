@@ -61,7 +61,11 @@ def test_config_names_the_field() -> None:
     if _has_lightning():
         with pytest.raises(ConfigError, match=r"LearnerConfig\.batch_size: expected a multiple of devices=3"):
             LearnerConfig(backend="fabric", devices=3, batch_size=64)
-        assert LearnerConfig(backend="fabric", devices=2).devices == 2
+        cfg = LearnerConfig(backend="fabric", devices=2)
+        from tinker_core.learner.server import Learner
+
+        with pytest.raises(ConfigError, match=r"LearnerConfig\.backend: the learner server runs backend: local only"):
+            Learner(cfg, algo_factory=lambda: None)  # measured slower here: the server does not shard its replay
     else:
         with pytest.raises(ConfigError, match=r"LearnerConfig\.backend: 'fabric' needs Lightning"):
             LearnerConfig(backend="fabric", devices=2)
