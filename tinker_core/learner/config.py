@@ -80,6 +80,12 @@ class LearnerConfig:
     """Seed of the gate episodes (fixed, so candidates are compared on the same episodes)."""
     seed: int = 0
     """Seed of replay sampling."""
+    backend: str = "local"
+    """Where gradient updates run: "local" (this process; on the CPU the compiled step) or "fabric"
+    (data-parallel over ``devices`` processes through Lightning Fabric, autograd path; see
+    learner/fabric_backend.py and the README's measurement: on a small CPU it is slower)."""
+    devices: int = 1
+    """Processes (devices) of the "fabric" back-end; ``batch_size`` must divide by it (equal shards)."""
 
     def __post_init__(self) -> None:
         positive = ("batch_size", "updates_per_interval", "max_updates_per_tick", "replay_capacity", "real_capacity", "gate_episodes")
@@ -101,6 +107,20 @@ class LearnerConfig:
                 raise ConfigError(f"LearnerConfig.{owner[endpoint]} and LearnerConfig.{name} are both {endpoint!r}: "
                                   f"each socket binds an endpoint of its own")
             owner[endpoint] = name
+        if self.backend not in ("local", "fabric"):
+            raise ConfigError(f"LearnerConfig.backend: expected 'local' or 'fabric', got {self.backend!r}")
+        if int(self.devices) < 1:
+            raise ConfigError(f"LearnerConfig.devices: expected an integer >= 1, got {self.devices!r}")
+        if self.backend == "fabric":
+            if int(self.batch_size) % int(self.devices):
+                raise ConfigError(f"LearnerConfig.batch_size: expected a multiple of devices={self.devices} "
+                                  f"(equal shards per process), got {self.batch_size}")
+            from tinker_core.learner.fabric_backend import require_lightning
+
+            require_lightning("LearnerConfig.backend")
+        elif int(self.devices) != 1:
+            raise ConfigError(f"LearnerConfig.devices: {self.devices} processes need backend: fabric, "
+                              f"got backend: {self.backend!r}")
         if self.device != "auto" and not self.device.startswith(("cpu", "cuda")):
             raise ConfigError(f"LearnerConfig.device: expected 'auto', 'cpu' or 'cuda[:N]', got {self.device!r}")
 

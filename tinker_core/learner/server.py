@@ -67,6 +67,12 @@ class Learner:
     def __init__(self, config: LearnerConfig, algo_factory: Callable[[], Any],
                  publisher: Callable[[Any, int], Path] | None = None,
                  env_factory: Callable[[], Any] | None = None):
+        if config.backend != "local":
+            # measured slower than the single-process compiled step on the CPU this runs on (README,
+            # "Data-parallel updates"), so the server's replay is not sharded over Fabric ranks
+            raise ConfigError(f"LearnerConfig.backend: the learner server runs backend: local only; "
+                              f"{config.backend!r} runs through tinker_core.learner.fabric_backend "
+                              f"(see tinker_core/learner/README.md, 'Data-parallel updates')")
         self.config = config
         self.algo_factory, self.publisher, self.env_factory = algo_factory, publisher, env_factory
         self.device = resolve_device(config.device)
