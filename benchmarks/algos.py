@@ -74,11 +74,12 @@ FALLBACKS = _Fallbacks()
 logging.getLogger().addHandler(FALLBACKS)
 
 
-def run_tinker(task: Task, steps: int, seed: int) -> dict:
+def run_tinker(task: Task, steps: int, seed: int, double_q: bool = True) -> dict:
     """tinker on ``task`` from its RL Zoo entry (less what tinker does not apply)."""
     algo_cls, cfg_cls = CONFIGS[task.algo]
     settings = from_rlzoo(entry_without(task, "tinker"), task.algo, cfg_cls, where=task.name)
-    algo = algo_cls(task.gym_id, cfg_cls(**settings.section, seed=seed))
+    extra = {"double_q": double_q} if task.algo == "dqn" else {}
+    algo = algo_cls(task.gym_id, cfg_cls(**settings.section, **extra, seed=seed))
     if task.algo == "ppo":
         clock = UpdateClock(algo, "_update", lambda a, k: ppo_samples_per_update(task))
     else:
@@ -202,6 +203,11 @@ def main() -> int:
                          f"default here is {torch.get_num_threads()})")
     ap.add_argument("--tag", default="",
                     help="write results/algos.TAG.json (and .png) instead of algos.json")
+    ap.add_argument("--dqn-plain-targets", action="store_true",
+                    help="tinker's DQN with plain max-Q targets, as SB3's (default: its double-Q targets)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the tasks of the result file's earlier run that this run does not repeat (each task "
+                         "records the run it comes from): to finish a suite in parts")
     args = ap.parse_args()
     if args.tag and not args.tag.replace("_", "").replace("-", "").isalnum():
         ap.error(f"--tag: letters, digits, '_' and '-' only, got {args.tag!r}")
@@ -216,6 +222,15 @@ def main() -> int:
                  "(or set SBX_PYTHON), or leave sbx out with --libs tinker sb3")
     result_name = f"algos.{args.tag}" if args.tag else "algos"
     previous = _previous_run(result_path(result_name, args.quick))
+    # the header (commit, dirty) before this run writes its own result file, which is tracked
+    head = header("algos", args.quick,
+                  machine(("torch", "stable_baselines3", "gymnasium", "panda-gym"),
+                          gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                          extra={"torch_threads": args.threads,
+                                 "sbx_python": SBX_PYTHON if "sbx" in args.libs else None}),
+                  "python " + " ".join(["benchmarks/algos.py", *sys.argv[1:]]))
+    figures_kept, tasks_kept = _earlier_tasks(result_path(result_name, args.quick), args.only or list(TASKS)) \
+        if args.merge else ({}, {})
     torch.set_num_threads(args.threads)
     seeds = [0] if args.quick else list(range(args.seeds))
     peak = {"torch": matmul_peak_gflops(torch.mm, lambda n, m: torch.rand(n, m)),
@@ -242,7 +257,7 @@ def main() -> int:
         for seed in seeds:  # alternate the libraries so load changes hit all of them
             for lib in args.libs:
                 if lib == "tinker":
-                    r = run_tinker(task, steps, seed)
+                    r = run_tinker(task, steps, seed, double_q=not args.dqn_plain_targets)
                 elif lib == "sb3":
                     r = run_sb3_like(task, "sb3", steps, seed)
                 else:
@@ -268,6 +283,8 @@ def main() -> int:
             "update_flops_per_gradient_step": flops, "obs_dim": obs, "action_dim": act,
             "errors": {lib: [r["error"] for r in rs if "error" in r] for lib, rs in rows.items()
                        if any("error" in r for r in rs)},
+            "run": {"when": head["when"], "commit": head["commit"], "command": head["command"],
+                    "load_avg_1min_at_end": round(os.getloadavg()[0], 2)},
         }
         if "tinker" in rows:
             ok = [r for r in rows["tinker"] if "error" not in r]
@@ -275,8 +292,11 @@ def main() -> int:
             per_task[name]["tinker_rlzoo_notes"] = ok[0]["rlzoo_notes"] if ok else []
             if task.algo == "sac":
                 per_task[name]["tinker_products"] = native.gemm() or "python step"
+            if task.algo == "dqn":
+                per_task[name]["tinker_double_q"] = not args.dqn_plain_targets
         curves_png[name] = {lib: [r["curve"] for r in rs if "error" not in r] for lib, rs in rows.items()}
-        path = _write(args, result_name, figures, per_task, peak, versions, previous)  # after each task: a cut run keeps its tasks
+        path = _write(args, result_name, head, {**figures_kept, **figures}, {**tasks_kept, **per_task}, peak,
+                      versions, previous)  # after each task: a cut run keeps its tasks
     png = _plot(curves_png, result_path(result_name, args.quick, ".png"))
     print(json.dumps({k: v for k, v in figures.items() if not isinstance(v, list)}, indent=1))
     print(f"wrote {path} and {png}")
@@ -293,23 +313,39 @@ def _previous_run(path: Path) -> dict | None:
     return old.get("previous_run") if "tasks" in old else old
 
 
-def _write(args, result_name: str, figures: dict, per_task: dict, peak: dict, versions: dict,
+def _earlier_tasks(path: Path, redo: list[str]) -> tuple[dict, dict]:
+    """(figures, tasks) of the file's earlier run for the tasks not in ``redo``; each task keeps its run's record."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, {}
+    if "tasks" not in old:
+        return {}, {}
+    keep = [n for n in old["tasks"] if n not in redo]
+    figs = {k: v for k, v in old["figures"].items() if any(k.startswith(n + "_") for n in keep)}
+    tasks = {}
+    for n in keep:
+        tasks[n] = dict(old["tasks"][n])
+        tasks[n].setdefault("run", {"when": old["when"], "commit": old["commit"], "command": old["command"],
+                                    "load_avg_1min_at_end": old["machine"].get("load_avg_1min_at_end")})
+        tasks[n]["run"].setdefault("matmul_peak_gflops_machine", old["figures"].get("matmul_peak_gflops_machine"))
+    return figs, tasks
+
+
+def _write(args, result_name: str, head: dict, figures: dict, per_task: dict, peak: dict, versions: dict,
            previous: dict | None) -> Path:
-    full = (not args.quick and args.seeds >= 5 and set(args.libs) == set(LIBS)
-            and all(v["full_rlzoo_budget"] for v in per_task.values()) and set(per_task) == set(TASKS))
+    full = (all(v["full_rlzoo_budget"] and len(v["seeds"]) >= 5 for v in per_task.values())
+            and not args.quick and set(args.libs) == set(LIBS) and set(per_task) == set(TASKS))
     goals = {f"{n}_speed_ratio_tinker_vs_sb3": ">= 1.5" for n in per_task}
     goals.update({f"{n}_return_diff_tinker_vs_sb3": ">= -(2 x stderr): not worse than SB3 beyond the seeds' spread"
                   for n in per_task})
     out = {
-        **header("algos", args.quick,
-                 machine(("torch", "stable_baselines3", "gymnasium", "panda-gym"),
-                         gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                         extra={"torch_threads": args.threads, "sbx_python": SBX_PYTHON if "sbx" in args.libs else None,
-                                **versions}, load_key="load_avg_1min_at_end"),
-                 "python " + " ".join(["benchmarks/algos.py", *sys.argv[1:]])),
+        **head,
         "run_kind": "full (RL Zoo budgets, >= 5 seeds, all tasks and libraries)" if full else
                     "reduced: see each task's timesteps, fraction_of_rlzoo_budget and seeds; not the full run",
         "fallbacks": FALLBACKS.seen,
+        "load_avg_1min_at_end": round(os.getloadavg()[0], 2),
+        "versions": versions,
         "matmul_peak_gflops": peak,
         "figures": figures,
         "goals": goals,
