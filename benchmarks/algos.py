@@ -1,27 +1,40 @@
-"""tinker's PPO / SAC / DQN against Stable-Baselines3, same process, same envs, same RL Zoo hyperparameters.
+"""tinker's PPO / SAC / DQN against Stable-Baselines3 and sbx (SB3 on JAX) on third-party tasks, at RL Zoo settings.
 
-For each (algorithm, env) and seed, both libraries train for the same number of env steps, in
-alternation; we record wall-clock env steps/s, the episode-return curve (training episodes), the
-timesteps at which the mean of the last 10 training episodes first reaches the threshold (-200 on
-Pendulum-v1, 475 on CartPole-v1), and the final mean return of 10 deterministic evaluation episodes.
+The suite (``benchmarks/_suite.py``: ``TASKS``): Pendulum-v1 (PPO, SAC), MountainCarContinuous-v0 (PPO, SAC),
+CartPole-v1 and Acrobot-v1 (DQN), panda-gym's PandaReach-v3 (SAC + HER). Each task carries its RL Zoo entry as
+written in rl-baselines3-zoo hyperparams/{ppo,sac,dqn}.yml (tinker reads it with ``tinker_core.rlzoo.from_rlzoo``,
+SB3 and sbx as rl_zoo3 does) and its budget (``n_timesteps``). Per task and seed the three libraries train in
+alternation for the same env steps: SB3 and tinker in this process, sbx in a subprocess
+(``benchmarks/_sbx_runner.py``) of the separate venv ``benchmarks/competitors_venv.sh`` builds (JAX stays out
+of the project venv). Recorded per library: env steps/s (and the ratios tinker/SB3, tinker/sbx, sbx/SB3),
+the final return of 10 deterministic evaluation episodes (mean, median, min, per seed; the success rate on
+the goal task), the env step at which the mean of the last 10 training episodes reaches the task's threshold
+(gymnasium's reward_threshold where the env registers one), and the update's achieved GFLOP/s: the FLOPs one
+gradient step asks for (``_suite.update_flops``, the same count for every library) times the gradient steps
+taken, over the seconds spent inside the library's update method, against the machine's measured float32
+matrix-product peak (torch at the run's thread count; JAX's measured in the sbx venv).
 
-Fairness notes: both use torch with the same thread count (1 unless ``--threads``, recorded);
-both get RL Zoo's entries exactly (rl-baselines3-zoo hyperparams/{ppo,sac,dqn}.yml, checked at
-commit 22e3ff2 of April 2026): PPO Pendulum-v1 with gSDE (use_sde, sde_sample_freq 4) and no
-normalization, SAC Pendulum-v1 with lr 1e-3 and SB3 defaults, DQN CartPole-v1 as listed;
-tinker's DQN is double DQN (its default; ``--dqn-plain-targets`` for SB3's plain targets), SB3's is not. tinker's compiled SAC step sends its products
-through the library measured faster on the machine (torch's BLAS or oneDNN, see tinker_core/algos/native.py; recorded
-as ``tinker_products``); SB3's go through torch's default, the BLAS. ``TINKER_SAC_GEMM=blas`` runs
-tinker's step on the BLAS too, for the comparison without that choice.
+Settings a library cannot apply are dropped and recorded per task (``not_applied``): tinker's SAC and sbx have
+no gSDE, so on MountainCarContinuous SAC (whose RL Zoo entry uses gSDE) they run without it, a difference of
+settings, not of implementation. tinker's update path (compiled C++ step, Python step, autograd) is recorded
+per seed; a fallback off the compiled step is logged once by tinker and listed under ``fallbacks``.
 
-    python benchmarks/algos.py            # full: several seeds, RL Zoo budgets (about 25 min on 2 idle cores)
-    python benchmarks/algos.py --quick    # about a minute: one seed, tiny budgets (same code path)
-    python benchmarks/algos.py --only ppo_pendulum --seeds 20 --tag ppo_20_seeds   # -> results/algos.ppo_20_seeds.json
+    bash benchmarks/competitors_venv.sh                 # once: /work/venv-sbx with sbx, jax (torch pinned)
+    python benchmarks/algos.py --seeds 5                # the full suite: RL Zoo budgets, 5 seeds (hours on 2 cores)
+    python benchmarks/algos.py --quick                  # minutes: one seed, tiny budgets (same code path)
+    python benchmarks/algos.py --seeds 3 --fraction 0.2 --only ppo_pendulum dqn_cartpole   # a reduced run: recorded
+    python benchmarks/algos.py --only ppo_pendulum --seeds 20 --libs tinker sb3 --tag ppo_20_seeds
+
+A run with fewer seeds or budgets than the full one is marked so per task (``timesteps``, ``fraction``,
+``seeds``, ``full_rlzoo_budget``) and in ``run_kind``; it is never the full run.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,108 +44,75 @@ import torch
 
 # benchmarks/ is sys.path[0] when run as `python benchmarks/NAME.py`
 from _common import ROOT, arg_parser, header, machine, result_path, write_result
+from _suite import (TASKS, Task, UpdateClock, dims, entry_without, evaluate, matmul_peak_gflops, not_applied,
+                    ppo_samples_per_update, run_sb3_like, steps_to, task_update_flops)
 
 sys.path.insert(0, str(ROOT))
 
-import gymnasium as gym  # noqa: E402
-
 from tinker_core.algos import DQN, PPO, SAC, DQNConfig, PPOConfig, SACConfig, native  # noqa: E402
+from tinker_core.rlzoo import from_rlzoo  # noqa: E402
+
+LIBS = ("tinker", "sb3", "sbx")
+SBX_PYTHON = os.environ.get("SBX_PYTHON", "/work/venv-sbx/bin/python")
+CONFIGS = {"ppo": (PPO, PPOConfig), "sac": (SAC, SACConfig), "dqn": (DQN, DQNConfig)}
 
 
-# RL Zoo hyperparameters (rl-baselines3-zoo hyperparams/*.yml), written once for both libraries.
-SETUPS = {
-    "ppo_pendulum": dict(env="Pendulum-v1", threshold=-200.0, steps=100_000, quick_steps=8192, normalize=False, n_envs=4,
-                         common=dict(n_steps=1024, gae_lambda=0.95, gamma=0.9, n_epochs=10, ent_coef=0.0,
-                                     learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4)),
-    "sac_pendulum": dict(env="Pendulum-v1", threshold=-200.0, steps=20_000, quick_steps=600, normalize=False, n_envs=1,
-                         common=dict(learning_rate=1e-3)),
-    "dqn_cartpole": dict(env="CartPole-v1", threshold=475.0, steps=50_000, quick_steps=2000, normalize=False, n_envs=1,
-                         common=dict(learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
-                                     gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
-                                     exploration_fraction=0.16, exploration_final_eps=0.04)),
-}
+class _Fallbacks(logging.Handler):
+    """Keeps tinker's once-per-process warnings that an update runs off the compiled step."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.seen: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if "not the compiled step" in msg and msg not in self.seen:
+            self.seen.append(msg)
 
 
-def _eval(predict, env_id: str, episodes: int, seed: int) -> float:
-    env = gym.make(env_id)
-    rets = []
-    for ep in range(episodes):
-        o, _ = env.reset(seed=10_000 + seed * 100 + ep)
-        done, ret = False, 0.0
-        while not done:
-            o, r, te, tr, _ = env.step(predict(o))
-            ret += r
-            done = te or tr
-        rets.append(ret)
-    return float(np.mean(rets))
+FALLBACKS = _Fallbacks()
+logging.getLogger().addHandler(FALLBACKS)
 
 
-def _steps_to(curve: list[tuple[int, float]], threshold: float, window: int = 10) -> int | None:
-    rets = [r for _, r in curve]
-    for i in range(window - 1, len(rets)):
-        if np.mean(rets[i - window + 1:i + 1]) >= threshold:
-            return int(curve[i][0])
-    return None
-
-
-def run_tinker(name: str, s: dict, steps: int, seed: int, double_q: bool = True) -> dict:
-    c = dict(s["common"])
-    algo_name = name.split("_")[0]
-    if algo_name == "ppo":
-        cfg = PPOConfig(**c, n_envs=s["n_envs"], normalize_obs=s["normalize"], normalize_reward=s["normalize"], seed=seed)
-        algo = PPO(s["env"], cfg)
-    elif algo_name == "sac":
-        algo = SAC(s["env"], SACConfig(**c, seed=seed))
+def run_tinker(task: Task, steps: int, seed: int, double_q: bool = True) -> dict:
+    """tinker on ``task`` from its RL Zoo entry (less what tinker does not apply)."""
+    algo_cls, cfg_cls = CONFIGS[task.algo]
+    settings = from_rlzoo(entry_without(task, "tinker"), task.algo, cfg_cls, where=task.name)
+    extra = {"double_q": double_q} if task.algo == "dqn" else {}
+    algo = algo_cls(task.gym_id, cfg_cls(**settings.section, **extra, seed=seed))
+    if task.algo == "ppo":
+        clock = UpdateClock(algo, "_update", lambda a, k: ppo_samples_per_update(task))
     else:
-        algo = DQN(s["env"], DQNConfig(**c, net_arch=[256, 256], seed=seed, double_q=double_q))
+        clock = UpdateClock(algo, "_train", lambda a, k: int(a[0] if a else k["gradient_steps"]))
     t0 = time.perf_counter()
     algo.learn(steps, progress=False)
     wall = time.perf_counter() - t0
-    final = _eval(lambda o: algo.predict(o, deterministic=True), s["env"], 10, seed)
-    return {"steps_per_s": algo.num_timesteps / wall, "wall_s": wall, "final_return": final,
-            "curve": list(algo.episode_history), "update_path": getattr(algo, "update_path", "autograd")}
+    norm = getattr(algo, "obs_norm", None)
+    ev = evaluate(task, lambda o: algo.predict(o, deterministic=True), 10, seed)
+    return {"steps_per_s": algo.num_timesteps / wall, "wall_s": wall, **ev, "curve": list(algo.episode_history),
+            "update_s": clock.seconds, "update_calls": clock.calls, "gradient_steps": clock.gradient_steps,
+            "update_path": getattr(algo, "update_path", "autograd"), "rlzoo_notes": settings.notes,
+            "not_applied": not_applied(task, "tinker"), "normalizer": norm is not None}
 
 
-def run_sb3(name: str, s: dict, steps: int, seed: int) -> dict:
-    import stable_baselines3 as sb3
-    from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.vec_env import VecNormalize
+def run_sbx(task: Task, steps: int, seed: int, threads: int) -> dict:
+    """sbx in its own venv's interpreter; the runner's last stdout line is its result."""
+    cmd = [SBX_PYTHON, str(Path(__file__).with_name("_sbx_runner.py")), "--task", task.name, "--steps", str(steps),
+           "--seed", str(seed), "--threads", str(threads)]
+    p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if p.returncode != 0:
+        return {"error": (p.stderr or p.stdout).strip().splitlines()[-1][:400] if (p.stderr or p.stdout) else "failed"}
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r["curve"] = [tuple(x) for x in r["curve"]]
+    return r
 
-    c = dict(s["common"])
-    algo_name = name.split("_")[0]
-    env = make_vec_env(s["env"], n_envs=s["n_envs"], seed=seed)
-    if s["normalize"]:
-        env = VecNormalize(env, gamma=c["gamma"])
-    if algo_name == "ppo":
-        model = sb3.PPO("MlpPolicy", env, seed=seed, device="cpu", **c)
-    elif algo_name == "sac":
-        model = sb3.SAC("MlpPolicy", env, seed=seed, device="cpu", **c)
-    else:
-        model = sb3.DQN("MlpPolicy", env, seed=seed, device="cpu", policy_kwargs=dict(net_arch=[256, 256]), **c)
-    curve: list[tuple[int, float]] = []
 
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    class Curve(BaseCallback):
-        def _on_step(self) -> bool:
-            for info in self.locals.get("infos", []):
-                if "episode" in info:
-                    curve.append((self.num_timesteps, float(info["episode"]["r"])))
-            return True
-
-    t0 = time.perf_counter()
-    model.learn(steps, callback=Curve())
-    wall = time.perf_counter() - t0
-    if s["normalize"]:
-        env.training = False
-
-        def predict(o):
-            return model.predict(env.normalize_obs(o[None]), deterministic=True)[0][0]
-    else:
-        def predict(o):
-            return model.predict(o, deterministic=True)[0]
-    final = _eval(predict, s["env"], 10, seed)
-    return {"steps_per_s": steps / wall, "wall_s": wall, "final_return": final, "curve": curve}
+def sbx_peak() -> dict | None:
+    if not Path(SBX_PYTHON).exists():
+        return None
+    p = subprocess.run([SBX_PYTHON, str(Path(__file__).with_name("_sbx_runner.py")), "--peak"], capture_output=True,
+                       text=True, cwd=ROOT)
+    return json.loads(p.stdout.strip().splitlines()[-1]) if p.returncode == 0 else {"error": p.stderr[-300:]}
 
 
 def _plot(curves: dict, path: Path) -> Path:
@@ -142,9 +122,13 @@ def _plot(curves: dict, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.6), dpi=100, squeeze=False)
-    for ax, (name, libs) in zip(axes[0], curves.items()):
-        for lib, color in (("tinker", "tab:blue"), ("sb3", "tab:orange")):
+    cols = min(4, len(curves))
+    rows = -(-len(curves) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.6 * rows), dpi=90, squeeze=False)
+    for ax in axes.flat[len(curves):]:
+        ax.axis("off")
+    for ax, (name, libs) in zip(axes.flat, curves.items()):
+        for lib, color in (("tinker", "tab:blue"), ("sb3", "tab:orange"), ("sbx", "tab:green")):
             for i, curve in enumerate(libs.get(lib, [])):
                 if len(curve) < 2:
                     continue
@@ -152,7 +136,7 @@ def _plot(curves: dict, path: Path) -> Path:
                 k = min(10, len(rt))
                 ax.plot(st[k - 1:], np.convolve(rt, np.ones(k) / k, mode="valid"), color=color, alpha=0.8,
                         label=lib if i == 0 else None)
-        ax.axhline(SETUPS[name]["threshold"], color="gray", ls="--", lw=1)
+        ax.axhline(TASKS[name].threshold, color="gray", ls="--", lw=1)
         ax.set_title(name)
         ax.set_xlabel("env steps")
         ax.set_ylabel("episode return (mean of 10)")
@@ -164,91 +148,211 @@ def _plot(curves: dict, path: Path) -> Path:
     return path
 
 
+def _summary(task: Task, rows: dict[str, list[dict]], flops_per_step: int, peak: dict) -> dict:
+    """Figures of one task: per library speed, return spread, threshold, GFLOP/s; then the ratios."""
+    f: dict = {}
+    name = task.name
+    for lib, rs in rows.items():
+        rs = [r for r in rs if "error" not in r]
+        if not rs:
+            continue
+        sps = [r["steps_per_s"] for r in rs]
+        fin = [r["final_return"] for r in rs]
+        hit = [r["steps_to_threshold"] for r in rs if r["steps_to_threshold"] is not None]
+        f[f"{name}_{lib}_steps_per_s"] = float(np.median(sps))
+        f[f"{name}_{lib}_final_return_mean"] = float(np.mean(fin))
+        f[f"{name}_{lib}_final_return_std"] = float(np.std(fin, ddof=1)) if len(fin) > 1 else None
+        f[f"{name}_{lib}_final_return_median"] = float(np.median(fin))
+        f[f"{name}_{lib}_final_return_min"] = float(np.min(fin))
+        f[f"{name}_{lib}_final_returns"] = [round(float(x), 1) for x in fin]
+        if task.goal:
+            f[f"{name}_{lib}_success_rates"] = [round(r.get("success_rate", float("nan")), 2) for r in rs]
+        f[f"{name}_{lib}_steps_to_threshold_median"] = float(np.median(hit)) if hit else None
+        f[f"{name}_{lib}_seeds_reaching_threshold"] = len(hit)
+        gf = [r["gradient_steps"] * flops_per_step / r["update_s"] / 1e9 for r in rs if r.get("update_s")]
+        f[f"{name}_{lib}_update_gflops_per_s"] = float(np.median(gf)) if gf else None
+        # against the best float32 product measured on this machine (any library, at the run's threads)
+        f[f"{name}_{lib}_update_fraction_of_matmul_peak"] = (float(np.median(gf)) / peak["machine"] if gf else None)
+        f[f"{name}_{lib}_update_share_of_wall"] = float(np.median([r["update_s"] / r["wall_s"] for r in rs]))
+    for a, b in (("tinker", "sb3"), ("tinker", "sbx"), ("sbx", "sb3")):
+        ka, kb = f"{name}_{a}_steps_per_s", f"{name}_{b}_steps_per_s"
+        if ka in f and kb in f:
+            f[f"{name}_speed_ratio_{a}_vs_{b}"] = f[ka] / f[kb]
+            ok = [(x, y) for x, y in zip(rows[a], rows[b]) if "error" not in x and "error" not in y]
+            f[f"{name}_speed_ratios_{a}_vs_{b}_per_seed"] = [round(x["steps_per_s"] / y["steps_per_s"], 3)
+                                                             for x, y in ok]
+            fa = np.array([x["final_return"] for x, _ in ok])
+            fb = np.array([y["final_return"] for _, y in ok])
+            f[f"{name}_return_diff_{a}_vs_{b}"] = float(fa.mean() - fb.mean())
+            f[f"{name}_return_diff_{a}_vs_{b}_stderr"] = (float(np.sqrt(fa.var(ddof=1) / len(fa) + fb.var(ddof=1) / len(fb)))
+                                                          if len(ok) > 1 else None)
+    return f
+
+
 def main() -> int:
-    ap = arg_parser(__doc__.split("\n")[0], "one seed, tiny budgets: about a minute")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds per setup in the full run")
+    ap = arg_parser(__doc__.split("\n")[0], "one seed, tiny budgets: a few minutes")
+    ap.add_argument("--seeds", type=int, default=5, help="seeds per task (the issue's full run: 5)")
     ap.add_argument("--fraction", type=float, default=1.0,
-                    help="scale the RL Zoo budgets (e.g. 0.2 on a machine too busy for the full run; recorded)")
-    ap.add_argument("--only", nargs="*", choices=sorted(SETUPS), help="run only these setups")
+                    help="scale every RL Zoo budget (a reduced run; recorded per task and never the full run)")
+    ap.add_argument("--task-fraction", nargs="*", default=[], metavar="TASK=F",
+                    help="scale one task's budget (overrides --fraction for it), e.g. sac_mountaincar=0.1")
+    ap.add_argument("--only", nargs="*", choices=sorted(TASKS), help="run only these tasks")
+    ap.add_argument("--libs", nargs="*", choices=LIBS, default=list(LIBS), help="libraries to run (default all)")
     ap.add_argument("--threads", type=int, default=1,
-                    help=f"torch threads, the same for both libraries (default 1: per-core speed; torch's own "
+                    help=f"torch / XLA threads, the same for every library (default 1: per-core speed; torch's own "
                          f"default here is {torch.get_num_threads()})")
     ap.add_argument("--tag", default="",
-                    help="write results/algos.TAG.json (and .png) instead of the full run's algos.json: for a run "
-                         "with other settings, e.g. --only ppo_pendulum --seeds 20 --tag ppo_20_seeds")
+                    help="write results/algos.TAG.json (and .png) instead of algos.json")
     ap.add_argument("--dqn-plain-targets", action="store_true",
                     help="tinker's DQN with plain max-Q targets, as SB3's (default: its double-Q targets)")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the tasks of the result file's earlier run that this run does not repeat (each task "
+                         "records the run it comes from): to finish a suite in parts")
     args = ap.parse_args()
     if args.tag and not args.tag.replace("_", "").replace("-", "").isalnum():
         ap.error(f"--tag: letters, digits, '_' and '-' only, got {args.tag!r}")
+    fractions = {}
+    for item in args.task_fraction:
+        k, _, v = item.partition("=")
+        if k not in TASKS:
+            ap.error(f"--task-fraction: unknown task {k!r}; tasks: {sorted(TASKS)}")
+        fractions[k] = float(v)
+    if "sbx" in args.libs and not Path(SBX_PYTHON).exists():
+        ap.error(f"sbx: no interpreter at {SBX_PYTHON}; run `bash benchmarks/competitors_venv.sh` first "
+                 "(or set SBX_PYTHON), or leave sbx out with --libs tinker sb3")
     result_name = f"algos.{args.tag}" if args.tag else "algos"
+    previous = _previous_run(result_path(result_name, args.quick))
+    # the header (commit, dirty) before this run writes its own result file, which is tracked
+    head = header("algos", args.quick,
+                  machine(("torch", "stable_baselines3", "gymnasium", "panda-gym"),
+                          gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+                          extra={"torch_threads": args.threads,
+                                 "sbx_python": SBX_PYTHON if "sbx" in args.libs else None}),
+                  "python " + " ".join(["benchmarks/algos.py", *sys.argv[1:]]))
+    figures_kept, tasks_kept = _earlier_tasks(result_path(result_name, args.quick), args.only or list(TASKS)) \
+        if args.merge else ({}, {})
     torch.set_num_threads(args.threads)
     seeds = [0] if args.quick else list(range(args.seeds))
-    figures: dict[str, float | int | None] = {}
-    goals: dict[str, str] = {}
-    per_setup = {}
-    curves_png = {}
-    for name in args.only or SETUPS:
-        s = SETUPS[name]
-        steps = s["quick_steps"] if args.quick else int(s["steps"] * args.fraction)
-        rows = {"tinker": [], "sb3": []}
-        for seed in seeds:  # alternate the two libraries so load changes hit both
-            for lib in ("tinker", "sb3"):
-                r = (run_tinker(name, s, steps, seed, double_q=not args.dqn_plain_targets) if lib == "tinker"
-                     else run_sb3(name, s, steps, seed))
-                r["steps_to_threshold"] = _steps_to(r["curve"], s["threshold"])
+    peak = {"torch": matmul_peak_gflops(torch.mm, lambda n, m: torch.rand(n, m)),
+            # oneDNN's product (what tinker's compiled SAC step may route through, tinker_products)
+            "torch_onednn": matmul_peak_gflops(lambda a, b: torch._C._nn.mkldnn_linear(a, b, None),
+                                               lambda n, m: torch.rand(n, m).to_mkldnn())}
+    jp = sbx_peak() if "sbx" in args.libs else None
+    if jp and "jax_matmul_gflops" in jp:
+        peak["jax"] = jp["jax_matmul_gflops"]
+    peak_figs = {k: v["peak"] for k, v in peak.items()}
+    peak_figs["machine"] = max(peak_figs.values())
+    print(f"matrix-product peak GFLOP/s: {peak_figs}", flush=True)
+    figures: dict = {f"matmul_peak_gflops_{k}": v for k, v in peak_figs.items()}
+    per_task: dict = {}
+    curves_png: dict = {}
+    versions: dict = {}
+    for name in args.only or TASKS:
+        task = TASKS[name]
+        frac = 1.0 if args.quick else fractions.get(name, args.fraction)
+        steps = task.quick_steps if args.quick else int(task.steps * frac)
+        obs, act = dims(task)
+        flops = task_update_flops(task, obs, act)
+        rows: dict[str, list[dict]] = {lib: [] for lib in args.libs}
+        for seed in seeds:  # alternate the libraries so load changes hit all of them
+            for lib in args.libs:
+                if lib == "tinker":
+                    r = run_tinker(task, steps, seed, double_q=not args.dqn_plain_targets)
+                elif lib == "sb3":
+                    r = run_sb3_like(task, "sb3", steps, seed)
+                else:
+                    r = run_sbx(task, steps, seed, args.threads)
+                    versions.update({k: r[k] for k in ("jax", "sbx") if k in r})
+                if "error" in r:
+                    print(f"{name} seed {seed} {lib:6s}: ERROR {r['error']}", flush=True)
+                else:
+                    r["steps_to_threshold"] = steps_to(r["curve"], task.threshold)
+                    gf = r["gradient_steps"] * flops / r["update_s"] / 1e9 if r["update_s"] else 0.0
+                    print(f"{name} seed {seed} {lib:6s}: {r['steps_per_s']:7.1f} steps/s, final return "
+                          f"{r['final_return']:8.1f}" + (f" (success {r['success_rate']:.2f})" if task.goal else "")
+                          + f", threshold at {r['steps_to_threshold']}, update {gf:.2f} GFLOP/s"
+                          + (f" [{r['update_path']}]" if lib == "tinker" else ""), flush=True)
                 rows[lib].append(r)
-                print(f"{name} seed {seed} {lib:6s}: {r['steps_per_s']:7.1f} steps/s, final return {r['final_return']:8.1f}, "
-                      f"threshold at {r['steps_to_threshold']}", flush=True)
-        for lib in rows:
-            sps = [r["steps_per_s"] for r in rows[lib]]
-            fin = [r["final_return"] for r in rows[lib]]
-            reach = [r["steps_to_threshold"] for r in rows[lib]]
-            figures[f"{name}_{lib}_steps_per_s"] = float(np.median(sps))
-            figures[f"{name}_{lib}_final_return_mean"] = float(np.mean(fin))
-            figures[f"{name}_{lib}_final_return_min"] = float(np.min(fin))
-            # one stalled evaluation episode costs ~-800 on Pendulum: the median says more than the mean
-            figures[f"{name}_{lib}_final_return_median"] = float(np.median(fin))
-            figures[f"{name}_{lib}_final_returns"] = [round(float(x), 1) for x in fin]
-            hit = [x for x in reach if x is not None]
-            figures[f"{name}_{lib}_steps_to_threshold_median"] = float(np.median(hit)) if hit else None
-            figures[f"{name}_{lib}_seeds_reaching_threshold"] = len(hit)
-            curves_png.setdefault(name, {})[lib] = [r["curve"] for r in rows[lib]]
-        figures[f"{name}_speed_ratio_vs_sb3"] = figures[f"{name}_tinker_steps_per_s"] / figures[f"{name}_sb3_steps_per_s"]
-        figures[f"{name}_return_diff_vs_sb3"] = (figures[f"{name}_tinker_final_return_mean"]
-                                                 - figures[f"{name}_sb3_final_return_mean"])
-        figures[f"{name}_median_return_diff_vs_sb3"] = (figures[f"{name}_tinker_final_return_median"]
-                                                        - figures[f"{name}_sb3_final_return_median"])
-        figures[f"{name}_speed_ratios_per_seed"] = [round(t["steps_per_s"] / b["steps_per_s"], 3)
-                                                    for t, b in zip(rows["tinker"], rows["sb3"])]
-        # the spread of the seeds: the standard error of the difference of the two means
-        fins = [np.array([r["final_return"] for r in rows[lib]]) for lib in ("tinker", "sb3")]
-        figures[f"{name}_return_diff_stderr"] = (float(np.sqrt(sum(f.var(ddof=1) / len(f) for f in fins)))
-                                                 if len(seeds) > 1 else None)
-        if name.startswith(("ppo", "sac")):
-            goals[f"{name}_speed_ratio_vs_sb3"] = ">= 2.0"
-        goals[f"{name}_return_diff_vs_sb3"] = ">= 0 (equal or better final return at equal timesteps)"
-        per_setup[name] = {"env": s["env"], "timesteps": steps, "seeds": seeds, "threshold": s["threshold"],
-                           "hyperparameters": s["common"], "normalize": s["normalize"], "n_envs": s["n_envs"]}
-        per_setup[name]["tinker_update_path"] = sorted({r["update_path"] for r in rows["tinker"]})
-        if name.startswith("sac"):
-            per_setup[name]["tinker_products"] = native.gemm() or "python step"
-        if name.startswith("dqn"):
-            per_setup[name]["tinker_double_q"] = not args.dqn_plain_targets
-    out = {
-        **header("algos", args.quick,
-                 machine(gpu=torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-                         extra={"torch_threads": args.threads}, load_key="load_avg_1min_at_end"),
-                 "python " + " ".join(["benchmarks/algos.py", *sys.argv[1:]])),
-        "figures": figures,
-        "goals": goals,
-        "setups": per_setup,
-    }
-    path = write_result(result_name, args.quick, out)
+        figures.update(_summary(task, rows, flops, peak_figs))
+        per_task[name] = {
+            "env": task.env, "algo": task.algo, "rlzoo_entry": dict(task.entry), "entry_source": task.source,
+            "threshold": task.threshold, "threshold_source": task.threshold_source,
+            "timesteps": steps, "fraction_of_rlzoo_budget": round(steps / task.steps, 4),
+            "full_rlzoo_budget": steps == task.steps, "seeds": seeds,
+            "not_applied": {lib: not_applied(task, lib) for lib in args.libs if not_applied(task, lib)},
+            "update_flops_per_gradient_step": flops, "obs_dim": obs, "action_dim": act,
+            "errors": {lib: [r["error"] for r in rs if "error" in r] for lib, rs in rows.items()
+                       if any("error" in r for r in rs)},
+            "run": {"when": head["when"], "commit": head["commit"], "command": head["command"],
+                    "load_avg_1min_at_end": round(os.getloadavg()[0], 2)},
+        }
+        if "tinker" in rows:
+            ok = [r for r in rows["tinker"] if "error" not in r]
+            per_task[name]["tinker_update_path"] = [r["update_path"] for r in ok]
+            per_task[name]["tinker_rlzoo_notes"] = ok[0]["rlzoo_notes"] if ok else []
+            if task.algo == "sac":
+                per_task[name]["tinker_products"] = native.gemm() or "python step"
+            if task.algo == "dqn":
+                per_task[name]["tinker_double_q"] = not args.dqn_plain_targets
+        curves_png[name] = {lib: [r["curve"] for r in rs if "error" not in r] for lib, rs in rows.items()}
+        path = _write(args, result_name, head, {**figures_kept, **figures}, {**tasks_kept, **per_task}, peak,
+                      versions, previous)  # after each task: a cut run keeps its tasks
     png = _plot(curves_png, result_path(result_name, args.quick, ".png"))
-    print(json.dumps(figures, indent=1))
+    print(json.dumps({k: v for k, v in figures.items() if not isinstance(v, list)}, indent=1))
     print(f"wrote {path} and {png}")
     return 0
+
+
+def _previous_run(path: Path) -> dict | None:
+    """The run a new result replaces, when it is of the earlier 3-setup format (README cites its figures): kept
+    whole under ``previous_run`` of the new file."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return old.get("previous_run") if "tasks" in old else old
+
+
+def _earlier_tasks(path: Path, redo: list[str]) -> tuple[dict, dict]:
+    """(figures, tasks) of the file's earlier run for the tasks not in ``redo``; each task keeps its run's record."""
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}, {}
+    if "tasks" not in old:
+        return {}, {}
+    keep = [n for n in old["tasks"] if n not in redo]
+    figs = {k: v for k, v in old["figures"].items() if any(k.startswith(n + "_") for n in keep)}
+    tasks = {}
+    for n in keep:
+        tasks[n] = dict(old["tasks"][n])
+        tasks[n].setdefault("run", {"when": old["when"], "commit": old["commit"], "command": old["command"],
+                                    "load_avg_1min_at_end": old["machine"].get("load_avg_1min_at_end")})
+        tasks[n]["run"].setdefault("matmul_peak_gflops_machine", old["figures"].get("matmul_peak_gflops_machine"))
+    return figs, tasks
+
+
+def _write(args, result_name: str, head: dict, figures: dict, per_task: dict, peak: dict, versions: dict,
+           previous: dict | None) -> Path:
+    full = (all(v["full_rlzoo_budget"] and len(v["seeds"]) >= 5 for v in per_task.values())
+            and not args.quick and set(args.libs) == set(LIBS) and set(per_task) == set(TASKS))
+    goals = {f"{n}_speed_ratio_tinker_vs_sb3": ">= 1.5" for n in per_task}
+    goals.update({f"{n}_return_diff_tinker_vs_sb3": ">= -(2 x stderr): not worse than SB3 beyond the seeds' spread"
+                  for n in per_task})
+    out = {
+        **head,
+        "run_kind": "full (RL Zoo budgets, >= 5 seeds, all tasks and libraries)" if full else
+                    "reduced: see each task's timesteps, fraction_of_rlzoo_budget and seeds; not the full run",
+        "fallbacks": FALLBACKS.seen,
+        "load_avg_1min_at_end": round(os.getloadavg()[0], 2),
+        "versions": versions,
+        "matmul_peak_gflops": peak,
+        "figures": figures,
+        "goals": goals,
+        "tasks": per_task,
+        **({"previous_run": previous} if previous else {}),
+    }
+    return write_result(result_name, args.quick, out)
 
 
 if __name__ == "__main__":
