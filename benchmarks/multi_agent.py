@@ -202,6 +202,10 @@ def versus_rllib(a) -> int:
         bench.update(total_env_steps=4000, eval_episodes=5)
     if a.total_env_steps:
         bench["total_env_steps"] = a.total_env_steps
+    name = "multi_agent_rllib"
+    if a.robots and a.robots != bench["env_kwargs"]["n_robots"]:
+        bench["env_kwargs"] = {**bench["env_kwargs"], "n_robots": a.robots}
+        name += f"_{a.robots}robots"
     info = machine(("torch", "pybullet", "pettingzoo", "gymnasium"), load_key="load_avg_start")
     cmd = "python benchmarks/multi_agent.py " + " ".join(sys.argv[1:])
     runs: dict[str, list[dict]] = {"tinker": [], "rllib": []}
@@ -219,6 +223,8 @@ def versus_rllib(a) -> int:
     figures = {"bench": bench, "tinker": {"summary": t, "runs": runs["tinker"]},
                "rllib": {"summary": r, "runs": runs["rllib"]},
                "env_steps_per_s_ratio_tinker_over_rllib": ratio,
+               "env_steps_per_s_ratio_per_seed": [round(x["env_steps_per_s"] / y["env_steps_per_s"], 2)
+                                                  for x, y in zip(runs["tinker"], runs["rllib"])],
                "greedy_return_tinker_minus_rllib": gap,
                "return_not_worse_beyond_spread": bool(gap >= -worst_spread),
                "setup": {"tinker": "MultiAgentTrainer, one PPO group shared by all robots, in this process "
@@ -238,10 +244,10 @@ def versus_rllib(a) -> int:
     print(f"env steps/s tinker/RLlib = {ratio} (goal >= 2); greedy return tinker {t['greedy_return_mean']} "
           f"+- {t['greedy_return_std_over_seeds']} vs RLlib {r['greedy_return_mean']} "
           f"+- {r['greedy_return_std_over_seeds']}")
-    result = {**header("multi_agent_rllib", a.quick, info, cmd), "figures": figures,
+    result = {**header(name, a.quick, info, cmd), "figures": figures,
               "goals": {"env_steps_per_s_ratio_tinker_over_rllib": ">= 2",
                         "greedy_return_tinker_minus_rllib": ">= -(larger std over seeds)"}}
-    write_result("multi_agent_rllib", a.quick, result)
+    write_result(name, a.quick, result)
     return 0
 
 
@@ -253,6 +259,8 @@ def main() -> int:
     ap.add_argument("--rllib", action="store_true", help="tinker vs RLlib multi-agent PPO (needs benchmarks/rllib_venv.sh)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="--rllib: training seeds")
     ap.add_argument("--total-env-steps", type=int, default=0, help="--rllib: override the env-step budget")
+    ap.add_argument("--robots", type=int, default=0,
+                    help="--rllib: robots in SwarmFormation (default 4); another count writes multi_agent_rllib_<N>robots.json")
     a = ap.parse_args()
     if a.rllib:
         return versus_rllib(a)
