@@ -210,10 +210,10 @@ def versus_rllib(a) -> int:
     cmd = "python benchmarks/multi_agent.py " + " ".join(sys.argv[1:])
     runs: dict[str, list[dict]] = {"tinker": [], "rllib": []}
     for seed in a.seeds:
-        for name, fn in (("tinker", tinker_ppo), ("rllib", rllib_ppo)):
+        for side, fn in (("tinker", tinker_ppo), ("rllib", rllib_ppo)):
             r = fn(bench, seed)
-            runs[name].append(r)
-            print(f"seed {seed} {name}: {r['env_steps']} env steps in {r['train_wall_s']} s = "
+            runs[side].append(r)
+            print(f"seed {seed} {side}: {r['env_steps']} env steps in {r['train_wall_s']} s = "
                   f"{r['env_steps_per_s']} env steps/s; greedy return {r['greedy_eval']['mean_return']} "
                   f"(success {r['greedy_eval']['success_rate']})", flush=True)
     t, r = spread(runs["tinker"]), spread(runs["rllib"])
@@ -239,7 +239,7 @@ def versus_rllib(a) -> int:
                          "differs": ["RLlib stops at the first train() past the budget (env_steps may exceed it)",
                                      "RLlib's default weight init vs tinker's orthogonal init",
                                      "RLlib normalizes advantages over the train batch, tinker per minibatch",
-                                     "RLlib's Adam eps 1e-8 (default); tinker's its own default",
+                                     "Adam eps: RLlib 1e-8 (its default), tinker 1e-5",
                                      "vf clipping off on both (RLlib vf_clip_param=1e9)"]}}
     print(f"env steps/s tinker/RLlib = {ratio} (goal >= 2); greedy return tinker {t['greedy_return_mean']} "
           f"+- {t['greedy_return_std_over_seeds']} vs RLlib {r['greedy_return_mean']} "
