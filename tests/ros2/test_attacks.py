@@ -148,11 +148,6 @@ PARTICIPANT = str(Path(__file__).with_name("participant.py"))
 """a new participant in its own process, as a ROS command-line tool is (tests/ros2/participant.py)"""
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 22's discovery latch, reproduced here at least once in 14 runs of this test (load 5-7): 'watchdog: 5 "
-    "cycles in a row without a policy command' while participants joined; that run's policy log had rmw_fastrtps's "
-    "'failed to send response (timeout): client will not receive response'. Suspected, not confirmed: a parameter "
-    "service answering a client whose reader is not matched yet waits in the loop node's executor thread. Not fixed yet"))
 def test_twenty_participants_joining_the_running_loop_latch_no_estop(g, ros2):
     """20 new participants, 4 at a time, each as ``ros2 topic echo`` / ``ros2 param`` join: a fresh process
     (the CPU burst of a tool starting on the 2-core machine), RELIABLE subscriptions on every topic of the

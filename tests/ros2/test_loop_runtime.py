@@ -137,3 +137,55 @@ def test_the_mirror_camera_renders_what_the_robots_own_camera_sees():
         mirror.close()
         arm.close()
     assert not Path(f"/proc/{mirror.pid}").exists()  # closing ends (and reaps) the camera process
+
+
+REPLY_SERVER = str(Path(__file__).with_name("reply_server.py"))
+
+
+@pytest.mark.parametrize("profile", ["default", "tinker"])
+def test_an_answer_to_a_client_not_yet_matched_stalls_the_process_only_with_fast_dds_default_profile(profile, ros2):
+    """Issue 22's discovery latch: rmw_fastrtps waits in the answering thread, up to the reply writer's
+    max_blocking_time (Fast DDS's default 100 ms), for the client's reply reader to match, and rclpy holds
+    the GIL meanwhile, so every thread of the node's process stops. A client whose reply reader can never
+    match (transient_local reader, volatile writer) makes every answer wait the whole time; with tinker's
+    profile (`tinker.dds_profile`) the process goes on within a few ms."""
+    import json
+    import subprocess
+    import sys
+
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+    from std_srvs.srv import Trigger
+
+    domain, requests = ros2.fresh_domain(), 5
+    server = subprocess.Popen([sys.executable, REPLY_SERVER, "/tinker_test_reply", profile, str(requests)],
+                              env=ros2.graph_env(domain), stdout=subprocess.PIPE, text=True)
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=domain)
+    node = rclpy.create_node("tinker_test_reply_client", context=ctx)
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    try:
+        assert server.stdout.readline().strip() == "ready"
+        unmatched = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE,
+                               durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        client = node.create_client(Trigger, "/tinker_test_reply", qos_profile=unmatched)
+        end = time.monotonic() + 40
+        while server.poll() is None and time.monotonic() < end:  # until the server has answered `requests`
+            client.call_async(Trigger.Request())
+            ex.spin_once(timeout_sec=0.3)
+        out = json.loads(server.communicate(timeout=10)[0].strip().splitlines()[-1])
+    finally:
+        if server.poll() is None:
+            server.kill()
+        ex.shutdown()
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+    sends = sorted(out["sends_s"])
+    assert len(sends) == requests, out
+    median = sends[len(sends) // 2]
+    if profile == "default":  # the cause, shown: each answer waits Fast DDS's 100 ms, and the whole process with it
+        assert median >= 0.09 and out["max_gap_s"] >= 0.09, out
+    else:
+        assert median < 0.02, f"an answer to an unmatched client still waits {median * 1e3:.0f} ms: {out}"
