@@ -94,6 +94,10 @@ def _fq(namespace: str, name: str) -> str:
     return f"{ns}/{name}"
 
 
+CLIENT_SETTLE_S = 0.1
+"""s a new service client spins before its first request, so that the server has matched its reply reader"""
+
+
 class Supervisor:
     """The bringup's own ROS node, in a context of its own (the caller's rclpy use is untouched): one DDS
     participant that watches and drives graphs. A `tinker.fleet.Fleet` shares one between its robots, so N
@@ -183,6 +187,7 @@ class Graph:
         self._ctx = self._node = self._executor = None
         self._shared = supervisor
         self._supervisor: Supervisor | None = None
+        self._clients: dict[tuple, Any] = {}  # service clients by (type, name), kept while connected
         self.enclave = f"/tinker/graph_{uuid.uuid4().hex[:12]}"
         """This graph's ROS enclave: discovery tells its nodes from nodes of the same names elsewhere (no
         security is implied; without ROS_SECURITY_ENABLE an enclave is only a label)."""
@@ -341,27 +346,42 @@ class Graph:
         if self._node is None:
             return
         sup, self._supervisor = self._supervisor, None
+        if sup is not None and sup is self._shared:  # the node lives on: let go of this graph's clients
+            for client in self._clients.values():
+                try:
+                    self._node.destroy_client(client)
+                except Exception:  # noqa: BLE001 - a client of a node being finalised elsewhere
+                    pass
+        self._clients = {}
         self._node = self._ctx = self._executor = None
         if sup is not None and sup is not self._shared:
             sup.close(timeout)
 
     def _call(self, srv_type, name: str, request, timeout: float):
-        client = self._node.create_client(srv_type, name)
-        try:
-            end = time.monotonic() + timeout
-            while not client.wait_for_service(timeout_sec=0.2):
-                self._check_alive()
-                if time.monotonic() > end:
-                    raise BringupError(f"service {name} did not appear within {timeout:.0f} s")
-            fut = client.call_async(request)
-            while not fut.done():
-                self._executor.spin_once(timeout_sec=0.1)
-                self._check_alive()
-                if time.monotonic() > end:
-                    raise BringupError(f"service {name} did not answer within {timeout:.0f} s")
-            return fut.result()
-        finally:
-            self._node.destroy_client(client)
+        """One service call. The client is made once per service and kept: a node's reply waits at most 2 ms for
+        a client's reply reader (`tinker.dds_profile`), so a new client lets discovery settle before its first
+        request, and later calls go through a client the server already knows."""
+        key = (srv_type, name)
+        client = self._clients.get(key)
+        fresh = client is None
+        if fresh:
+            client = self._clients[key] = self._node.create_client(srv_type, name)
+        end = time.monotonic() + timeout
+        while not client.wait_for_service(timeout_sec=0.2):
+            self._check_alive()
+            if time.monotonic() > end:
+                raise BringupError(f"service {name} did not appear within {timeout:.0f} s")
+        if fresh:
+            settle = time.monotonic() + CLIENT_SETTLE_S
+            while time.monotonic() < settle:
+                self._executor.spin_once(timeout_sec=0.02)
+        fut = client.call_async(request)
+        while not fut.done():
+            self._executor.spin_once(timeout_sec=0.1)
+            self._check_alive()
+            if time.monotonic() > end:
+                raise BringupError(f"service {name} did not answer within {timeout:.0f} s")
+        return fut.result()
 
     def _clash(self, names: list[str]) -> None:
         if names:  # lifecycle calls, services and topics would reach the other graph's nodes too
