@@ -1,7 +1,8 @@
 """`TargetLocator`: a small CNN that finds a target in camera views and returns its 3D position.
 
 Each view (the image is ``views`` square views side by side, uint8 HWC as the camera gives it) goes through a
-shared convolutional trunk ending in ``keypoints`` heatmaps; a spatial soft-argmax turns each heatmap into an
+shared full-resolution convolutional trunk (one 3x3 layer, then per-pixel layers: a small target is a few pixels)
+ending in ``keypoints`` heatmaps; a spatial soft-argmax with a learned temperature turns each heatmap into an
 expected image position (x, y in -1..1). An MLP maps all views' keypoints to the target position, in the
 frame and units of the labels it was trained on (ArmReach: base frame, m), through ``center + half * out``.
 Trained by supervision in simulation (true positions as labels); exported to ONNX like any module.
@@ -25,8 +26,13 @@ class LocatorConfig:
     """height of the image = side of one square view, pixels"""
     views: int = 2
     """square views side by side in the image"""
-    keypoints: int = 8
+    keypoints: int = 4
     """soft-argmax heatmaps per view"""
+    width: int = 8
+    """channels of the trunk"""
+    prior_rgb: list[float] | None = field(default_factory=lambda: [-0.5, 1.0, -0.5])
+    """initialize heatmap 0 as this colour contrast (default: greenness, the ArmReach marker's colour), so training
+    starts from a detector that already fires on the target; None: random initialization"""
     hidden: int = 128
     """width of the MLP from keypoints to position"""
     center: list[float] = field(default_factory=lambda: [0.525, 0.0, 0.375])
@@ -47,14 +53,15 @@ class LocatorConfig:
 class SpatialSoftArgmax(nn.Module):
     """(B, K, H, W) heatmaps -> (B, K, 2) expected (x, y) in -1..1 under each heatmap's softmax."""
 
-    def __init__(self, height: int, width: int):
+    def __init__(self, height: int, width: int, temperature: float = 1.0):
         super().__init__()
+        self.log_temperature = nn.Parameter(torch.tensor(float(temperature)).log())
         ys, xs = torch.meshgrid(torch.linspace(-1, 1, height), torch.linspace(-1, 1, width), indexing="ij")
         self.register_buffer("grid", torch.stack([xs.reshape(-1), ys.reshape(-1)], dim=1))  # (HW, 2)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         b, k = h.shape[0], h.shape[1]
-        prob = torch.softmax(h.reshape(b, k, -1), dim=-1)
+        prob = torch.softmax(h.reshape(b, k, -1) * self.log_temperature.exp(), dim=-1)
         return prob @ self.grid
 
 
@@ -64,17 +71,34 @@ class TargetLocator(nn.Module):
     def __init__(self, config: LocatorConfig | None = None):
         super().__init__()
         self.config = c = config or LocatorConfig()
+        w = c.width
         self.trunk = nn.Sequential(
-            nn.Conv2d(3, 16, 5, stride=2, padding=2), nn.ReLU(),
-            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(32, c.keypoints, 1))
-        side = (c.image_size + 1) // 2
-        self.softargmax = SpatialSoftArgmax(side, side)
+            nn.Conv2d(3, w, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(w, w, 1), nn.ReLU(),
+            nn.Conv2d(w, c.keypoints, 1))
+        if c.prior_rgb is not None:
+            self._init_colour_prior(c.prior_rgb)
+        self.softargmax = SpatialSoftArgmax(c.image_size, c.image_size, temperature=5.0)
         self.head = nn.Sequential(nn.Linear(c.views * c.keypoints * 2, c.hidden), nn.ReLU(),
                                   nn.Linear(c.hidden, c.hidden), nn.ReLU(), nn.Linear(c.hidden, len(c.center)))
         self.register_buffer("out_center", torch.tensor(c.center, dtype=torch.float32))
         self.register_buffer("out_half", torch.tensor(c.half, dtype=torch.float32))
+
+    @torch.no_grad()
+    def _init_colour_prior(self, rgb: list[float], gain: float = 7.0) -> None:
+        """Channel 0 through the trunk = ``gain * relu(rgb . pixel)`` (3x3 centre tap), the others as initialized."""
+        c1, c2, c3 = self.trunk[0], self.trunk[2], self.trunk[4]
+        c1.weight[0].zero_()
+        c1.weight[0, :, 1, 1] = torch.tensor(rgb)
+        c1.bias[0] = 0.0
+        c2.weight[0].zero_()
+        c2.weight[:, 0] = 0.0
+        c2.weight[0, 0] = 1.0
+        c2.bias[0] = 0.0
+        c3.weight[0].zero_()
+        c3.weight[:, 0] = 0.0
+        c3.weight[0, 0] = gain
+        c3.bias[0] = 0.0
 
     def normalized(self, image: torch.Tensor) -> torch.Tensor:
         """The head's output before scaling: (position - center) / half."""
