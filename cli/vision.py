@@ -40,7 +40,8 @@ def register(sub: Any) -> None:
     d.add_argument("--out", default="runs/vision/train.npz", help="output .npz (default runs/vision/train.npz)")
     d.set_defaults(func=run_data)
     t = vs.add_parser("train", help="train the locator by supervision (MSE to the true target position)")
-    t.add_argument("--data", default="runs/vision/train.npz", help="dataset from 'tinker vision data'")
+    t.add_argument("--data", nargs="+", default=["runs/vision/train.npz"],
+                   help="one or more datasets from 'tinker vision data' (concatenated)")
     t.add_argument("--epochs", type=int, default=12, help="passes over the data (default 12)")
     t.add_argument("--batch", type=int, default=64, help="batch size (default 64)")
     t.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate, cosine-decayed (default 2e-3)")
@@ -102,12 +103,14 @@ def run_train(args: argparse.Namespace) -> int:
     from tinker_core.errors import ConfigError
     from tinker_core.nn.locator import LocatorConfig, TargetLocator
 
-    if not Path(args.data).is_file():
-        raise ConfigError(f"--data {args.data}: no such file; make one with 'tinker vision data'")
+    for path in args.data:
+        if not Path(path).is_file():
+            raise ConfigError(f"--data {path}: no such file; make one with 'tinker vision data'")
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
-    data = np.load(args.data)
-    x, y = torch.from_numpy(data["images"]), torch.from_numpy(data["targets"]).float()
+    sets = [np.load(path) for path in args.data]
+    x = torch.from_numpy(np.concatenate([d["images"] for d in sets]))
+    y = torch.from_numpy(np.concatenate([d["targets"] for d in sets])).float()
     h, w = x.shape[1], x.shape[2]
     cfg = LocatorConfig(image_size=h, views=w // h)
     model = TargetLocator(cfg)
@@ -139,7 +142,7 @@ def run_train(args: argparse.Namespace) -> int:
     bar.close()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     torch.save({"config": dataclasses.asdict(cfg), "state_dict": model.state_dict(), "log": log,
-                "data": str(args.data), "n_train": len(tr), "n_val": n_val, "wall_s": time.time() - t0}, args.out)
+                "data": [str(p) for p in args.data], "n_train": len(tr), "n_val": n_val, "wall_s": time.time() - t0}, args.out)
     print(json.dumps({"out": args.out, "wall_s": round(time.time() - t0, 1), **log[-1]}))
     return 0
 
