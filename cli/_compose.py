@@ -90,7 +90,10 @@ def policy_env_for_bundle(policy: Any, env_id: str, **kwargs: Any) -> gym.Env:
     m = policy.manifest
     camera = isinstance(m.obs_spec, DictSpec) and "image" in m.obs_spec.fields
     if camera:
-        kwargs.setdefault("image_size", int(m.obs_spec["image"].shape[0]))
+        h, w = (int(x) for x in m.obs_spec["image"].shape[:2])
+        kwargs.setdefault("image_size", h)
+        if w != h:
+            kwargs.setdefault("camera_views", w // h)
     env = make_env(env_id, action_chain=m.action_chain or None, camera=camera, **kwargs)
     u = env.unwrapped
     check_expected(m, ExpectedIO(obs_spec=spec_from_space(env.observation_space),

@@ -7,7 +7,7 @@ position motors; the physics advances one control period (``control_period / tim
 
 Observation (``camera=False``): a flat float32 vector of named terms, ``value = (raw - offset) * scale``
 (see ``obs_terms``), clipped to +-OBS_BOUND
-(`tinker_core.loop.observation`, the assembly perception runs too). With ``camera=True``: ``{"image": uint8 (S, S, 3), "state": that vector}``.
+(`tinker_core.loop.observation`, the assembly perception runs too). With ``camera=True``: ``{"image": uint8 (S, S * camera_views, 3), "state": that vector}``.
 Each episode's dynamics are: the fixed set ``dynamics`` if given, else a draw from ``randomize``'s
 ranges (from the env's seeded RNG), else nominal; ``reset(options={"dynamics": ...})`` overrides one episode.
 """
@@ -44,7 +44,7 @@ class ArmEnv(gym.Env):
 
     def __init__(self, task: str | type[Task] = "reach", dynamics: str | os.PathLike | DynamicsParams | None = None,
                  randomize: bool | str | os.PathLike | RandomizationRanges = False, camera: bool = False,
-                 image_size: int = 64, control_period: float = 0.05, action_chain: ActionChainConfig | None = None,
+                 image_size: int = 64, camera_views: int = 1, control_period: float = 0.05, action_chain: ActionChainConfig | None = None,
                  command_filter: CommandFilter | None = None, render_mode: str | None = None,
                  urdf_path: str | os.PathLike | None = None, task_kwargs: dict[str, Any] | None = None):
         if isinstance(task, type) and issubclass(task, Task):
@@ -63,7 +63,7 @@ class ArmEnv(gym.Env):
         self.robot = ArmRobot(self.world, urdf_path)
         self.task = task_cls(self.world, self.robot, **(task_kwargs or {}))
         self.use_camera = bool(camera)
-        self.camera = Camera(self.world, image_size) if (camera or render_mode == "rgb_array") else None
+        self.camera = Camera(self.world, image_size, views=camera_views) if (camera or render_mode == "rgb_array") else None
         self.action_chain_config = action_chain if action_chain is not None else ActionChainConfig()
         self.action_chain = ActionChain(self.action_chain_config, self.robot.lower, self.robot.upper)
         self.joint_names = list(self.robot.joint_names)
@@ -94,9 +94,8 @@ class ArmEnv(gym.Env):
         n_obs = self.obs_assembly.size
         state_space = spaces.Box(-OBS_BOUND, OBS_BOUND, (n_obs,), np.float32)
         if self.use_camera:
-            s = self.camera.size
             self.observation_space = spaces.Dict(
-                {"image": spaces.Box(0, 255, (s, s, 3), np.uint8), "state": state_space})
+                {"image": spaces.Box(0, 255, self.camera.shape, np.uint8), "state": state_space})
         else:
             self.observation_space = state_space
 

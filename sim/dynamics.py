@@ -44,7 +44,14 @@ class DynamicsParams:
     obs_noise_std: float = 0.0
     """std of Gaussian noise added to measured joint positions (rad) and velocities (rad/s)"""
     camera_shift_m: float = 0.0
-    """distance the camera eye is moved from its nominal pose, direction drawn per episode"""
+    """distance the whole camera (eye and look-at point) is moved from its nominal pose, direction drawn per
+    episode (so its sign carries no meaning); the camera is not re-aimed, so a shift moves where things appear"""
+    camera_tilt_deg: float = 0.0
+    """angle the camera's viewing direction is turned by, about an axis drawn per episode (sign: no meaning), deg"""
+    camera_fov_delta_deg: float = 0.0
+    """change of the camera's vertical field of view (intrinsics), degrees"""
+    image_noise_std: float = 0.0
+    """std of Gaussian noise added to each camera pixel, 0..255 units"""
     object_mass_scale: float = 1.0
     """multiplies the mass of task objects (ArmSort)"""
     object_size_scale: float = 1.0
@@ -73,8 +80,8 @@ class DynamicsParams:
         for name in ("mass_scale", "actuator_gain", "object_mass_scale", "object_size_scale"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"DynamicsParams.{name}: expected > 0, got {getattr(self, name)}")
-        for name in ("friction", "joint_damping_scale", "obs_noise_std", "camera_shift_m", "light_intensity",
-                     "action_latency_steps"):
+        for name in ("friction", "joint_damping_scale", "obs_noise_std", "light_intensity",
+                     "action_latency_steps", "image_noise_std"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"DynamicsParams.{name}: expected >= 0, got {getattr(self, name)}")
         for f in fields(self):

@@ -1,0 +1,61 @@
+"""Perception latency of the camera-based ArmReach bundle: the target locator (perception.onnx of
+pretrained/arm_reach_vision, image 64x128 + state) against the state-only bundle's perception
+(pretrained/arm_reach/bundle), in one run, alternating rounds; onnxruntime, 1 thread, batch 1, recorded observations.
+
+    python benchmarks/vision.py            # 5 rounds of 1000 calls each
+    python benchmarks/vision.py --quick    # 2 rounds of 300 calls
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import numpy as np
+
+from _common import ROOT, arg_parser, header, machine, write_result
+
+sys.path.insert(0, str(ROOT))
+
+from tinker_cli.vision import bench_perception  # noqa: E402
+from tinker_deploy.runtime import OnnxPolicy  # noqa: E402
+
+
+def main() -> None:
+    args = arg_parser(__doc__.split("\n\n")[0]).parse_args()
+    rounds, n = (2, 300) if args.quick else (5, 1000)
+    parts = {"vision_locator": OnnxPolicy.from_bundle(ROOT / "pretrained/arm_reach_vision", part="perception"),
+             "state_perception": OnnxPolicy.from_bundle(ROOT / "pretrained/arm_reach/bundle", part="perception")}
+    runs: dict[str, list[dict]] = {k: [] for k in parts}
+    loads = []
+    for _ in range(rounds):
+        for name, part in parts.items():
+            if name == "state_perception":
+                obs, _ = part.bundle.recorded()
+                runs[name].append(_bench_flat(part, obs, n))
+            else:
+                runs[name].append(bench_perception(part, n))
+        loads.append(os.getloadavg()[0])
+    figures = {k: {"p50_ms": float(np.median([r["p50_ms"] for r in v])),
+                   "p99_ms_worst_round": float(max(r["p99_ms"] for r in v)), "rounds": v} for k, v in runs.items()}
+    result = {**header("vision", args.quick, machine(("onnxruntime",), extra={"load_avg_1min": loads})),
+              "figures": figures, "goals": {"vision_locator_p99_ms": 10.0},
+              "met": figures["vision_locator"]["p99_ms_worst_round"] <= 10.0}
+    print(f"wrote {write_result('vision', args.quick, result)}")
+    for k, f in figures.items():
+        print(f"{k}: p50 {f['p50_ms']:.3f} ms, worst-round p99 {f['p99_ms_worst_round']:.3f} ms")
+
+
+def _bench_flat(part, obs, n: int) -> dict:
+    import time
+
+    ms = []
+    for i in range(n):
+        t = time.perf_counter_ns()
+        part(obs[i % len(obs)])
+        ms.append((time.perf_counter_ns() - t) / 1e6)
+    return {"n": n, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99))}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""`TargetLocator`: a small CNN that finds a target in camera views and returns its 3D position.
+
+Each view (the image is ``views`` square views side by side, uint8 HWC as the camera gives it) goes through a
+shared full-resolution convolutional trunk (one 3x3 layer, then per-pixel layers: a small target is a few pixels)
+ending in ``keypoints`` heatmaps; a spatial soft-argmax with a learned temperature turns each heatmap into an
+expected image position (x, y in -1..1). An MLP maps all views' keypoints to the target position, in the
+frame and units of the labels it was trained on (ArmReach: base frame, m), through ``center + half * out``.
+Trained by supervision in simulation (true positions as labels); exported to ONNX like any module.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn as nn
+
+from tinker_core.errors import ConfigError
+
+
+@dataclass
+class LocatorConfig:
+    """Shape and output range of a `TargetLocator`."""
+
+    image_size: int = 64
+    """height of the image = side of one square view, pixels"""
+    views: int = 2
+    """square views side by side in the image"""
+    keypoints: int = 4
+    """soft-argmax heatmaps per view"""
+    width: int = 8
+    """channels of the trunk"""
+    prior_rgb: list[float] | None = field(default_factory=lambda: [-0.5, 1.0, -0.5])
+    """initialize heatmap 0 as this colour contrast (default: greenness, the ArmReach marker's colour), so training
+    starts from a detector that already fires on the target; None: random initialization"""
+    hidden: int = 128
+    """width of the MLP from keypoints to position"""
+    center: list[float] = field(default_factory=lambda: [0.525, 0.0, 0.375])
+    """middle of the label range (ArmReach targets: the middle of the target box, base frame, m)"""
+    half: list[float] = field(default_factory=lambda: [0.175, 0.3, 0.175])
+    """half-width of the label range"""
+
+    def __post_init__(self) -> None:
+        if not 16 <= self.image_size <= 256:
+            raise ConfigError(f"LocatorConfig.image_size: expected 16..256, got {self.image_size}")
+        if self.views < 1 or self.keypoints < 1 or self.hidden < 1:
+            raise ConfigError(f"LocatorConfig: views, keypoints and hidden must be >= 1, got "
+                              f"{self.views}, {self.keypoints}, {self.hidden}")
+        if len(self.center) != len(self.half):
+            raise ConfigError(f"LocatorConfig: center and half differ in length ({len(self.center)}, {len(self.half)})")
+
+
+class SpatialSoftArgmax(nn.Module):
+    """(B, K, H, W) heatmaps -> (B, K, 2) expected (x, y) in -1..1 under each heatmap's softmax."""
+
+    def __init__(self, height: int, width: int, temperature: float = 1.0):
+        super().__init__()
+        self.log_temperature = nn.Parameter(torch.tensor(float(temperature)).log())
+        ys, xs = torch.meshgrid(torch.linspace(-1, 1, height), torch.linspace(-1, 1, width), indexing="ij")
+        self.register_buffer("grid", torch.stack([xs.reshape(-1), ys.reshape(-1)], dim=1))  # (HW, 2)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        b, k = h.shape[0], h.shape[1]
+        prob = torch.softmax(h.reshape(b, k, -1) * self.log_temperature.exp(), dim=-1)
+        return prob @ self.grid
+
+
+class TargetLocator(nn.Module):
+    """uint8 image (B, S, views*S, 3) -> target position (B, len(center)); see the module docstring."""
+
+    def __init__(self, config: LocatorConfig | None = None):
+        super().__init__()
+        self.config = c = config or LocatorConfig()
+        w = c.width
+        self.trunk = nn.Sequential(
+            nn.Conv2d(3, w, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(w, w, 1), nn.ReLU(),
+            nn.Conv2d(w, c.keypoints, 1))
+        if c.prior_rgb is not None:
+            self._init_colour_prior(c.prior_rgb)
+        self.softargmax = SpatialSoftArgmax(c.image_size, c.image_size, temperature=5.0)
+        self.head = nn.Sequential(nn.Linear(c.views * c.keypoints * 2, c.hidden), nn.ReLU(),
+                                  nn.Linear(c.hidden, c.hidden), nn.ReLU(), nn.Linear(c.hidden, len(c.center)))
+        self.register_buffer("out_center", torch.tensor(c.center, dtype=torch.float32))
+        self.register_buffer("out_half", torch.tensor(c.half, dtype=torch.float32))
+
+    @torch.no_grad()
+    def _init_colour_prior(self, rgb: list[float], gain: float = 7.0) -> None:
+        """Channel 0 through the trunk = ``gain * relu(rgb . pixel)`` (3x3 centre tap), the others as initialized."""
+        c1, c2, c3 = self.trunk[0], self.trunk[2], self.trunk[4]
+        c1.weight[0].zero_()
+        c1.weight[0, :, 1, 1] = torch.tensor(rgb)
+        c1.bias[0] = 0.0
+        c2.weight[0].zero_()
+        c2.weight[:, 0] = 0.0
+        c2.weight[0, 0] = 1.0
+        c2.bias[0] = 0.0
+        c3.weight[0].zero_()
+        c3.weight[:, 0] = 0.0
+        c3.weight[0, 0] = gain
+        c3.bias[0] = 0.0
+
+    def normalized(self, image: torch.Tensor) -> torch.Tensor:
+        """The head's output before scaling: (position - center) / half."""
+        c = self.config
+        x = image.float().permute(0, 3, 1, 2) * (1.0 / 255.0) - 0.5  # (B, 3, S, views*S)
+        b = x.shape[0]
+        views = torch.cat([x[..., i * c.image_size:(i + 1) * c.image_size] for i in range(c.views)], dim=0)
+        kp = self.softargmax(self.trunk(views))  # (views*B, K, 2)
+        kp = torch.cat([kp[i * b:(i + 1) * b].reshape(b, -1) for i in range(c.views)], dim=1)
+        return self.head(kp)
+
+    def forward(self, image: torch.Tensor) -> torch.Tensor:
+        return self.out_center + self.out_half * self.normalized(image)
+
+
+class LocatedState(nn.Module):
+    """``{"image", "state"}`` -> the state policy's observation with the target terms from the locator.
+
+    The state vector's target slots (``target_slot``: scaled target position; ``rel_slot``: scaled target minus
+    end effector) are overwritten by the locator's estimate, so whatever the simulator put there never reaches
+    the policy; the end-effector slot (``ee_slot``, scaled like the target) comes from the joint positions
+    (forward kinematics). ``value = (raw - offset) * scale`` as in `tinker_core.loop.observation`, clipped to
+    +-``bound``."""
+
+    def __init__(self, locator: TargetLocator, target_slot: int, rel_slot: int, ee_slot: int,
+                 pos_offset: list[float], pos_scale: list[float], rel_scale: list[float], bound: float = 10.0):
+        super().__init__()
+        self.locator = locator
+        self.target_slot, self.rel_slot, self.ee_slot, self.bound = target_slot, rel_slot, ee_slot, float(bound)
+        self.n = len(pos_offset)
+        if rel_slot != target_slot + self.n:
+            raise ConfigError("LocatedState: expected the relative-target slot right after the target slot, got "
+                              f"target_slot={target_slot}, rel_slot={rel_slot}")
+        self.register_buffer("pos_offset", torch.tensor(pos_offset, dtype=torch.float32))
+        self.register_buffer("pos_scale", torch.tensor(pos_scale, dtype=torch.float32))
+        self.register_buffer("rel_scale", torch.tensor(rel_scale, dtype=torch.float32))
+
+    def forward(self, obs: dict) -> torch.Tensor:
+        state, image = obs["state"], obs["image"]
+        target = self.locator(image)
+        n = self.n
+        ee = state[:, self.ee_slot:self.ee_slot + n] / self.pos_scale + self.pos_offset
+        t_scaled = torch.clamp((target - self.pos_offset) * self.pos_scale, -self.bound, self.bound)
+        rel = torch.clamp((target - ee) * self.rel_scale, -self.bound, self.bound)
+        return torch.cat([state[:, :self.target_slot], t_scaled, rel, state[:, self.rel_slot + n:]], dim=1)
