@@ -11,6 +11,11 @@ robots on few cores), with ``separate`` nodes in processes of their own::
 
     with Fleet("configs/fleet_reach.yaml", separate=("policy",)) as fleet:
         fleet.graphs["robot2"].kill("policy")   # robot2 holds, then latches its e-stop; the others go on
+
+Channels (the file's ``channels``): every robot's perception and policy get the section (``channels``, as JSON)
+and their agent name (``agent``); a sender's policy publishes its message on ``/tinker/channels/NAME``, each
+receiver's perception hears it (`tinker.channel_io`). Frames: each robot's view node (when it runs) prefixes
+its frame ids with the robot's name (``robot1/base_link``), so several robots' ``/tf`` never collide.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from typing import Any, Mapping, Sequence
 from tinker.bringup import Graph, Supervisor
 from tinker_core.errors import ConfigError
 from tinker_core.multiagent.agents_file import AgentsConfig, load_agents_file
+from tinker_core.multiagent.channel_edge import agent_channels
+from tinker_core.multiagent.channels import channels_to_json
 
 _NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -42,7 +49,23 @@ def fleet_agents(agents: AgentsConfig | str | os.PathLike) -> tuple[AgentsConfig
                               f"starting with a digit (patterns are for training files), got {name!r}")
         if spec.bundle and not (base / spec.bundle).is_dir():
             raise ConfigError(f"agents.{name}.bundle: not a bundle directory: {base / spec.bundle}")
+    for ch in cfg.channels:
+        for who, key in [(ch.sender, "from")] + [(r, "to") for r in ch.receivers]:
+            if who not in cfg.agents:
+                raise ConfigError(f"channels.{ch.name}.{key}: no robot {who!r} in the fleet (robots: {list(cfg.agents)})")
+    for name in cfg.agents:
+        agent_channels(cfg.channels, name)  # one channel per sender
     return cfg, base
+
+
+def robot_params(cfg: AgentsConfig, name: str) -> dict[str, dict[str, Any]]:
+    """What makes robot ``name`` one of the fleet, by node: its channels and agent name (perception, policy) and
+    its frame prefix (view). The bringup and the launch file both use it."""
+    own: dict[str, dict[str, Any]] = {"view": {"frame_prefix": f"{name}/"}}
+    if cfg.channels:
+        for node in ("perception", "policy"):
+            own[node] = {"channels": channels_to_json(cfg.channels), "agent": name}
+    return own
 
 
 class Fleet:
@@ -61,6 +84,8 @@ class Fleet:
         self.graphs: dict[str, Graph] = {}
         for i, (name, spec) in enumerate(cfg.agents.items()):
             own: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
+            for node, params in robot_params(cfg, name).items():
+                own[node] = {**params, **own.get(node, {})}
             if spec.bundle:
                 b = str((base / spec.bundle).resolve())
                 for node in ("perception", "policy"):
