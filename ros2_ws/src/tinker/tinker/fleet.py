@@ -74,14 +74,17 @@ class Fleet:
     def __init__(self, agents: AgentsConfig | str | os.PathLike, *, params_file: str | os.PathLike | None = None,
                  composed: bool = True, separate: Sequence[str] = (), sim: bool = True,
                  overrides: Mapping[str, Mapping[str, Any]] | None = None, run_dir: str | os.PathLike | None = None,
-                 env: Mapping[str, str] | None = None, seed: int = 0):
-        """``overrides`` apply to every robot (as `Graph`'s); each robot's simulator gets seed ``seed + i``."""
+                 env: Mapping[str, str] | None = None, seed: int = 0, record_dir: str | os.PathLike | None = None):
+        """``overrides`` apply to every robot (as `Graph`'s); each robot's simulator gets seed ``seed + i``;
+        ``record_dir``: each robot records its run to ``record_dir/NAME.mcap`` (its view node, frames prefixed)."""
         cfg, base = fleet_agents(agents)
         self.config = cfg
         root = Path(run_dir) if run_dir else None
         self.env = dict(os.environ if env is None else env)
         self.supervisor: Supervisor | None = None  # one DDS participant for every robot's supervision, made at start
         self.graphs: dict[str, Graph] = {}
+        if record_dir is not None:
+            Path(record_dir).mkdir(parents=True, exist_ok=True)
         for i, (name, spec) in enumerate(cfg.agents.items()):
             own: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
             for node, params in robot_params(cfg, name).items():
@@ -93,7 +96,8 @@ class Fleet:
             if sim:
                 own.setdefault("sim_robot", {}).setdefault("seed", seed + i)
             self.graphs[name] = Graph(params_file, namespace=name, overrides=own, composed=composed, separate=separate,
-                                      sim=sim, env=env, run_dir=None if root is None else root / name)
+                                      sim=sim, env=env, run_dir=None if root is None else root / name,
+                                      record=None if record_dir is None else Path(record_dir) / f"{name}.mcap")
 
     def start(self, timeout: float = 120.0) -> "Fleet":
         """Start every robot's processes, then wait for all of them and activate each robot's lifecycle nodes."""

@@ -1,0 +1,193 @@
+"""A declared channel between two robots of a fleet over real DDS (tinker.fleet, tinker.channel_io, issue 24).
+
+robot1 (the sender) runs a bundle whose actor outputs its 7 joint actions and a 2-value message; robot2 (the
+receiver) runs a bundle whose observation ends with the ``channel/voice`` slot, passed through into its features.
+Both bundles are hand-built (`tinker.reach_bundle`, ``says``/``hears``), not trained: the test checks what the
+graph carries, not what is worth saying. Each robot's loop is one composed process, its policy a process of its
+own (so robot1's policy can be killed alone), and each robot records its run (view node, /tf prefixed).
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+MAX_AGE = 0.5
+VOICE = {"from": "robot1", "to": ["robot2"], "size": 2, "max_age": MAX_AGE}
+
+
+@pytest.fixture(scope="module")
+def fleet(ros2, tmp_path_factory):
+    import yaml
+    from diagnostic_msgs.msg import DiagnosticArray
+    from std_msgs.msg import Float32MultiArray, Float64MultiArray
+
+    from tinker.channel_io import CHANNEL_QOS
+    from tinker.fleet import Fleet
+    from tinker.reach_bundle import build_reach_bundle
+    from tinker.wire import RECORD_QOS
+    from tinker_core.multiagent.channels import parse_channels
+    from tinker_deploy.manifest import Manifest
+
+    tmp = tmp_path_factory.mktemp("fleet_channels")
+    (voice,) = parse_channels({"voice": VOICE})
+    build_reach_bundle(tmp / "speaker", camera=False, control_period=ros2.PERIOD, policy_version=1, says=voice)
+    build_reach_bundle(tmp / "listener", camera=False, control_period=ros2.PERIOD, policy_version=2, hears=(voice,))
+    terms = Manifest.from_json((tmp / "listener" / "manifest.json").read_text()).obs_terms
+    names = [t.name for t in terms]
+    start = sum(t.size for t in terms[: names.index("channel/voice")])
+    (tmp / "agents.yaml").write_text(yaml.safe_dump({
+        "channels": {"voice": VOICE},
+        "agents": {"robot1": {"policy": "SAC", "bundle": "speaker"}, "robot2": {"policy": "SAC", "bundle": "listener"}}},
+        sort_keys=False))
+    domain = ros2.fresh_domain()
+    f = Fleet(tmp / "agents.yaml", separate=("policy",), env=ros2.graph_env(domain), run_dir=tmp / "logs",
+              record_dir=tmp / "rec", overrides={"/**": {"control_period": ros2.PERIOD}, "sim_robot": {"camera": False}})
+    f.slot = slice(start, start + 2)
+    f.rec = tmp / "rec"
+    probe = ros2.Probe(domain, "fleet_channels_probe")
+    probe.said = probe.collect(Float32MultiArray, "/tinker/channels/voice", CHANNEL_QOS)
+    probe.features = probe.collect(Float32MultiArray, "/robot2/perception/features", RECORD_QOS)
+    probe.commands = {a: probe.collect(Float64MultiArray, f"/{a}/forward_position_controller/commands", RECORD_QOS)
+                      for a in ("robot1", "robot2")}
+    probe.diag = probe.collect(DiagnosticArray, "/diagnostics", RECORD_QOS)
+    f.probe = probe
+    f.stopped = False
+    f.start()
+    try:
+        for a in ("robot1", "robot2"):
+            f.graphs[a].call_trigger("safety/reset")  # a start-up stall on the shared machine may have latched it
+        yield f
+    finally:
+        probe.close()
+        if not f.stopped:
+            f.stop()
+
+
+def _said(f, since_ns: int = 0) -> list[tuple[int, tuple, dict]]:
+    from tinker.wire import meta_of
+
+    return [(t, tuple(np.asarray(m.data, np.float32).tolist()), meta_of(m)) for t, m in list(f.probe.said) if t >= since_ns]
+
+
+def _heard(f, since_ns: int = 0) -> list[tuple]:
+    return [tuple(np.asarray(m.data, np.float32)[f.slot].tolist()) for t, m in list(f.probe.features) if t >= since_ns]
+
+
+def _diag(f, node: str, since_ns: int = 0) -> list[dict[str, str]]:
+    return [{"level": st.level, "message": st.message, **{kv.key: kv.value for kv in st.values}}
+            for t, arr in list(f.probe.diag) for st in arr.status if t >= since_ns and st.name == node]
+
+
+def _served(f, ros2, agent: str, since_ns: int = 0) -> list:
+    return [m for t, m in list(f.probe.commands[agent]) if t >= since_ns and ros2.meta_of(m).get("version")]
+
+
+def test_the_receivers_observation_holds_the_senders_message(fleet, ros2):
+    since = time.time_ns()
+    ros2.wait_until(lambda: len(_said(fleet, since)) >= 10 and len([h for h in _heard(fleet, since) if any(h)]) >= 5,
+                    30, "robot1's messages and robot2's features holding them")
+    said = _said(fleet)
+    assert all(m["from"] == "robot1" and len(v) == 2 and max(map(abs, v)) <= 1.0 for _, v, m in said), said[-3:]
+    assert len({v for _, v, _ in said}) > 1, "the message does not change with the sender's state"
+    heard = [h for h in _heard(fleet, since) if any(h)]
+    published = {v for _, v, _ in said}
+    # every non-zero slot is a message robot1 published, bit for bit (never a mix, never invented)
+    assert heard and all(h in published for h in heard), (heard[-3:], list(published)[-3:])
+    # the message never reaches robot1's safety node or robot: its commands are the 7 joints
+    assert {len(m.data) for m in _served(fleet, ros2, "robot1", since)} == {7}
+    ros2.wait_until(lambda: _diag(fleet, "/robot2/perception", since), 10, "robot2's perception heartbeat")
+    d = _diag(fleet, "/robot2/perception", since)[-1]
+    assert int(d["channels.accepted"]) > 0 and d["channels.voice.publishers"] == "1", d
+
+
+def test_a_forged_message_is_refused_and_counted_and_the_second_publisher_noticed(fleet, ros2):
+    from std_msgs.msg import Float32MultiArray
+
+    from tinker.channel_io import CHANNEL_QOS
+    from tinker.wire import array_msg
+
+    pub = fleet.probe.publisher(Float32MultiArray, "/tinker/channels/voice", CHANNEL_QOS)
+    since = time.time_ns()
+    end = time.monotonic() + 4.0  # the nodes count publishers once a second
+    while time.monotonic() < end:
+        pub.publish(array_msg(np.array([0.9, 0.9, 0.9]), {"from": "robot1", "stamp_ns": 0, "cycle": 0}, double=False))
+        pub.publish(array_msg(np.array([5.0, 0.0]), {"from": "robot1", "stamp_ns": 0, "cycle": 0}, double=False))
+        time.sleep(0.2)
+    ros2.wait_until(lambda: any(int(d.get("channels.refused.size", 0)) > 0 and int(d.get("channels.refused.bounds", 0)) > 0
+                                and int(d.get("channels.extra_publishers_seen", 0)) > 0
+                                for d in _diag(fleet, "/robot2/perception", since)), 15,
+                    "robot2's perception counting the forged messages and the second publisher")
+    from diagnostic_msgs.msg import DiagnosticStatus
+
+    d = [d for d in _diag(fleet, "/robot2/perception", since) if int(d.get("channels.refused.size", 0)) > 0][-1]
+    assert d["level"] == DiagnosticStatus.WARN, d
+    assert "expected 2 values, got 3" in d["last_error"] or "outside [-1, 1]" in d["last_error"], d
+    ros2.wait_until(lambda: any(int(x.get("channels.extra_publishers_seen", 0)) > 0
+                                for x in _diag(fleet, "/robot1/policy", since)), 10, "robot1's policy noticing")
+    # the forged values never made it into robot2's observation
+    heard = {h for h in _heard(fleet, since) if any(h)}
+    assert heard and heard <= {v for _, v, _ in _said(fleet)} and not [h for h in heard if 5.0 in h], heard
+    fleet.probe.node.destroy_publisher(pub)
+
+
+def test_killing_the_senders_policy_leaves_the_receiver_running_on_zeros(fleet, ros2):
+    ros2.wait_until(lambda: len(_served(fleet, ros2, "robot2", time.time_ns() - 10**9)) >= 3, 20, "robot2 commanding")
+    fleet.graphs["robot1"].kill("policy", signal.SIGKILL)
+    killed = time.time_ns()
+    time.sleep(MAX_AGE + 1.5)
+    later = killed + int((MAX_AGE + 0.5) * 1e9)  # a message said just before the kill is heard for max_age
+    assert not _said(fleet, killed + 300_000_000), "robot1 still speaking after its policy died"
+    heard = _heard(fleet, later)
+    assert len(heard) >= 5 and all(h == (0.0, 0.0) for h in heard), heard[-5:]
+    assert len(_served(fleet, ros2, "robot2", later)) >= 5, "robot2 stopped commanding when robot1's policy died"
+    ros2.wait_until(lambda: _diag(fleet, "/robot2/perception", later), 10, "robot2's perception heartbeat")
+    d = _diag(fleet, "/robot2/perception", later)[-1]
+    assert int(d["channels.stale_reads"]) > 0 and float(d["channels.voice.age_ms"]) > MAX_AGE * 1000, d
+
+
+def test_each_robots_recorded_frames_carry_its_name(fleet, ros2):
+    from rosbags.rosbag2 import Reader
+    from rosbags.typesys import Stores, get_typestore
+
+    fleet.stop()
+    fleet.stopped = True
+    store = get_typestore(Stores.ROS2_KILTED)
+    for robot in ("robot1", "robot2"):
+        with Reader(Path(fleet.rec) / f"{robot}.mcap") as r:
+            conns = [c for c in r.connections if c.topic == "/tf"]
+            assert conns, f"{robot}: no /tf recorded"
+            tf = [store.deserialize_cdr(raw, c.msgtype) for c, _, raw in r.messages(connections=conns)]
+        frames = {t.child_frame_id for m in tf for t in m.transforms} | {t.header.frame_id for m in tf for t in m.transforms}
+        assert frames and all(fr.startswith(f"{robot}/lbr_iiwa_link_") for fr in frames), sorted(frames)[:4]
+
+
+def test_a_bundle_and_the_declared_channels_must_agree(tmp_path):
+    """Checked when the nodes load a bundle: a sender bundle with no declared channel, a receiver bundle with none,
+    a channel of another size; and the sender's actor output split 7 joints + 2 message values."""
+    from tinker.bundle_io import PolicyBundle, open_perception
+    from tinker_core.errors import ConfigError
+    from tinker_core.multiagent.channel_edge import ChannelInbox
+    from tinker_core.multiagent.channels import parse_channels
+    from tinker.reach_bundle import build_reach_bundle
+
+    (voice,) = parse_channels({"voice": VOICE})
+    (wide,) = parse_channels({"voice": {**VOICE, "size": 3}})
+    build_reach_bundle(tmp_path / "s", camera=False, control_period=0.1, says=voice)
+    build_reach_bundle(tmp_path / "l", camera=False, control_period=0.1, hears=(voice,))
+    box = PolicyBundle(tmp_path / "s", None, 0.1, says=voice).cycle.outbox
+    assert (box.n_action, box.size) == (7, 9)
+    with pytest.raises(ConfigError, match=r"policy: the bundle was trained sending on \['channel/voice'\] but no channel"):
+        PolicyBundle(tmp_path / "s", None, 0.1)
+    with pytest.raises(ConfigError, match=r"policy: this robot sends on 'channel/voice' \(3 values\); the bundle's action "
+                                          r"terms have \{'channel/voice': 2\}"):
+        PolicyBundle(tmp_path / "s", None, 0.1, says=wide)
+    _, cycle, _ = open_perception(tmp_path / "l", channels=ChannelInbox((voice,)))
+    assert cycle.assembly.names[-1] == "channel/voice" and cycle.assembly.sizes[-1] == 2
+    with pytest.raises(ConfigError, match=r"perception: the bundle was trained hearing 'channel/voice' \(2 values\) but "
+                                          r"this robot hears no channel"):
+        open_perception(tmp_path / "l")
