@@ -191,3 +191,29 @@ def test_a_bundle_and_the_declared_channels_must_agree(tmp_path):
     with pytest.raises(ConfigError, match=r"perception: the bundle was trained hearing 'channel/voice' \(2 values\) but "
                                           r"this robot hears no channel"):
         open_perception(tmp_path / "l")
+
+
+def test_the_fleet_hands_each_robot_its_channels_and_frame_prefix_and_names_bad_channels(tmp_path):
+    """What `tinker.fleet.robot_params` gives each robot's nodes (the bringup and the launch file both use it), and
+    the agents file's channel errors a fleet adds (a robot that is not in the fleet)."""
+    from tinker.fleet import fleet_agents, robot_params
+    from tinker.robot_model import RobotModel, with_frame_prefix
+    from tinker_core.errors import ConfigError
+    from tinker_core.multiagent.channels import channels_from_json
+
+    (tmp_path / "a.yaml").write_text("channels:\n  voice: {from: robot1, to: [robot2], size: 2}\n"
+                                     "agents:\n  robot1: {policy: SAC}\n  robot2: {policy: SAC}\n")
+    cfg, _ = fleet_agents(tmp_path / "a.yaml")
+    own = robot_params(cfg, "robot2")
+    assert own["view"] == {"frame_prefix": "robot2/"} and own["policy"] == own["perception"]
+    assert own["perception"]["agent"] == "robot2" and channels_from_json(own["perception"]["channels"]) == cfg.channels
+    (tmp_path / "b.yaml").write_text("channels:\n  voice: {from: robot1, to: [robot9], size: 2}\n"
+                                     "agents:\n  robot1: {policy: SAC}\n  robot2: {policy: SAC}\n")
+    with pytest.raises(ConfigError, match=r"channels\.voice\.to: no robot 'robot9' in the fleet \(robots: \['robot1', "
+                                          r"'robot2'\]\)"):
+        fleet_agents(tmp_path / "b.yaml")
+    model = RobotModel(None)
+    tfs = model.transforms({})
+    pre = with_frame_prefix(tfs, "robot2/")
+    assert [t["child"] for t in pre] == ["robot2/" + t["child"] for t in tfs] and pre[0]["parent"] == "robot2/" + model.root
+    assert with_frame_prefix(tfs, "") is tfs and tfs[0]["parent"] == model.root  # the model's own names untouched
