@@ -217,3 +217,83 @@ def test_the_fleet_hands_each_robot_its_channels_and_frame_prefix_and_names_bad_
     pre = with_frame_prefix(tfs, "robot2/")
     assert [t["child"] for t in pre] == ["robot2/" + t["child"] for t in tfs] and pre[0]["parent"] == "robot2/" + model.root
     assert with_frame_prefix(tfs, "") is tfs and tfs[0]["parent"] == model.root  # the model's own names untouched
+
+
+def test_a_trained_pair_exports_bundles_that_run_on_the_graph_with_their_channel(tmp_path, ros2):
+    """A tiny multi-agent run over two real arms (`tinker_sim.multi.ArmFleet`, 64 env steps of PPO: a bundle's shape,
+    not a skill) with robot1 -> robot2 declared; each agent exported (`tinker_deploy.agent_export`) carries its
+    channel slots in its manifest, the nodes' loaders take them with the declaration and split the message, and
+    the pair runs as a fleet: robot1 speaks, robot2's perception accepts what it hears, both command."""
+    import numpy as np
+
+    from tinker.bundle_io import PolicyBundle, open_perception
+    from tinker_core.multiagent import MultiAgentTrainer
+    from tinker_core.multiagent.channel_edge import ChannelInbox
+    from tinker_core.multiagent.channels import parse_channels
+    from tinker_deploy.agent_export import export_agent_bundle
+    from tinker_deploy.manifest import Manifest
+    from tinker_deploy.runtime import OnnxPolicy
+    from tinker_sim.multi import ArmFleet
+
+    hp = {"n_steps": 32, "batch_size": 32, "n_epochs": 1, "net_arch": [16, 16]}
+    tr = MultiAgentTrainer(ArmFleet(control_period=0.1), {
+        "seed": 0, "total_timesteps": 64, "channels": {"voice": VOICE},
+        "agents": {a: {"policy": "PPO", "hyperparameters": hp} for a in ("robot1", "robot2")}})
+    tr.learn(progress=False)
+    obs, _ = tr.env.reset(seed=3)
+    assert obs["robot2"].shape[0] == obs["robot1"].shape[0] + 2  # robot2 hears voice
+    s = export_agent_bundle(tr, "robot1", tmp_path / "speaker", log=lambda line: None)
+    heard = export_agent_bundle(tr, "robot2", tmp_path / "listener", log=lambda line: None)
+    ms, ml = (Manifest.from_json((d / "manifest.json").read_text()) for d in (s, heard))
+    assert [(t.name, t.size) for t in ms.action_terms][-1] == ("channel/voice", 2) and ms.action_spec.shape == (9,)
+    assert [(t.name, t.size) for t in ml.obs_terms][-1] == ("channel/voice", 2)
+    assert sum(t.size for t in ml.obs_terms) == ml.obs_spec.shape[0] == obs["robot2"].shape[0]
+    (voice,) = parse_channels({"voice": VOICE})
+    pb = PolicyBundle(s, None, 0.1, says=voice)
+    percept = OnnxPolicy.from_bundle(str(s), part="perception")
+    q = np.zeros(7)
+    pb.cycle.on_state(1, q)
+    step = pb.cycle.on_features(1, percept.forward(obs["robot1"]), cycle=1, episode="0",
+                                perception_sha256=percept.sha256)
+    assert step.raw.shape == (7,) and step.message.shape == (2,) and np.abs(step.message).max() <= 1.0
+    # the exported policy's own output, split: the message is its last two values, as the env took it in training
+    full = tr.act({"robot1": obs["robot1"]})["robot1"]
+    np.testing.assert_allclose(step.message, np.clip(full[7:], -1, 1), atol=1e-4)
+    _, cycle, _ = open_perception(heard, channels=ChannelInbox((voice,)))
+    assert cycle.assembly.names[-1] == "channel/voice"
+    import yaml
+    from std_msgs.msg import Float32MultiArray, Float64MultiArray
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    from tinker.channel_io import CHANNEL_QOS
+    from tinker.fleet import Fleet
+    from tinker.wire import RECORD_QOS
+
+    (tmp_path / "agents.yaml").write_text(yaml.safe_dump({"channels": {"voice": VOICE}, "agents": {
+        "robot1": {"policy": "PPO", "bundle": "speaker"}, "robot2": {"policy": "PPO", "bundle": "listener"}}}))
+    domain = ros2.fresh_domain()
+    probe = ros2.Probe(domain, "trained_pair_probe")
+    said = probe.collect(Float32MultiArray, "/tinker/channels/voice", CHANNEL_QOS)
+    cmds = {a: probe.collect(Float64MultiArray, f"/{a}/forward_position_controller/commands", RECORD_QOS)
+            for a in ("robot1", "robot2")}
+    diag = probe.collect(DiagnosticArray, "/diagnostics", RECORD_QOS)
+    f = Fleet(tmp_path / "agents.yaml", env=ros2.graph_env(domain), run_dir=tmp_path / "logs",
+              overrides={"/**": {"control_period": ros2.PERIOD}, "sim_robot": {"camera": False}})
+    try:
+        f.start()
+        for a in ("robot1", "robot2"):
+            f.graphs[a].call_trigger("safety/reset")
+        since = time.time_ns()
+
+        def accepted() -> int:
+            return max([int(kv.value) for t, arr in list(diag) if t >= since for st in arr.status
+                        if st.name == "/robot2/perception" for kv in st.values if kv.key == "channels.accepted"] or [0])
+
+        ros2.wait_until(lambda: accepted() > 0 and all(
+            len([m for t, m in list(cmds[a]) if t >= since and ros2.meta_of(m).get("version")]) >= 5
+            for a in cmds), 30, "robot2 hearing robot1 and both robots commanding")
+        assert len([m for t, m in list(said) if t >= since]) >= 5
+    finally:
+        probe.close()
+        f.stop()
+
