@@ -4,7 +4,8 @@ robot1 (the sender) runs a bundle whose actor outputs its 7 joint actions and a 
 receiver) runs a bundle whose observation ends with the ``channel/voice`` slot, passed through into its features.
 Both bundles are hand-built (`tinker.reach_bundle`, ``says``/``hears``), not trained: the test checks what the
 graph carries, not what is worth saying. Each robot's loop is one composed process, its policy a process of its
-own (so robot1's policy can be killed alone), and each robot records its run (view node, /tf prefixed).
+own (so robot1's policy can be killed alone), and each robot records its run (view node, /tf prefixed). The last
+test trains a tiny pair over two arms, exports both agents and runs them as a fleet with their channel.
 """
 
 from __future__ import annotations
