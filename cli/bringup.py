@@ -43,7 +43,8 @@ def add_graph_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", metavar="FILE", help="parameter file (default: the package's config/bringup.yaml)")
     p.add_argument("--namespace", default="", help="robot namespace, e.g. robot1 (topics become /robot1/...)")
     p.add_argument("--composed", action="store_true", help="all nodes in one process and one executor")
-    p.add_argument("--record", metavar="RUN.mcap", help="record the standard topics, /tf and every cycle to this MCAP file")
+    p.add_argument("--record", metavar="RUN.mcap", help="record the standard topics, /tf and every cycle to this MCAP "
+                   "file (with --agents: a folder, one ROBOT.mcap per robot, frames prefixed 'ROBOT/')")
     p.add_argument("--view", action="store_true",
                    help="live view: Foxglove WebSocket on ws://127.0.0.1:8765 and a page on http://127.0.0.1:8766/ "
                         "(ports: --set view.port=P, view.http_port=P)")
@@ -85,13 +86,14 @@ def graph_from_args(args: argparse.Namespace):
         from tinker_core.errors import ConfigError
         from tinker.fleet import Fleet
 
-        for flag, value in (("--namespace", args.namespace), ("--bundle", args.bundle), ("--record", args.record),
+        for flag, value in (("--namespace", args.namespace), ("--bundle", args.bundle),
                             ("--view", getattr(args, "view", False))):
             if value:
                 raise ConfigError(f"bringup --agents: {flag} is per robot; the agents file names each robot (its "
                                   f"namespace) and its bundle")
         return Fleet(args.agents, params_file=args.params, separate=separate, sim=getattr(args, "sim", True),
-                     overrides=parse_overrides(args.set, None), run_dir=args.run_dir)
+                     overrides=parse_overrides(args.set, None), run_dir=args.run_dir,
+                     record_dir=args.record)  # with --agents, --record names a folder: one NAME.mcap per robot
     return Graph(params_file=args.params, namespace=args.namespace, composed=args.composed, record=args.record,
                  overrides=parse_overrides(args.set, bundle), run_dir=args.run_dir, view=getattr(args, "view", False),
                  sim=getattr(args, "sim", True), separate=separate)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from tinker_sim.multi.arm_fleet import ArmFleet
 from tinker_sim.multi.beacon import BeaconRelay
 from tinker_sim.multi.discs import DiscFleet, DiscRandomization
 from tinker_sim.multi.formation import SwarmFormation
 from tinker_core.multiagent.registry import make_parallel_env, register_parallel_env
 
-PARALLEL_ENV_IDS = {"tinker/SwarmFormation-v0": SwarmFormation, "tinker/BeaconRelay-v0": BeaconRelay}
+PARALLEL_ENV_IDS = {"tinker/SwarmFormation-v0": SwarmFormation, "tinker/BeaconRelay-v0": BeaconRelay,
+                    "tinker/ArmFleet-v0": ArmFleet}
 
 for _id, _cls in PARALLEL_ENV_IDS.items():
     register_parallel_env(_id, _cls)
@@ -24,4 +26,4 @@ def make(env_id: str, **kwargs: Any) -> Any:
     return make_parallel_env(env_id, **kwargs)
 
 
-__all__ = ["BeaconRelay", "DiscFleet", "DiscRandomization", "PARALLEL_ENV_IDS", "SwarmFormation", "make"]
+__all__ = ["ArmFleet", "BeaconRelay", "DiscFleet", "DiscRandomization", "PARALLEL_ENV_IDS", "SwarmFormation", "make"]

@@ -10,11 +10,15 @@ states' inputs mixed:
   terms that follow from the state are derived: ``ee_pos`` by forward kinematics (``ee_fn``), and
   ``<x>_minus_ee`` as ``<x>_pos - ee_pos``;
 - frames: ``sync_frames`` waits for the frame of the state's stamp; otherwise the newest frame serves,
-  and one older than ``max_frame_age_ns`` is refused.
+  and one older than ``max_frame_age_ns`` is refused;
+- channels (`tinker_core.multiagent.channel_edge.ChannelInbox`): a bundle trained hearing channels has a
+  ``channel/NAME`` term per channel; a cycle never waits for one: it takes the newest accepted message, or
+  zeros when none came or it is older than the channel's ``max_age`` (on ``clock``), as in training.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -22,6 +26,7 @@ import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.observation import ObservationAssembly
+from tinker_core.multiagent.channels import TERM_PREFIX
 from tinker_core.spec import DictSpec
 
 STATE_TERMS = ("joint_pos", "joint_vel", "last_action")
@@ -45,7 +50,10 @@ class PerceptionCycle:
 
     def __init__(self, obs_spec: Any, obs_terms: list, model: Callable[[Any], np.ndarray], n_action: int,
                  synced: bool = True, sync_frames: bool = False, max_frame_age_ns: int = 250_000_000,
-                 ee_fn: Callable[[np.ndarray], np.ndarray] | None = None):
+                 ee_fn: Callable[[np.ndarray], np.ndarray] | None = None, channels: Any = None,
+                 clock: Callable[[], int] = time.time_ns):
+        """``channels``: the `ChannelInbox` of the channels this robot hears (None: none); it must match the
+        bundle's ``channel/NAME`` terms, name and size. ``clock``: ns, the inbox's clock (a message's age)."""
         self.image_key = self.state_key = None
         state_spec, self.image_shape = obs_spec, None
         if isinstance(obs_spec, DictSpec):
@@ -64,7 +72,9 @@ class PerceptionCycle:
                                           if n.endswith("_minus_ee") and n[: -len("_minus_ee")] + "_pos" in names}
         if not synced and ee_fn is not None:
             self.derived["ee_pos"] = ""
-        self.needed = names - set(STATE_TERMS) - set(self.derived)
+        self.channels, self.clock = channels, clock
+        self._check_channels(terms)
+        self.needed = names - set(STATE_TERMS) - set(self.derived) - {n for n in names if n.startswith(TERM_PREFIX)}
         if not synced and ("ee_pos" in names or self.derived) and ee_fn is None:
             raise ConfigError("perception: the bundle's terms need ee_pos; with an unsynced task input it comes from "
                               "forward kinematics, and no robot model (urdf) was given")
@@ -78,11 +88,38 @@ class PerceptionCycle:
         self.episode = "0"
         self.frame_age_ns = 0
 
+    def _check_channels(self, terms: list) -> None:
+        """The bundle's channel slots and the channels declared for this robot must be the same, sizes included."""
+        slots = {_name(t): int(t["size"] if isinstance(t, Mapping) else t.size) for t in terms
+                 if _name(t).startswith(TERM_PREFIX)}
+        declared = {} if self.channels is None else {ch.term: ch.size for ch in self.channels.heard}
+        for term, size in slots.items():
+            if term not in declared:
+                raise ConfigError(f"perception: the bundle was trained hearing {term!r} ({size} values) but this robot "
+                                  f"hears {sorted(declared) or 'no channel'}; declare the channel in the agents file "
+                                  f"(channels: {term[len(TERM_PREFIX):]}: {{from: ..., to: [this robot], size: {size}}})")
+            if declared[term] != size:
+                raise ConfigError(f"perception: channel {term!r} is declared with {declared[term]} values, the bundle "
+                                  f"was trained with {size}")
+        extra = sorted(set(declared) - set(slots))
+        if extra:
+            raise ConfigError(f"perception: this robot hears {extra} but its bundle has no slot for them (its "
+                              f"observation terms: {[_name(t) for t in terms]}); run a bundle trained with the channel")
+
+    def on_channel(self, name: str, values: np.ndarray, sender: str | None = None) -> str:
+        """A message heard on channel ``name`` now (``clock``): '' when accepted, else why it was refused
+        (counted in ``channels.refused``). Never runs a cycle: a cycle waits for no message."""
+        if self.channels is None:
+            raise ConfigError(f"perception: a message on channel {name!r}, but this robot hears no channel")
+        return self.channels.deliver(name, values, self.clock(), sender)
+
     def take_inputs(self, other: "PerceptionCycle") -> None:
         """Continue from ``other``'s inputs (a reloaded model: the goal and the last state stay)."""
         self._js, self._img, self._task = other._js, other._img, dict(other._task)
         self._task_stamp, self._done_stamp, self._count, self.episode = (other._task_stamp, other._done_stamp,
                                                                          other._count, other.episode)
+        if self.channels is not None and other.channels is not None:
+            self.channels = other.channels  # the messages heard (and the counters) stay with the robot
         if other.last_action.shape == self.last_action.shape:
             self.last_action = other.last_action
 
@@ -129,6 +166,8 @@ class PerceptionCycle:
                 raise ValidationError("perception.image", f"a frame at most {self.max_frame_age_ns / 1e9:g} s "
                                       f"older than the joint state", f"{age / 1e9:.3f} s old")
         sources = {**self._task, "joint_pos": q, "joint_vel": qd, "last_action": self.last_action}
+        if self.channels is not None:
+            sources.update(self.channels.sources(self.clock()))
         if self.derived:
             ee = sources["ee_pos"] = self.ee_fn(q) if "ee_pos" in self.derived else sources["ee_pos"]
             for name, pos in self.derived.items():

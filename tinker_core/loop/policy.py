@@ -3,13 +3,16 @@
 Features and joint states arrive separately, tagged with the robot's state stamp. A cycle runs when
 both of one stamp are in (features that come first wait for their state). A new episode (the episode
 tag of the features changes) or a new action chain restarts the chain from that cycle's measured pose.
+A robot that sends on a channel (``outbox``, `tinker_core.multiagent.channel_edge.ChannelOutbox`) splits the
+actor's output: the action part goes through the chain, the message (checked, clipped) is the step's
+``message`` and never reaches the chain, safety or the robot.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -24,13 +27,17 @@ class PolicyStep:
     """the actor's output (what the learner learns from)"""
     target: np.ndarray
     """the action chain's joint target (rad, manifest joint order)"""
+    message: np.ndarray | None = None
+    """what this cycle says on its channel (None: the robot sends on none)"""
 
 
 class PolicyCycle:
-    """``actor(features, perception_sha256) -> raw action``; ``chain``: the bundle's action chain."""
+    """``actor(features, perception_sha256) -> raw action``; ``chain``: the bundle's action chain; ``outbox``: the
+    `ChannelOutbox` of the channel this robot sends on (None: none)."""
 
-    def __init__(self, actor: Callable[[np.ndarray, str], np.ndarray], chain: ActionChain, keep: int = 8):
-        self.actor, self.chain, self.keep = actor, chain, int(keep)
+    def __init__(self, actor: Callable[[np.ndarray, str], np.ndarray], chain: ActionChain, keep: int = 8,
+                 outbox: Any = None):
+        self.actor, self.chain, self.keep, self.outbox = actor, chain, int(keep), outbox
         self._q: OrderedDict[int, np.ndarray] = OrderedDict()
         self.q_latest: np.ndarray | None = None
         self._waiting: tuple | None = None
@@ -60,7 +67,10 @@ class PolicyCycle:
             self._waiting = (stamp_ns, features, cycle, episode, perception_sha256)
             return None
         raw = self.actor(features, perception_sha256)
+        message = None
+        if self.outbox is not None:
+            raw, message = self.outbox.split(raw)  # raises on a non-finite message: this cycle is held
         if episode != self._episode:
             self._episode = episode
             self.chain.reset(q)
-        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw, q))
+        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw, q), message)

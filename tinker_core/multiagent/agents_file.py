@@ -9,7 +9,7 @@ agents:
   robot2: {policy: DQN, obs_space: [10], hyperparameters: {learning_rate: 0.0005}}
   "drone_*": {policy: PPO, group: swarm}   # a pattern: every env agent it matches
 channels:                          # optional: messages between agents (tinker_core.multiagent.channels)
-  signal: {from: robot2, to: [robot1], size: 4}
+  signal: {from: robot2, to: [robot1], size: 4}   # low: -1, high: 1, max_age: 0.5 s by default
 ```
 
 An entry's key is an agent name, or an ``fnmatch`` pattern (``*``, ``?``, ``[``) for many agents

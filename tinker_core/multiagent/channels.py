@@ -7,11 +7,13 @@ channels:
 
 A channel is part of the agents' spaces, so the algorithms learn what to say and how to read it with nothing
 of their own: the sender's continuous action grows by ``size`` values (its message), each receiver's
-observation grows by the newest message of each channel it listens to (zeros before the first). The message
-crosses an edge with a `Spec` (shape, float32, finite): a non-finite message is refused with a
-`ValidationError` naming the channel; a finite one outside ``[low, high]`` is clipped to it, as an action is.
-Delivery takes one env step, as over a network; on ROS 2 a channel is the topic ``/tinker/channels/NAME``
-(`tinker_core.multiagent.channels.topic`).
+observation grows by the newest message of each channel it listens to (zeros before the first, and once the
+newest is older than ``max_age`` s, default 0.5). The message crosses an edge with a `Spec` (shape, float32,
+finite): a non-finite message is refused with a `ValidationError` naming the channel; a finite one outside
+``[low, high]`` is clipped to it, as an action is. Delivery takes one env step, as over a network. Both ends
+are `tinker_core.multiagent.channel_edge` (`ChannelOutbox`, `ChannelInbox`), the same classes the ROS 2
+nodes run; on ROS 2 a channel is the topic ``/tinker/channels/NAME`` (`topic`), and a bundle's manifest
+names each slot ``channel/NAME`` (`Channels.channel_terms`).
 
 `Channels` wraps any PettingZoo Parallel env this way; `MultiAgentTrainer` applies it when the agents file
 declares channels.
@@ -24,10 +26,14 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from tinker_core.errors import ConfigError
+from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.spec import Spec
 
-_KEYS = ("from", "to", "size", "low", "high")
+_KEYS = ("from", "to", "size", "low", "high", "max_age")
+TERM_PREFIX = "channel/"
+"""a channel's observation term (and a sender's action term) in a bundle's manifest is ``channel/NAME``"""
+DEFAULT_MAX_AGE = 0.5
+"""s: a heard message older than this reads as zeros (a silent or dead sender)"""
 
 
 @dataclass(frozen=True)
@@ -40,6 +46,8 @@ class ChannelSpec:
     size: int
     low: float = -1.0
     high: float = 1.0
+    max_age: float = DEFAULT_MAX_AGE
+    """s: the newest message is heard until it is this old, zeros after (as when nothing came)"""
 
     @classmethod
     def parse(cls, name: str, raw: Any, where: str = "channels") -> "ChannelSpec":
@@ -67,10 +75,27 @@ class ChannelSpec:
                 raise ConfigError(f"{at}.{k}: expected a finite number, got {v!r}")
         if not low < high:
             raise ConfigError(f"{at}: expected low < high, got low={low}, high={high}")
-        return cls(name, sender, tuple(to), size, float(low), float(high))
+        max_age = raw.get("max_age", DEFAULT_MAX_AGE)
+        if isinstance(max_age, bool) or not isinstance(max_age, (int, float)) or not 0 < max_age < float("inf"):
+            raise ConfigError(f"{at}.max_age: expected a finite number of seconds > 0, got {max_age!r}")
+        return cls(name, sender, tuple(to), size, float(low), float(high), float(max_age))
 
     def to_yaml(self) -> dict[str, Any]:
-        return {"from": self.sender, "to": list(self.receivers), "size": self.size, "low": self.low, "high": self.high}
+        return {"from": self.sender, "to": list(self.receivers), "size": self.size, "low": self.low, "high": self.high,
+                "max_age": self.max_age}
+
+    @property
+    def max_age_ns(self) -> int:
+        return int(round(self.max_age * 1e9))
+
+    @property
+    def term(self) -> str:
+        """Its observation term at a receiver, its action term at the sender (``channel/NAME``)."""
+        return TERM_PREFIX + self.name
+
+    def term_record(self) -> dict[str, Any]:
+        """The manifest term of this channel's slot (unscaled: a message is already in its bounds)."""
+        return {"name": self.term, "size": self.size, "unit": "", "scale": 1.0, "offset": 0.0}
 
     @property
     def spec(self) -> Spec:
@@ -88,15 +113,41 @@ def parse_channels(raw: Any, where: str = "channels") -> tuple[ChannelSpec, ...]
 
 
 def topic(channel: ChannelSpec | str) -> str:
-    """The ROS 2 topic of a channel (absolute: it joins robots in different namespaces)."""
+    """The ROS 2 topic of a channel: one shared, absolute name (``/tinker/channels/NAME``), not under the sender's
+    namespace, so a receiver subscribes by the channel's name alone and a second publisher on it shows."""
     return f"/tinker/channels/{channel if isinstance(channel, str) else channel.name}"
+
+
+def channels_to_json(channels: Sequence[ChannelSpec]) -> str:
+    """The ``channels`` section as one JSON string (a ROS parameter's value)."""
+    import json
+
+    return json.dumps({c.name: c.to_yaml() for c in channels})  # in order: a receiver hears them in this order
+
+
+def channels_from_json(text: str, where: str = "channels") -> tuple[ChannelSpec, ...]:
+    """`channels_to_json` read back ('' or '{}': none); ConfigError naming ``where`` on bad JSON."""
+    import json
+
+    if not text.strip():
+        return ()
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{where}: expected the channels section as JSON, got {text[:80]!r} ({e})") from None
+    return parse_channels(raw, where)
 
 
 class Channels:
     """A PettingZoo Parallel env with ``channels`` built into its agents' spaces (see the module docstring)."""
 
-    def __init__(self, env: Any, channels: Sequence[ChannelSpec]):
+    def __init__(self, env: Any, channels: Sequence[ChannelSpec], step_seconds: float | None = None):
+        """``step_seconds``: the time one env step stands for, the clock a message's ``max_age`` is measured on
+        (None: the env's ``control_period`` or ``dt`` where it has one; an env with neither has no clock here,
+        and a sender that stops acting is heard with its last message)."""
         from gymnasium import spaces
+
+        from tinker_core.multiagent.channel_edge import ChannelInbox, ChannelOutbox
 
         self.env = env
         self.channels = tuple(channels)
@@ -144,9 +195,18 @@ class Channels:
                     raise ConfigError(f"channels.{heard[0].name}.to: {a!r} observes {obs}; a receiver needs a flat Box "
                                       "or a Dict observation, which the messages extend")
             self._obs_space[a] = obs
-        self._inbox = {ch.name: np.zeros(ch.size, np.float32) for ch in self.channels}
-        self.clipped = 0
+        self.outboxes = {a: ChannelOutbox(ch, self._act_dim[a]) for a, ch in self._says.items()}
+        self.inboxes = {a: ChannelInbox(heard) for a, heard in self._hears.items() if heard}
+        if step_seconds is None:
+            step_seconds = getattr(env, "control_period", None) or getattr(env, "dt", None)
+        self._step_ns = int(round(float(step_seconds) * 1e9)) if step_seconds else 0
+        self._now_ns = 0
+        self._said: dict[str, np.ndarray] = {}
+
+    @property
+    def clipped(self) -> int:
         """messages that were outside their channel's bounds and were clipped"""
+        return sum(o.clipped for o in self.outboxes.values())
 
     # -- the PettingZoo Parallel API ---------------------------------------------------------------
     @property
@@ -164,23 +224,28 @@ class Channels:
 
     def reset(self, seed: int | None = None, options: dict | None = None) -> tuple[dict, dict]:
         obs, infos = self.env.reset(seed=seed, options=options)
-        for ch in self.channels:
-            self._inbox[ch.name] = np.zeros(ch.size, np.float32)
+        for inbox in self.inboxes.values():
+            inbox.clear()
+        self._said.clear()
         return self._with_messages(obs), infos
 
     def step(self, actions: Mapping[str, Any]) -> tuple[dict, dict, dict, dict, dict]:
         inner, said = {}, {}
         for a, act in actions.items():
-            ch = self._says.get(a)
-            if ch is None:
+            box = self.outboxes.get(a)
+            if box is None:
                 inner[a] = act
                 continue
-            act = np.asarray(act, dtype=np.float32)
-            n = self._act_dim[a]
-            inner[a] = act[:n]
-            said[ch.name] = self._deliverable(ch, act[n:])
+            inner[a], said[box.channel.name] = box.split(np.asarray(act, dtype=np.float32))
         obs, rewards, terms, truncs, infos = self.env.step(inner)
-        self._inbox.update(said)  # heard from the next observation on: one step, as over a network
+        self._now_ns += self._step_ns
+        for a, inbox in self.inboxes.items():  # heard from the next observation on: one step, as over a network
+            for ch in inbox.heard:
+                if ch.name in said:
+                    reason = inbox.deliver(ch.name, said[ch.name], self._now_ns)
+                    if reason:  # the outbox clipped it: only a bug gets here
+                        raise ValidationError(f"channel {ch.name!r}", "a deliverable message", reason)
+        self._said.update(said)
         return self._with_messages(obs), rewards, terms, truncs, infos
 
     def render(self) -> Any:
@@ -192,29 +257,27 @@ class Channels:
     def __getattr__(self, name: str) -> Any:  # the wrapped env's extras (e.g. a success flag)
         return getattr(self.env, name)
 
-    # -- internals -----------------------------------------------------------------------------------
-    def _deliverable(self, ch: ChannelSpec, msg: np.ndarray) -> np.ndarray:
-        spec = ch.spec
-        spec.check(msg, f"channel {ch.name!r} (from {ch.sender!r})", bounds=False)  # shape, dtype, finite
-        clipped = np.clip(msg, ch.low, ch.high).astype(np.float32)
-        self.clipped += int(not np.array_equal(clipped, msg))
-        return clipped
+    def channel_terms(self, agent: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(observation terms, action terms) ``agent``'s spaces gain, as a bundle's manifest records them: one
+        ``channel/NAME`` term per channel heard, after the env's own; the sent channel's after its action."""
+        inbox, box = self.inboxes.get(agent), self.outboxes.get(agent)
+        return ([ch.term_record() for ch in inbox.heard] if inbox else [],
+                [box.channel.term_record()] if box else [])
 
+    # -- internals -----------------------------------------------------------------------------------
     def messages(self) -> dict[str, np.ndarray]:
-        """The newest message of each channel (what receivers see now)."""
-        return {k: v.copy() for k, v in self._inbox.items()}
+        """The newest message said on each channel (zeros before the first)."""
+        return {ch.name: (self._said[ch.name].copy() if ch.name in self._said else np.zeros(ch.size, np.float32))
+                for ch in self.channels}
 
     def _with_messages(self, obs: Mapping[str, Any]) -> dict[str, Any]:
         out = dict(obs)
         for a, o in obs.items():
-            heard = self._hears.get(a)
-            if not heard:
-                continue
-            if isinstance(o, Mapping):
-                out[a] = {**o, **{f"channel/{ch.name}": self._inbox[ch.name].copy() for ch in heard}}
-            else:
-                out[a] = np.concatenate([np.asarray(o, np.float32), *(self._inbox[ch.name] for ch in heard)])
+            inbox = self.inboxes.get(a)
+            if inbox is not None:
+                out[a] = inbox.append(o, self._now_ns)
         return out
 
 
-__all__ = ["ChannelSpec", "Channels", "parse_channels", "topic"]
+__all__ = ["DEFAULT_MAX_AGE", "TERM_PREFIX", "ChannelSpec", "Channels", "channels_from_json", "channels_to_json",
+           "parse_channels", "topic"]

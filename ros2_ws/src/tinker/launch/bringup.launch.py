@@ -15,7 +15,9 @@ http://127.0.0.1:8766/). Empty = the file's value.
 
 ``agents:=/path/agents.yaml``: several robots, one namespace per agent of the file (tinker.fleet), each with its
 own nodes, SafetyWrapper and lifecycle, the agent's ``bundle`` for perception and policy, and its own simulator
-seed; ``namespace`` and ``bundle`` do not apply then.
+seed; ``namespace`` and ``bundle`` do not apply then. The file's ``channels`` go to every robot's perception and
+policy (`tinker.fleet.robot_params`: a sender publishes on ``/tinker/channels/NAME``, its receivers hear it), and
+each robot's view node prefixes its frame ids with the robot's name.
 """
 
 import os
@@ -51,12 +53,13 @@ def _graph(context):
     agents = context.launch_configurations.get("agents", "")
     if not agents:
         return _robot(context, context.launch_configurations["namespace"], {})
-    from tinker.fleet import fleet_agents
+    from tinker.fleet import fleet_agents, robot_params
 
     cfg, base = fleet_agents(agents)
     actions = []
     for i, (name, spec) in enumerate(cfg.agents.items()):
-        own = {"bundle": str((base / spec.bundle).resolve()) if spec.bundle else "", "seed": i}
+        own = {"bundle": str((base / spec.bundle).resolve()) if spec.bundle else "", "seed": i,
+               "nodes": robot_params(cfg, name)}  # channels, agent name, frame prefix
         actions += _robot(context, name, own)
     return actions
 
@@ -80,6 +83,8 @@ def _robot(context, namespace, own):
             params.append({"seed": own["seed"]})
         if name == VIEW_NODE:
             params.append({"serve": view})
+        if own.get("nodes", {}).get(name):
+            params.append(own["nodes"][name])
         if not sim and name in WITHOUT_SIM:
             params.append(WITHOUT_SIM[name])
         if name in LIFECYCLE:

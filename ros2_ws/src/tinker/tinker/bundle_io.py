@@ -21,6 +21,8 @@ from tinker_core.config import config_from_dict
 from tinker_core.errors import BundleError, ConfigError, TinkerError, ValidationError
 from tinker_core.loop.perception import PerceptionCycle
 from tinker_core.loop.policy import PolicyCycle
+from tinker_core.multiagent.channel_edge import ChannelOutbox
+from tinker_core.multiagent.channels import TERM_PREFIX, ChannelSpec
 
 DEFAULT_ENV = "tinker/ArmReach-v0"
 """the task whose shipped policy runs when no bundle is given (the simulated robot's default task)"""
@@ -36,7 +38,32 @@ def resolve_bundle(path: str | os.PathLike | None, env_id: str = DEFAULT_ENV) ->
 
 
 def n_actions(manifest) -> int:
-    return sum(t.size for t in manifest.action_terms) or int(np.prod(manifest.action_spec.shape))
+    """The robot's action size: the action terms but a channel's message (``channel/NAME``)."""
+    robot = [t for t in manifest.action_terms if not t.name.startswith(TERM_PREFIX)]
+    if robot:
+        return sum(t.size for t in robot)
+    said = sum(t.size for t in manifest.action_terms if t.name.startswith(TERM_PREFIX))
+    return int(np.prod(manifest.action_spec.shape)) - said
+
+
+def channel_outbox(manifest, says: ChannelSpec | None) -> ChannelOutbox | None:
+    """The sender's end of ``says`` for this bundle, its ``channel/NAME`` action term checked against the declaration
+    (None: the robot sends on no channel, and the bundle must say nothing)."""
+    slots = {t.name: t.size for t in manifest.action_terms if t.name.startswith(TERM_PREFIX)}
+    if says is None:
+        if slots:
+            raise ConfigError(f"policy: the bundle was trained sending on {sorted(slots)} but no channel from this robot "
+                              "is declared; declare it in the agents file's channels")
+        return None
+    if slots != {says.term: says.size}:
+        raise ConfigError(f"policy: this robot sends on {says.term!r} ({says.size} values); the bundle's action terms "
+                          f"have {slots or 'no channel'}; run a bundle trained sending on it")
+    n = n_actions(manifest)
+    total = int(np.prod(manifest.action_spec.shape))
+    if n + says.size != total:
+        raise ConfigError(f"policy: the bundle's action has {total} values, expected {n} for the robot + {says.size} "
+                          f"for channel {says.name!r}")
+    return ChannelOutbox(says, n)
 
 
 def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) -> tuple[object, PerceptionCycle, str]:
@@ -157,7 +184,8 @@ class PolicyBundle:
     `PolicyCycle`. A hot-swapped bundle with another chain config restarts the chain at the next cycle."""
 
     def __init__(self, path: str | os.PathLike, urdf: str | None, control_period: float,
-                 on_swap: Callable[[str], None] = lambda line: None):
+                 on_swap: Callable[[str], None] = lambda line: None, says: ChannelSpec | None = None):
+        """``says``: the channel this robot sends on (the bundle's actor then outputs action + message)."""
         from tinker_safety.limits import JointLimits
 
         self.runner = ActorRunner(path)
@@ -167,7 +195,7 @@ class PolicyBundle:
                               f"graph runs at {control_period} s; set control_period in the launch YAML to match")
         limits = JointLimits.from_urdf(urdf or None, joint_names=self.runner.joint_names)
         self.limits = (limits.lower, limits.upper)
-        self.cycle = PolicyCycle(self._act, self.new_chain())
+        self.cycle = PolicyCycle(self._act, self.new_chain(), outbox=channel_outbox(self.runner.manifest, says))
         self.on_swap, self.reloads = on_swap, 0
         self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256
 

@@ -11,6 +11,11 @@ robots on few cores), with ``separate`` nodes in processes of their own::
 
     with Fleet("configs/fleet_reach.yaml", separate=("policy",)) as fleet:
         fleet.graphs["robot2"].kill("policy")   # robot2 holds, then latches its e-stop; the others go on
+
+Channels (the file's ``channels``): every robot's perception and policy get the section (``channels``, as JSON)
+and their agent name (``agent``); a sender's policy publishes its message on ``/tinker/channels/NAME``, each
+receiver's perception hears it (`tinker.channel_io`). Frames: each robot's view node (when it runs) prefixes
+its frame ids with the robot's name (``robot1/base_link``), so several robots' ``/tf`` never collide.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from typing import Any, Mapping, Sequence
 from tinker.bringup import Graph, Supervisor
 from tinker_core.errors import ConfigError
 from tinker_core.multiagent.agents_file import AgentsConfig, load_agents_file
+from tinker_core.multiagent.channel_edge import agent_channels
+from tinker_core.multiagent.channels import channels_to_json
 
 _NAMESPACE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -42,7 +49,23 @@ def fleet_agents(agents: AgentsConfig | str | os.PathLike) -> tuple[AgentsConfig
                               f"starting with a digit (patterns are for training files), got {name!r}")
         if spec.bundle and not (base / spec.bundle).is_dir():
             raise ConfigError(f"agents.{name}.bundle: not a bundle directory: {base / spec.bundle}")
+    for ch in cfg.channels:
+        for who, key in [(ch.sender, "from")] + [(r, "to") for r in ch.receivers]:
+            if who not in cfg.agents:
+                raise ConfigError(f"channels.{ch.name}.{key}: no robot {who!r} in the fleet (robots: {list(cfg.agents)})")
+    for name in cfg.agents:
+        agent_channels(cfg.channels, name)  # one channel per sender
     return cfg, base
+
+
+def robot_params(cfg: AgentsConfig, name: str) -> dict[str, dict[str, Any]]:
+    """What makes robot ``name`` one of the fleet, by node: its channels and agent name (perception, policy) and
+    its frame prefix (view). The bringup and the launch file both use it."""
+    own: dict[str, dict[str, Any]] = {"view": {"frame_prefix": f"{name}/"}}
+    if cfg.channels:
+        for node in ("perception", "policy"):
+            own[node] = {"channels": channels_to_json(cfg.channels), "agent": name}
+    return own
 
 
 class Fleet:
@@ -51,16 +74,21 @@ class Fleet:
     def __init__(self, agents: AgentsConfig | str | os.PathLike, *, params_file: str | os.PathLike | None = None,
                  composed: bool = True, separate: Sequence[str] = (), sim: bool = True,
                  overrides: Mapping[str, Mapping[str, Any]] | None = None, run_dir: str | os.PathLike | None = None,
-                 env: Mapping[str, str] | None = None, seed: int = 0):
-        """``overrides`` apply to every robot (as `Graph`'s); each robot's simulator gets seed ``seed + i``."""
+                 env: Mapping[str, str] | None = None, seed: int = 0, record_dir: str | os.PathLike | None = None):
+        """``overrides`` apply to every robot (as `Graph`'s); each robot's simulator gets seed ``seed + i``;
+        ``record_dir``: each robot records its run to ``record_dir/NAME.mcap`` (its view node, frames prefixed)."""
         cfg, base = fleet_agents(agents)
         self.config = cfg
         root = Path(run_dir) if run_dir else None
         self.env = dict(os.environ if env is None else env)
         self.supervisor: Supervisor | None = None  # one DDS participant for every robot's supervision, made at start
         self.graphs: dict[str, Graph] = {}
+        if record_dir is not None:
+            Path(record_dir).mkdir(parents=True, exist_ok=True)
         for i, (name, spec) in enumerate(cfg.agents.items()):
             own: dict[str, dict[str, Any]] = {k: dict(v) for k, v in (overrides or {}).items()}
+            for node, params in robot_params(cfg, name).items():
+                own[node] = {**params, **own.get(node, {})}
             if spec.bundle:
                 b = str((base / spec.bundle).resolve())
                 for node in ("perception", "policy"):
@@ -68,7 +96,8 @@ class Fleet:
             if sim:
                 own.setdefault("sim_robot", {}).setdefault("seed", seed + i)
             self.graphs[name] = Graph(params_file, namespace=name, overrides=own, composed=composed, separate=separate,
-                                      sim=sim, env=env, run_dir=None if root is None else root / name)
+                                      sim=sim, env=env, run_dir=None if root is None else root / name,
+                                      record=None if record_dir is None else Path(record_dir) / f"{name}.mcap")
 
     def start(self, timeout: float = 120.0) -> "Fleet":
         """Start every robot's processes, then wait for all of them and activate each robot's lifecycle nodes."""

@@ -69,11 +69,13 @@ class LiveView:
     """A Foxglove WebSocket server (``port`` 0: any free port; see ``.port``) and its channels."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 8765, urdf: str | os.PathLike | None = None,
-                 name: str = "tinker"):
+                 name: str = "tinker", frame_prefix: str = ""):
+        """``frame_prefix``: prepended to every frame id on ``/tf`` (a robot of a fleet: ``robot1/``)."""
         import foxglove
         from foxglove.channels import FrameTransformsChannel, JointStatesChannel, RawImageChannel
 
         self.model = RobotModel(urdf)
+        self.frame_prefix = frame_prefix
         self._urdf_dir = self.model.path.parent.resolve()
         self.ctx = foxglove.Context()
         ch = dict(context=self.ctx)
@@ -125,7 +127,7 @@ class LiveView:
         q = dict(zip(names, map(float, position)))
         tfs = self.model.transforms(q)
         self.tf.log(FrameTransforms(transforms=[FrameTransform(
-            timestamp=ts, parent_frame_id=t["parent"], child_frame_id=t["child"],
+            timestamp=ts, parent_frame_id=self.frame_prefix + t["parent"], child_frame_id=self.frame_prefix + t["child"],
             translation=Vector3(x=float(t["translation"][0]), y=float(t["translation"][1]), z=float(t["translation"][2])),
             rotation=Quaternion(x=float(t["rotation"][0]), y=float(t["rotation"][1]), z=float(t["rotation"][2]),
                                 w=float(t["rotation"][3]))) for t in tfs]), log_time=stamp_ns)

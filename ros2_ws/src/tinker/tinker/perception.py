@@ -12,12 +12,18 @@ of ``urdf`` (a ros2_control robot publishes only joint_states).
 Inputs watched for staleness (`tinker.runtime.NodeRuntime.subscribe`): ``joint_states`` (ERROR when
 silent), ``task`` (ERROR when ``task_synced``, else age only), the camera image (ERROR when the model
 takes one, else age only), ``policy/raw_action`` (WARN: the last action of an inactive policy),
-``goal`` (published on change: age only).
+``goal`` (published on change: age only), each channel heard (age only: a silent sender is zero-filled).
+
+Channels (`tinker.channel_io`): a robot that hears declared channels (``channels``/``agent`` parameters, set by
+`tinker.fleet`) subscribes each one's topic; its inbox (`tinker_core.multiagent.channel_edge.ChannelInbox`)
+checks every message against the channel's spec, refuses a wrong one (counted, logged, WARN) and fills the
+bundle's ``channel/NAME`` slots with the newest good message, or zeros (none yet, or older than ``max_age``).
 """
 
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 from geometry_msgs.msg import PointStamped
@@ -27,10 +33,12 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
 from tinker.bundle_io import open_perception, resolve_bundle
+from tinker.channel_io import CHANNEL_PARAMS, CHANNEL_QOS, PublisherWatch, declared, read_channel_msg, topic
 from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
 from tinker.wire import GOAL_TERM, JointMap, array_msg, read_array, read_task, stamp_ns, state_cycle, topic_params
 from tinker_core.errors import TinkerError, ValidationError
 from tinker_core.loop.input_ages import Level, RecentFaults
+from tinker_core.multiagent.channel_edge import ChannelInbox
 
 PARAMS = {
     "bundle": Param("", "deploy bundle directory (perception.onnx runs here); empty: the shipped default policy"),
@@ -42,6 +50,7 @@ PARAMS = {
     "warmup_iterations": Param(100, "model runs before the first cycle", (0, 100000), True),
     "camera_rate_hz": Param(20.0, "camera frames per s; 0: every cycle waits for the frame of its state", (0.0, 1000.0), True),
     "max_frame_age": Param(0.25, "s; an older camera frame is refused and the cycle held", (0.0, 10.0)),
+    **CHANNEL_PARAMS,
 }
 
 
@@ -50,6 +59,8 @@ class PerceptionNode(NodeRuntime, Node):
         super().__init__("perception", **kwargs)
         self._init_runtime("perception", PARAMS)
         self.refusals, self._checked, self.cycle, self._image_topic = RecentFaults(), False, None, None
+        self.agent, _, heard = declared(self)
+        self.inbox = ChannelInbox(heard) if heard else None
         if not self.param("bundle"):  # param get shows the bundle that runs
             self.set_parameters([Parameter("bundle", value=str(resolve_bundle("")))])
         self._load(self.param("bundle"))
@@ -64,6 +75,13 @@ class PerceptionNode(NodeRuntime, Node):
                 ("raw_action_topic", "raw_action", self._on_action, Level.WARN)):
             self.subscribe(param, role, callback, stale=stale)
         self._image_topic = self.resolve_topic_name(self.param("image_topic"))
+        self.channel_watch = None
+        if self.inbox is not None:
+            for ch in self.inbox.heard:
+                self.watch_subscription(Float32MultiArray, topic(ch), partial(self._on_channel, ch.name), CHANNEL_QOS,
+                                        stale=None)
+            self.channel_watch = PublisherWatch(self, [topic(ch) for ch in self.inbox.heard])
+            self.create_timer(1.0, self.channel_watch.check)
 
     def _image_level(self) -> Level | None:
         """A quiet camera is an ERROR only for a model that takes images."""
@@ -76,7 +94,8 @@ class PerceptionNode(NodeRuntime, Node):
         ee_fn = None if synced else ForwardKinematics.from_urdf(self.param("urdf") or None).ee_position
         model, cycle, line = open_perception(path, int(self.param("warmup_iterations")), synced=synced,
                                              sync_frames=float(self.param("camera_rate_hz")) <= 0, ee_fn=ee_fn,
-                                             max_frame_age_ns=int(float(self.param("max_frame_age")) * 1e9))
+                                             max_frame_age_ns=int(float(self.param("max_frame_age")) * 1e9),
+                                             channels=self.inbox)
         self.get_logger().info(line)
         if self.cycle is not None:
             cycle.take_inputs(self.cycle)
@@ -133,6 +152,12 @@ class PerceptionNode(NodeRuntime, Node):
         goal = np.array([msg.point.x, msg.point.y, msg.point.z])
         self._run(lambda: self.cycle.on_task(stamp_ns(msg.header), {GOAL_TERM: goal}))
 
+    def _on_channel(self, name: str, msg: Float32MultiArray) -> None:
+        values, sender = read_channel_msg(msg)
+        reason = self.cycle.on_channel(name, values, sender)
+        if reason:
+            self._refuse(ValidationError(f"perception.channel.{name}", "a message within the channel's spec", reason))
+
     def _on_action(self, msg: Float64MultiArray) -> None:
         self._run(lambda: self.cycle.on_action(read_array(msg, None, "perception.last_action")[0]))
 
@@ -153,12 +178,29 @@ class PerceptionNode(NodeRuntime, Node):
     def diagnostic_values(self) -> dict[str, object]:
         return {"model_version": self.model.version, "perception_sha256": self.sha,
                 "frame_age_ms": f"{self.cycle.frame_age_ns / 1e6:.1f}", "refused_inputs": self.refusals.count,
-                "last_error": self.refusals.last}
+                "last_error": self.refusals.last, **self._channel_values()}
+
+    def _channel_values(self) -> dict[str, object]:
+        if self.inbox is None:
+            return {}
+        now = time.time_ns()
+        out: dict[str, object] = {f"channels.{k}": v for k, v in self.inbox.counters().items()}
+        for ch in self.inbox.heard:
+            age = self.inbox.age_ns(ch.name, now)
+            out[f"channels.{ch.name}.age_ms"] = "none" if age is None else f"{age / 1e6:.0f}"
+            out[f"channels.{ch.name}.publishers"] = self.channel_watch.counts[topic(ch)]
+        out["channels.extra_publishers_seen"] = self.channel_watch.extra_seen
+        out["channels.last_refusal"] = self.inbox.last_refusal
+        return out
 
     def diagnostic_level(self):
         """WARN while inputs are being refused (the last within `RecentFaults.memory_s`), OK once they stop."""
         level, message = self.refusals.level()
-        return (WARN, message) if level else (OK, "running")
+        if level:
+            return WARN, message
+        if self.channel_watch is not None and self.channel_watch.crowded:
+            return WARN, f"a second publisher on {self.channel_watch.crowded}: {self.channel_watch.last}"
+        return OK, "running"
 
 
 main = main_for(PerceptionNode)

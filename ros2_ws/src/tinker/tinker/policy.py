@@ -9,6 +9,9 @@ Hot reload (never an unvalidated model, never a missed cycle): set ``bundle``, c
 Lifecycle: configure loads, verifies and warms up; activate starts commanding; deactivate stops.
 Inputs watched for staleness from configure on (`tinker.runtime.NodeRuntime.subscribe`): the features
 and ``joint_states``, each ERROR when silent longer than ``input_timeout`` (a dead perception shows here).
+Channels (`tinker.channel_io`): a robot that sends on a declared channel runs a bundle whose actor outputs
+its action and its message; `tinker_core.loop.policy.PolicyCycle` splits them, the message (checked,
+clipped) goes out on the channel's topic and never to safety or the robot; ``raw_action`` is the action part.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from std_srvs.srv import Trigger
 
 from tinker.bundle_io import PolicyBundle, resolve_bundle
+from tinker.channel_io import CHANNEL_PARAMS, CHANNEL_QOS, PublisherWatch, channel_msg, declared, topic
 from tinker.runtime import ERROR, OK, WARN, NodeRuntime, Param, main_for
 from tinker.wire import JointMap, array_msg, read_array, stamp_ns, topic_params
 from tinker_core.errors import TinkerError, ValidationError
@@ -35,6 +39,7 @@ PARAMS = {
                    raw_action_topic="raw_action"),
     "on_overrun": Param("hold", "a cycle over its budget: 'hold' drops the late command, 'stop' stops commanding"),
     "warmup_iterations": Param(200, "actor runs at configure before the first cycle", (0, 100000), True),
+    **CHANNEL_PARAMS,
 }
 
 
@@ -45,6 +50,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         self.core: PolicyBundle | None = None
         self.active = self.stopped_by_overrun = False
         self.refusals, self.last_error, self._entities = RecentFaults(), "", []
+        self.agent, self.says, self.say_pub, self.channel_watch = "", None, None, None
         self.add_on_set_parameters_callback(self._on_params)
 
     def on_configure(self, state) -> TransitionCallbackReturn:
@@ -53,7 +59,9 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         try:
             if self.param("on_overrun") not in ("hold", "stop"):
                 raise TinkerError(f"policy.on_overrun: expected 'hold' or 'stop', got {self.param('on_overrun')!r}")
-            self.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period, self.get_logger().info)
+            self.agent, self.says, _ = declared(self)
+            self.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period, self.get_logger().info,
+                                     says=self.says)
             self.jmap = JointMap(self.core.runner.joint_names, "policy.joint_states")
             p99, mx = self.core.runner.warmup(int(self.param("warmup_iterations")))
         except TinkerError as e:
@@ -66,6 +74,11 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         self._entities = [self.cmd_pub, self.raw_pub, self.create_service(Trigger, "~/reload", self._on_reload),
                           self.subscribe("features_topic", "features", self._on_features),
                           self.subscribe("joint_states_topic", "joint_states", self._on_joints)]
+        self.say_pub = self.channel_watch = None
+        if self.says is not None:
+            self.say_pub = self.create_publisher(Float32MultiArray, topic(self.says), CHANNEL_QOS)
+            self.channel_watch = PublisherWatch(self, [topic(self.says)])
+            self._entities += [self.say_pub, self.create_timer(1.0, self.channel_watch.check)]
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state) -> TransitionCallbackReturn:
@@ -82,7 +95,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         self.destroy_entities(self._entities)
         if self.core is not None:
             self.core.runner.close()
-        self._entities, self.core = [], None
+        self._entities, self.core, self.say_pub, self.channel_watch = [], None, None, None
         return TransitionCallbackReturn.SUCCESS
 
     on_shutdown = on_cleanup
@@ -143,6 +156,8 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         out_meta = {"stamp_ns": out.stamp_ns, "cycle": out.cycle, "version": self.core.version}
         self.cmd_pub.publish(array_msg(out.target, out_meta))
         self.raw_pub.publish(array_msg(out.raw, out_meta))
+        if out.message is not None and self.say_pub is not None:
+            self.say_pub.publish(channel_msg(out.message, self.agent, out.stamp_ns, out.cycle))
         self.span(out.cycle, t_wall, time.perf_counter_ns() - t0, since_state_us=(t_wall - out.stamp_ns) // 1000)
 
     def diagnostic_values(self) -> dict[str, object]:
@@ -150,7 +165,11 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         return {"active": self.active, "model_version": self.core.version if self.core else None,
                 "actor_sha256": r.actor_sha256 if r else "", "perception_sha256": r.perception_sha256 if r else "",
                 "reloads": self.core.reloads if self.core else 0, "reload_rejections": r.rejected_reloads if r else 0,
-                "refused_inputs": self.refusals.count, "last_error": self.last_error or self.refusals.last}
+                "refused_inputs": self.refusals.count, "last_error": self.last_error or self.refusals.last,
+                **({} if self.channel_watch is None else {
+                    "channels.says": self.says.name, "channels.clipped": self.core.cycle.outbox.clipped if self.core else 0,
+                    "channels.publishers": self.channel_watch.counts[topic(self.says)],
+                    "channels.extra_publishers_seen": self.channel_watch.extra_seen})}
 
     def diagnostic_level(self):
         if self.stopped_by_overrun:
@@ -160,6 +179,8 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         level, message = self.refusals.level()  # WARN while inputs are being refused, OK once they stop
         if level:
             return WARN, message
+        if self.channel_watch is not None and self.channel_watch.crowded:
+            return WARN, f"a second publisher on this robot's channel: {self.channel_watch.last}"
         return OK, f"commanding with bundle v{self.core.version}"
 
     def on_exit(self) -> None:

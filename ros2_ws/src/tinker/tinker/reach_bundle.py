@@ -6,6 +6,12 @@ actor: a linear map from the state's ``target_minus_ee`` term through the pseudo
 Jacobian at its home pose (a linearized inverse-kinematics controller), so the arm really moves
 toward its target. Exported with `tinker_deploy.export.export_bundle` (checks, parity, manifest with the
 sim env's own obs terms, joint names, action chain and control period). Needs the training install (torch).
+
+Channels (``says``/``hears``, `tinker_core.multiagent.channels.ChannelSpec`): a robot that hears a channel has
+a ``channel/NAME`` observation term per channel after the env's own (as the in-process `Channels` wrapper
+builds its observation), passed through into the features; a sender's actor outputs its joint action and then
+a message, ``tanh`` of a fixed random map of the features (so it changes with the robot's state), with a
+``channel/NAME`` action term. Hand-built, not trained: what the graph must carry, not what to say.
 """
 
 from __future__ import annotations
@@ -35,7 +41,8 @@ def _jacobian_pinv(env) -> np.ndarray:
 
 
 def build_reach_bundle(out: str | os.PathLike, image_size: int = 64, gain: float = 0.5, policy_version: int = 1,
-                       control_period: float = 0.05, seed: int = 0, camera: bool = True, log=lambda s: None) -> Path:
+                       control_period: float = 0.05, seed: int = 0, camera: bool = True, log=lambda s: None,
+                       says=None, hears=()) -> Path:
     """Export the bundle to directory ``out``; ``gain`` scales the actor (a different gain = a new actor,
     same perception: what an online fine-tuning update looks like). ``camera=False``: state-only
     observation (the perception part is an MLP on the state), for robots run without the camera."""
@@ -49,7 +56,7 @@ def build_reach_bundle(out: str | os.PathLike, image_size: int = 64, gain: float
     env = ArmEnv(task="reach", camera=camera, image_size=image_size, control_period=control_period)
     try:
         env.reset(seed=seed)
-        terms = env.obs_terms
+        terms = list(env.obs_terms) + [ch.term_record() for ch in hears]
         sizes = [t["size"] for t in terms]
         starts = np.cumsum([0] + sizes)
         k = [t["name"] for t in terms].index("target_minus_ee")
@@ -62,10 +69,12 @@ def build_reach_bundle(out: str | os.PathLike, image_size: int = 64, gain: float
         obs_spec = DictSpec({"image": Spec((image_size, image_size, 3), "uint8", 0, 255),
                              "state": Spec((n_state,), "float32")}) if camera else Spec((n_state,), "float32")
         feature_spec = Spec((n_state + N_IMAGE_FEATURES,), "float32")
-        action_spec = Spec((dof,), "float32", -1.0, 1.0)
+        n_msg = says.size if says is not None else 0
+        action_spec = Spec((dof + n_msg,), "float32", -1.0, 1.0)
+        action_terms = list(env.action_terms) + ([says.term_record()] if says is not None else [])
         metadata = {
             "obs_spec": obs_spec, "action_spec": action_spec, "feature_spec": feature_spec,
-            "obs_terms": terms, "action_terms": env.action_terms, "joint_names": env.joint_names,
+            "obs_terms": terms, "action_terms": action_terms, "joint_names": env.joint_names,
             "action_chain_config": chain, "control_period": env.control_period, "env_id": "tinker/ArmReach-v0",
         }
         # action (normalized) a -> delta q = a * scale * max_delta; want delta q = gain * pinv @ (target - ee)
@@ -92,9 +101,11 @@ def build_reach_bundle(out: str | os.PathLike, image_size: int = 64, gain: float
             self.lin = nn.Linear(n_state + N_IMAGE_FEATURES, dof, bias=False)
             with torch.no_grad():
                 self.lin.weight.copy_(torch.as_tensor(w, dtype=torch.float32))
+            self.say = nn.Linear(n_state + N_IMAGE_FEATURES, n_msg) if n_msg else None
 
         def forward(self, features: torch.Tensor) -> torch.Tensor:
-            return torch.clamp(self.lin(features), -1.0, 1.0)
+            act = torch.clamp(self.lin(features), -1.0, 1.0)
+            return act if self.say is None else torch.cat([act, torch.tanh(self.say(features))], dim=-1)
 
     class Dict2Args(nn.Module):
         """export passes dict observations as a dict: unpack them by name."""

@@ -123,3 +123,11 @@ class RobotModel:
             p, r = pose[t["parent"]]
             pose[t["child"]] = (p + _qrot(r, np.asarray(t["translation"])), _qmul(r, np.asarray(t["rotation"])))
         return {k: v[0] for k, v in pose.items()}
+
+
+def with_frame_prefix(transforms: list[dict], prefix: str) -> list[dict]:
+    """``transforms`` with every frame id prefixed (``robot1/`` + ``lbr_iiwa_link_0``): several robots' frames in
+    one ``/tf`` tree never collide (tf2's own convention). An empty prefix returns them as they are."""
+    if not prefix:
+        return transforms
+    return [{**t, "parent": prefix + t["parent"], "child": prefix + t["child"]} for t in transforms]

@@ -36,6 +36,7 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from tinker.recording import CycleJoin, EpisodeEnds, RunRecorder
+from tinker.robot_model import with_frame_prefix
 from tinker.runtime import EXECUTOR_ENV, OK, WARN, NodeRuntime, Param, declare_params, main_for
 from tinker.wire import OBSERVER_QOS, RECORD_QOS, SENSOR_QOS, decode_meta, stamp_ns
 from tinker_core.errors import TinkerError
@@ -88,6 +89,8 @@ VIEW_PARAMS: dict[str, Param] = {
     "http_port": Param(8766, "port of the browser page (0: any free port, -1: no page)", (-1, 65535), True),
     "urdf": Param("", "robot model for the 3D view and /tf (empty: kuka_iiwa/model.urdf from pybullet_data)",
                   read_only=True),
+    "frame_prefix": Param("", "prefix of every frame id this node publishes or records (/tf), e.g. 'robot1/' "
+                              "(tinker.fleet sets each robot's); empty: the URDF's link names", read_only=True),
     "learner_control": Param("", "the learner's control endpoint to poll for its curve and gate results (empty: "
                                  "none)", read_only=True),
     "learner_poll_s": Param(2.0, "s between two polls of the learner", (0.1, 3600.0), True),
@@ -116,6 +119,7 @@ class ViewNode(NodeRuntime, Node):
             raise TinkerError(f"view.command_type: expected 'float64_array' or 'joint_trajectory', "
                               f"got {g('command_type')!r}")
         self.model = RobotModel(g("urdf") or None)
+        self.frame_prefix = str(g("frame_prefix"))
         self.join = CycleJoin(pending=JOIN_PENDING)
         self._live_ends = EpisodeEnds()
         self.recorder: RunRecorder | None = None
@@ -129,7 +133,8 @@ class ViewNode(NodeRuntime, Node):
         if g("serve"):
             from tinker.live_view import LiveView
 
-            self.live = LiveView(g("host"), int(g("port")), self.model.path, name=f"tinker{self.get_namespace()}")
+            self.live = LiveView(g("host"), int(g("port")), self.model.path, name=f"tinker{self.get_namespace()}",
+                                 frame_prefix=g("frame_prefix"))
             if int(g("http_port")) >= 0:
                 self.httpd = serve_page(int(g("http_port")), self.live.port, g("host"))
             self.get_logger().info(f"live view: ws://{g('host')}:{self.live.port}"
@@ -175,7 +180,7 @@ class ViewNode(NodeRuntime, Node):
         stamp = stamp_ns(msg.header)
         q = dict(zip(msg.name, msg.position))
         if self.recorder is not None:
-            self.recorder.write_tf(self.model.transforms(q), stamp, now)
+            self.recorder.write_tf(with_frame_prefix(self.model.transforms(q), self.frame_prefix), stamp, now)
         if self.live is not None:
             self.live.joint_state(list(msg.name), list(msg.position), list(msg.velocity), stamp)
 
