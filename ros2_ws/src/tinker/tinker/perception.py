@@ -42,6 +42,8 @@ PARAMS = {
     "warmup_iterations": Param(100, "model runs before the first cycle", (0, 100000), True),
     "camera_rate_hz": Param(20.0, "camera frames per s; 0: every cycle waits for the frame of its state", (0.0, 1000.0), True),
     "max_frame_age": Param(0.25, "s; an older camera frame is refused and the cycle held", (0.0, 10.0)),
+    "hold_estimate": Param(False, "true: the image terms (a located target) of each episode's first cycle are held "
+                                  "for the episode (needs task_synced)", read_only=True),
 }
 
 
@@ -76,7 +78,8 @@ class PerceptionNode(NodeRuntime, Node):
         ee_fn = None if synced else ForwardKinematics.from_urdf(self.param("urdf") or None).ee_position
         model, cycle, line = open_perception(path, int(self.param("warmup_iterations")), synced=synced,
                                              sync_frames=float(self.param("camera_rate_hz")) <= 0, ee_fn=ee_fn,
-                                             max_frame_age_ns=int(float(self.param("max_frame_age")) * 1e9))
+                                             max_frame_age_ns=int(float(self.param("max_frame_age")) * 1e9),
+                                             hold_estimate=bool(self.param("hold_estimate")))
         self.get_logger().info(line)
         if self.cycle is not None:
             cycle.take_inputs(self.cycle)

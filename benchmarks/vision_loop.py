@@ -1,0 +1,111 @@
+"""Perception in the running ROS 2 graph with the camera-based reach bundle, against the state bundle in the same run.
+
+What it measures (real processes, real DDS on loopback; `tinker.bringup.Graph` with the launch YAML): the graph
+(sim_robot, perception, policy, safety) runs ``pretrained/arm_reach_vision`` (perception = the target locator on
+two 64x64 views + the state assembly; sim_robot renders both views in its camera process at 20 Hz), with the
+locator's estimate per frame and with the episode's first estimate held (``hold_estimate``), and the shipped
+state bundle ``pretrained/arm_reach/bundle`` (perception = the state assembly and a Flatten) as the competitor,
+in rotation, at the bundles' 50 ms period, episodes of at most 60 cycles. Per configuration, from the nodes'
+trace spans (``trace_dir``): perception's time per cycle (the node's callback that completes the cycle: the
+observation, the model, the features' publish), the camera frame's age at use, the end-to-end latency (state
+publish -> safe command at the robot) and deadline misses (no safe command within the period).
+
+Goal: perception p99 <= 10 ms per cycle with the vision bundle (on this 2-core machine, shared).
+
+``python benchmarks/vision_loop.py`` (2 rounds of 600 cycles each) or ``--quick`` (1 round of 200 cycles).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from _common import ROOT, arg_parser, header, machine, write_result
+
+sys.path.insert(0, str(ROOT))
+
+VISION = ROOT / "pretrained" / "arm_reach_vision"
+STATE = ROOT / "pretrained" / "arm_reach" / "bundle"
+CONFIGS = {"vision": (VISION, False), "vision_held": (VISION, True), "state": (STATE, False)}
+
+
+def pct(a, q) -> float:
+    return float(np.percentile(np.asarray(a, dtype=np.float64), q)) if len(a) else float("nan")
+
+
+def run_graph(bundle: Path, hold: bool, cycles: int, env: dict, tmp: Path, tag: str, period: float = 0.05) -> dict:
+    from tinker.bringup import Graph
+    from tinker_core.tracer import read_trace
+
+    trace = tmp / f"trace_{tag}"
+    overrides = {"perception": {"bundle": str(bundle), "hold_estimate": hold}, "policy": {"bundle": str(bundle)},
+                 "sim_robot": {"episode_cycles": 60}, "/**": {"trace_dir": str(trace)}}
+    g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], overrides=overrides, run_dir=tmp / f"logs_{tag}",
+              env=env)
+    load = os.getloadavg()[0]
+    g.start()
+    try:
+        g.call_trigger("safety/reset")  # a start-up stall may have latched the watchdog
+        time.sleep(2.0)
+        t0 = time.time_ns()
+        time.sleep(cycles * period)
+        t1 = time.time_ns()
+    finally:
+        g.stop()
+    ev = [e for e in read_trace(sorted(trace.glob("*.jsonl"))) if t0 <= e["start_ns"] <= t1]
+    ticks = sorted(e["cycle"] for e in ev if e["module"] == "sim_robot")[:-1]
+    e2e = {e["cycle"]: e["dur_ns"] / 1e3 for e in ev if e["module"] == "loop_e2e"}
+    perc = [e["dur_ns"] / 1e3 for e in ev if e["module"] == "perception"]
+    age = [e["frame_age_us"] for e in ev if e["module"] == "perception" and "frame_age_us" in e]
+    misses = sum(1 for c in ticks if c not in e2e or e2e[c] > period * 1e6)
+    return {"bundle": str(bundle.relative_to(ROOT)), "hold_estimate": hold, "robot_cycles": len(ticks),
+            "perception_cycles": len(perc), "perception_us_p50": round(pct(perc, 50), 1),
+            "perception_us_p99": round(pct(perc, 99), 1),
+            "perception_us_max": round(float(max(perc)), 1) if perc else float("nan"),
+            "frame_age_us_p50": round(pct(age, 50)), "frame_age_us_p99": round(pct(age, 99)),
+            "e2e_us_p50": round(pct(list(e2e.values()), 50), 1), "e2e_us_p99": round(pct(list(e2e.values()), 99), 1),
+            "deadline_misses": misses, "load_average_1min_at_start": round(load, 2)}
+
+
+def main(argv=None) -> int:
+    ap = arg_parser(__doc__.splitlines()[0], "~1.5 min: one round of 200 cycles per configuration")
+    args = ap.parse_args(argv)
+    rounds, cycles = (1, 200) if args.quick else (2, 600)
+    tmp = Path(tempfile.mkdtemp(prefix="tinker-bench-vision-loop-"))
+    env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(120, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    load_before = os.getloadavg()[0]
+    runs = []
+    for r in range(rounds):
+        for name, (bundle, hold) in CONFIGS.items():
+            print(f"round {r + 1}/{rounds}: {name}, {cycles} cycles at 20 Hz ...", flush=True)
+            res = run_graph(bundle, hold, cycles, env, tmp, f"{name}_{r}")
+            runs.append({"config": name, "round": r + 1, **res})
+            print(json.dumps(runs[-1]), flush=True)
+    worst = {n: max(x["perception_us_p99"] for x in runs if x["config"] == n) for n in CONFIGS}
+    figures = {"vision_perception_ms_p99_worst_round": round(worst["vision"] / 1e3, 3),
+               "vision_held_perception_ms_p99_worst_round": round(worst["vision_held"] / 1e3, 3),
+               "state_perception_ms_p99_worst_round": round(worst["state"] / 1e3, 3)}
+    goals = {"vision_perception_ms_p99_worst_round": "<= 10", "vision_held_perception_ms_p99_worst_round": "<= 10"}
+    met = {k: bool(eval(f"{figures[k]} {g}")) for k, g in goals.items()}  # noqa: S307 (our own literals)
+    result = {**header("vision_loop", args.quick, machine(("onnxruntime",))), "figures": figures, "goals": goals,
+              "goals_met": met, "runs": runs,
+              "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
+              "notes": "perception_us: the perception node's span per completed cycle (observation assembly, "
+                       "onnxruntime on 1 thread, features publish); the camera renders off the control path in "
+                       "sim_robot's camera process (background priority), so rendering is not in it; the state "
+                       "bundle runs the same graph with the same camera (its perception ignores the image)"}
+    out = write_result("vision_loop", args.quick, result)
+    print(json.dumps(figures, indent=2))
+    print(f"goals met: {met}\nwrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
