@@ -86,3 +86,20 @@ def test_the_vision_bundle_reaches_targets_it_finds_in_the_camera_image(ros2, tm
     assert min(errors) > 1e-4, "an estimate equal to the simulator's target: it did not come from the image"
     log = g.log("perception")
     assert "arm_reach_vision" in log and "input refused" not in log, log[-2000:]
+
+
+def test_the_graph_gives_sim_robot_the_camera_of_perceptions_bundle(tmp_path):
+    """No DDS: what `Graph` (tinker bringup) and the launch file derive from the bundle; explicit settings win."""
+    from tinker.bringup import Graph
+
+    state = VISION.parent / "arm_reach" / "bundle"
+    g = Graph(run_dir=tmp_path / "a", overrides={"perception": {"bundle": str(VISION)}})
+    cam = {k: g.parameters("sim_robot")[k] for k in ("camera", "image_size", "camera_views", "camera_rate_hz")}
+    assert cam == {"camera": True, "image_size": 64, "camera_views": 2, "camera_rate_hz": 0.0}
+    assert g.parameters("perception")["camera_rate_hz"] == 0.0  # it waits for the frame of each state
+    g = Graph(run_dir=tmp_path / "b", overrides={"perception": {"bundle": str(VISION)}, "/**": {"camera_rate_hz": 20.0},
+                                                 "sim_robot": {"camera_views": 1}})
+    assert (g.parameters("sim_robot")["camera_views"], g.parameters("sim_robot")["camera_rate_hz"]) == (1, 20.0)
+    for other in (state, tmp_path / "nothing"):  # a state bundle, or no bundle there: the YAML's camera
+        g = Graph(run_dir=tmp_path / "c", overrides={"perception": {"bundle": str(other)}})
+        assert "sim_robot" not in g.overrides and g.parameters("sim_robot")["camera_views"] == 1

@@ -64,8 +64,8 @@ def camera_for_bundle(params: Mapping[str, Any]) -> dict[str, Any]:
     shipped default or a bundle that takes no image. `Graph` and the launch file apply them to sim_robot
     (``camera_rate_hz`` to perception too)."""
     bundle = str(params.get("bundle") or "")
-    if not bundle:
-        return {}
+    if not bundle or not (Path(bundle) / "manifest.json").is_file():
+        return {}  # the default, or no bundle there: perception says so when it loads it
     from tinker.bundle_io import camera_settings
 
     return camera_settings(bundle)
