@@ -78,9 +78,83 @@ def run_graph(bundle: Path, hold: bool, cycles: int, env: dict, tmp: Path, tag: 
             "deadline_misses": misses, "load_average_1min_at_start": round(load, 2), "exit_codes": codes}
 
 
+def run_episodes(hold: bool, episodes: int, env: dict, tmp: Path, timeout_s: float = 600.0) -> dict:
+    """The vision bundle in the graph for ``episodes`` episodes (seeds 1000, 1001, ... as ``tinker eval --seed 1000``;
+    at most 50 cycles each, as the env's time limit; the launch YAML's safety config): successes, counted from the
+    simulator's ``task`` topic by a subscriber in this process."""
+    import threading
+
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.executors import SingleThreadedExecutor
+    from rclpy.signals import SignalHandlerOptions
+    from std_msgs.msg import Float64MultiArray
+
+    from tinker.bringup import Graph
+    from tinker.wire import RECORD_QOS, read_task
+
+    ctx = Context()
+    rclpy.init(context=ctx, domain_id=int(env["ROS_DOMAIN_ID"]), signal_handler_options=SignalHandlerOptions.NO)
+    node = rclpy.create_node("vision_loop_episodes", context=ctx)
+    ends: list[tuple[int, bool, int]] = []  # (episode, success, cycles) of each state that ended an episode
+    lock = threading.Lock()
+
+    def on_task(msg):
+        t = read_task(msg)
+        if t.done:
+            with lock:
+                ends.append((int(t.episode), t.success, t.cycle))
+
+    node.create_subscription(Float64MultiArray, "/task", on_task, RECORD_QOS)
+    ex = SingleThreadedExecutor(context=ctx)
+    ex.add_node(node)
+    stop = threading.Event()
+
+    def spin_until_stopped() -> None:
+        while not stop.is_set():
+            ex.spin_once(timeout_sec=0.05)
+
+    spin = threading.Thread(target=spin_until_stopped, daemon=True)
+    spin.start()
+    g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], run_dir=tmp / f"logs_episodes_{hold}", env=env,
+              overrides={"perception": {"bundle": str(VISION), "hold_estimate": hold}, "policy": {"bundle": str(VISION)},
+                         "sim_robot": {"episode_cycles": 50, "seed": 1000}})
+    load, t0 = os.getloadavg()[0], time.monotonic()
+    try:
+        g.start()
+        g.call_trigger("safety/reset")  # a start-up stall may have latched the watchdog
+        while time.monotonic() - t0 < timeout_s:
+            with lock:
+                if len({e for e, _, _ in ends}) >= episodes:
+                    break
+            time.sleep(0.2)
+        estop_log = g.log("safety").count("e-stop latched")
+    finally:
+        codes = g.stop()
+        stop.set()
+        spin.join(2)
+        ex.shutdown()
+        node.destroy_node()
+        ctx.try_shutdown()
+    with lock:
+        first = {}
+        for e, ok, _ in ends:
+            first.setdefault(e, ok)  # a robot at the goal is reset at once: one end per episode
+    done = [first[e] for e in sorted(first)][:episodes]
+    return {"hold_estimate": hold, "episodes": len(done), "successes": int(sum(done)),
+            "failed_episodes": [e for e in sorted(first)[:episodes] if not first[e]],
+            "e_stops_latched_in_safety_log": estop_log, "wall_s": round(time.monotonic() - t0, 1),
+            "load_average_1min_at_start": round(load, 2), "exit_codes": codes}
+
+
 def main(argv=None) -> int:
     ap = arg_parser(__doc__.splitlines()[0], "~1.5 min: one round of 200 cycles per configuration")
+    ap.add_argument("--episodes", type=int, default=0,
+                    help="instead: success of the vision bundle in the graph over this many episodes, per frame and "
+                         "held (seeds 1000...; writes vision_loop_episodes.json)")
     args = ap.parse_args(argv)
+    if args.episodes:
+        return episodes_main(args)
     rounds, cycles = (1, 200) if args.quick else (2, 600)
     tmp = Path(tempfile.mkdtemp(prefix="tinker-bench-vision-loop-"))
     env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(120, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
@@ -108,6 +182,29 @@ def main(argv=None) -> int:
     out = write_result("vision_loop", args.quick, result)
     print(json.dumps(figures, indent=2))
     print(f"goals met: {met}\nwrote {out}")
+    return 0
+
+
+def episodes_main(args) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="tinker-bench-vision-episodes-"))
+    env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(120, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    load_before = os.getloadavg()[0]
+    runs = []
+    for hold in (False, True):
+        print(f"{'held' if hold else 'per frame'}: {args.episodes} episodes ...", flush=True)
+        runs.append(run_episodes(hold, args.episodes, env, tmp))
+        print(json.dumps(runs[-1]), flush=True)
+    figures = {f"{'held' if r['hold_estimate'] else 'per_frame'}_success": f"{r['successes']}/{r['episodes']}"
+               for r in runs}
+    result = {**header("vision_loop_episodes", False, machine(("onnxruntime",)),
+                       command=f"python benchmarks/vision_loop.py --episodes {args.episodes}"),
+              "figures": figures, "runs": runs,
+              "load_average_1min": {"before": round(load_before, 2), "after": round(os.getloadavg()[0], 2)},
+              "notes": "the ROS 2 graph (sim_robot with the two views in line, perception, policy, safety with the "
+                       "launch YAML's safety config) at 20 Hz; episode k reset with seed 1000 + k, as tinker eval "
+                       "--seed 1000; an episode ends on success or after 50 cycles (the env's time limit)"}
+    out = write_result("vision_loop_episodes", False, result)
+    print(json.dumps(figures), f"\nwrote {out}")
     return 0
 
 
