@@ -172,3 +172,12 @@ def test_a_frame_from_before_the_episode_reset_is_not_used():
 def test_hold_estimate_needs_the_episodes_of_synced_task_terms():
     with pytest.raises(ConfigError, match="hold_estimate"):
         _vision(synced=False, ee_fn=lambda q: np.zeros(3), hold_estimate=True)
+
+
+def test_a_vision_bundle_on_a_robot_without_the_simulator_needs_no_goal():
+    """joint_states and the camera alone (``task_synced: false``): the target comes from the image, ee_pos from FK."""
+    cycle, perception = _vision(model=lambda obs: obs["state"], synced=False, ee_fn=lambda q: np.full(3, 0.5))
+    assert cycle.needed == set()
+    cycle.on_frame(1, np.zeros((64, 128, 3), np.uint8))
+    out = cycle.on_state(2, np.zeros(7), np.zeros(7))
+    assert out is not None and not out.features[_slot(perception.manifest, "target_minus_ee")].any()

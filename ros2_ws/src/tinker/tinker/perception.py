@@ -7,7 +7,10 @@ Joints are mapped BY NAME with the manifest's joint names: a robot without them 
 start-up with a message naming the missing and extra joints. ``task_synced`` (the simulated robot's
 ``task`` topic, a state's terms under its stamp) or not: the newest ``goal`` (geometry_msgs/PointStamped)
 or ``task`` terms serve every ``joint_states`` message, and ``ee_pos`` comes from forward kinematics
-of ``urdf`` (a ros2_control robot publishes only joint_states).
+of ``urdf`` (a ros2_control robot publishes only joint_states). A bundle's ``image_terms`` (what its model
+computes from the camera image, e.g. a located target) are never taken from ``task`` or ``goal``;
+``hold_estimate`` keeps their values of each episode's first cycle for the episode
+(`tinker_core.loop.held_estimate.EstimateHold`, as ``tinker eval --hold-estimate``).
 
 Inputs watched for staleness (`tinker.runtime.NodeRuntime.subscribe`): ``joint_states`` (ERROR when
 silent), ``task`` (ERROR when ``task_synced``, else age only), the camera image (ERROR when the model
