@@ -82,6 +82,37 @@ def load_policy(bundle: str | os.PathLike):
     return OnnxPolicy.from_bundle(bundle, part="policy")
 
 
+class HeldEstimatePolicy:
+    """A vision bundle as the perception node runs it with ``hold_estimate``: perception.onnx, then
+    `tinker_core.loop.held_estimate.EstimateHold` (the episode's first estimate held), then actor.onnx;
+    ``reset()`` starts an episode (`tinker_core.evaluate.evaluate` calls it)."""
+
+    def __init__(self, bundle: str | os.PathLike):
+        from tinker_core.loop.held_estimate import EstimateHold
+        from tinker_deploy.runtime import OnnxPolicy
+
+        self.perception = OnnxPolicy.from_bundle(bundle, part="perception")
+        self.actor = OnnxPolicy.from_bundle(bundle, part="actor")
+        self.bundle = self.perception.bundle
+        m = self.manifest
+        self.hold = EstimateHold([t for t in m.obs_terms if t.name != "image"], m.image_terms)
+        self.episode = 0
+
+    @property
+    def manifest(self):
+        return self.perception.manifest
+
+    @property
+    def version(self) -> int:
+        return self.perception.version
+
+    def reset(self) -> None:
+        self.episode += 1
+
+    def __call__(self, obs: Any) -> np.ndarray:
+        return self.actor.forward(self.hold(self.perception.forward(obs), str(self.episode)))
+
+
 def policy_env_for_bundle(policy: Any, env_id: str, **kwargs: Any) -> gym.Env:
     """Build the env the bundle was trained for, with the bundle's own action chain and camera setting."""
     from tinker_deploy.bundle import ExpectedIO, check_expected

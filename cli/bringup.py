@@ -10,6 +10,8 @@ ORDER = 40
 EPILOG = """\
 examples:
   tinker bringup --bundle runs/arm_reach/bundle
+  tinker bringup --bundle pretrained/arm_reach_vision --set sim_robot.episode_cycles=60   # the target from the
+                                 # camera: sim_robot renders the views and size the bundle's model takes
   tinker bringup --namespace robot1 --bundle B --record run1.mcap
   tinker bringup --view          # then open http://127.0.0.1:8766/ or connect Foxglove to ws://127.0.0.1:8765
   tinker bringup --no-sim --set safety.command_type=joint_trajectory   # on your robot: its driver, your goal topic

@@ -49,6 +49,9 @@ def register(sub: Any) -> None:
     p.add_argument("--episodes", type=int, default=50, help="episodes to run (default 50)")
     p.add_argument("--seed", type=int, default=1000, help="first episode seed (default 1000, apart from training)")
     p.add_argument("--no-safety", action="store_true", help="evaluate without the SafetyWrapper (not recommended)")
+    p.add_argument("--hold-estimate", action="store_true",
+                   help="a vision bundle: hold its image estimate (the located target) of each episode's first step "
+                        "for the episode, as the perception node's hold_estimate does")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.add_argument("--plot", default="runs/eval/eval.png", metavar="PNG",
                    help="where to write the figure (default runs/eval/eval.png; '' for none)")
@@ -70,7 +73,12 @@ def run(args: argparse.Namespace) -> int:
         if is_hierarchy(args.policy):
             return _run_hierarchy(args)
     bundle = args.policy or default_bundle(args.env or DEFAULT_ENV)
-    policy = load_policy(bundle)
+    if args.hold_estimate:
+        from tinker_cli._compose import HeldEstimatePolicy
+
+        policy = HeldEstimatePolicy(bundle)
+    else:
+        policy = load_policy(bundle)
     recorded = policy.manifest.env or ({"id": policy.manifest.env_id} if policy.manifest.env_id else {})
     env_id = args.env or recorded.get("id") or DEFAULT_ENV
     if env_id.startswith("tinker/"):
@@ -180,6 +188,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     d = res.to_dict()
     rets = [r["return"] for r in res.per_episode]
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
+             hold_estimate=bool(getattr(args, "hold_estimate", False)),
              std_return=float(np.std(rets)))
     if args.plot:
         d.update(write_figure(args.plot, res.per_episode, timer, marks, env_id=env_id, version=version,

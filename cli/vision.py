@@ -193,7 +193,7 @@ def run_export(args: argparse.Namespace) -> int:
         recorded["state"].append(obs["state"])
         obs, *_ = env.step(env.action_space.sample())
     recorded = {k: np.stack(v) for k, v in recorded.items()}
-    meta.update(obs_spec=spec_from_space(env.observation_space),
+    meta.update(obs_spec=spec_from_space(env.observation_space), image_terms=["target_pos", "target_minus_ee"],
                 env={"id": "tinker/ArmReach-v0", "kwargs": {"camera": True, "image_size": c.image_size,
                                                             "camera_views": c.views}, "env_import": [], "wrappers": []})
     env.close()

@@ -37,6 +37,11 @@ def _background_thread() -> None:
         pass
 
 
+MAX_EXPORT_TOLERANCE = 1e-3
+"""A bundle's parity is checked within the tolerance it was exported with (``manifest.parity.tolerance``) when that
+is wider than ``parity_tolerance``, but never wider than this."""
+
+
 @dataclass
 class Rejection:
     """A bundle that was not swapped in, and why."""
@@ -141,6 +146,9 @@ class HotSwapPolicy(ModuleBase[OnnxPolicyConfig]):
             raise BundleError(f"{path}: model output shape {got.shape} differs from its reference {ref['action'].shape}")
         diff = float(np.max(np.abs(got.astype(np.float64) - ref["action"]))) if got.size else 0.0
         tol = self.parity_tolerance if not self.config.quantized else np.inf
+        exported = float((bundle.manifest.parity or {}).get("tolerance") or 0.0)
+        if exported > tol:  # verified at export within its own bound (a CNN's float error exceeds an MLP's)
+            tol = min(exported, MAX_EXPORT_TOLERANCE)
         if diff > tol:
             raise BundleError(f"{path}: model output differs from its own reference actions by {diff:.3g} "
                               f"(max abs), above {tol:g}")

@@ -160,6 +160,9 @@ class Manifest:
     """machine (``x86_64``, ``aarch64``) -> onnxruntime versions the bundle ran on with parity checked"""
     obs_terms: list[Term] = field(default_factory=list)
     action_terms: list[Term] = field(default_factory=list)
+    image_terms: list[str] = field(default_factory=list)
+    """observation terms the perception model computes from the camera image (e.g. a located target): the
+    model ignores their slots in its state input, and the robot loop never fills them from a task input"""
     joint_names: list[str] = field(default_factory=list)
     control_period: float | None = None
     """seconds between two policy steps in training"""
@@ -195,6 +198,11 @@ class Manifest:
         self.obs_terms = [t if isinstance(t, Term) else Term.from_dict(t) for t in self.obs_terms]
         self.action_terms = [t if isinstance(t, Term) else Term.from_dict(t) for t in self.action_terms]
         self.joint_names = [str(j) for j in self.joint_names]
+        self.image_terms = [str(n) for n in self.image_terms]
+        unknown = sorted(set(self.image_terms) - {t.name for t in self.obs_terms})
+        if unknown:
+            raise BundleError(f"manifest image_terms {unknown} are not observation terms "
+                              f"(obs_terms: {[t.name for t in self.obs_terms]})")
         if len(set(self.joint_names)) != len(self.joint_names):
             raise BundleError(f"manifest joint_names has duplicates: {self.joint_names}")
 

@@ -26,13 +26,14 @@ class RealTimeArm:
     """One simulated arm with a command input, joint-state/camera outputs and its own timing counters."""
 
     def __init__(self, task: str = "reach", dynamics: str | os.PathLike | DynamicsParams | None = None,
-                 camera: bool = True, image_size: int = 64, control_period: float = 0.05, seed: int = 0,
+                 camera: bool = True, image_size: int = 64, camera_views: int = 1, control_period: float = 0.05,
+                 seed: int = 0,
                  hold_after_cycles: int | None = 4, randomize: bool | str | os.PathLike | RandomizationRanges = False,
                  urdf_path: str | os.PathLike | None = None, clock_ns: Callable[[], int] = time.monotonic_ns):
         if hold_after_cycles is not None and int(hold_after_cycles) < 1:
             raise ConfigError(f"RealTimeArm.hold_after_cycles: expected >= 1 or None, got {hold_after_cycles}")
         self.env = ArmEnv(task=task, dynamics=dynamics, randomize=randomize, camera=camera, image_size=image_size,
-                          control_period=control_period, urdf_path=urdf_path)
+                          camera_views=camera_views, control_period=control_period, urdf_path=urdf_path)
         self.robot = self.env.robot
         self.joint_names = list(self.env.joint_names)
         self.control_period = self.env.control_period

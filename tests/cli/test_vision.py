@@ -91,6 +91,13 @@ def test_vision_bundle_runs_in_tinker_eval():
     assert d["episodes"] == 2 and d["successes"] >= 1
 
 
+def test_tinker_eval_holds_the_estimate_when_asked():
+    p = tinker("eval", str(BUNDLE), "--episodes", "2", "--seed", "1000", "--hold-estimate", "--json", "--plot", "")
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(p.stdout.strip().splitlines()[-1])
+    assert d["hold_estimate"] is True and d["episodes"] == 2 and d["successes"] >= 1
+
+
 def test_vision_help_teaches_the_steps():
     p = tinker("vision", "--help")
     assert p.returncode == 0

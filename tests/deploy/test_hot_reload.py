@@ -6,6 +6,7 @@ import json
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,3 +108,24 @@ def test_bundle_with_other_io_is_rejected_without_expectations(mlp_bundle, cnn_b
 def test_initial_bundle_must_be_valid(mlp_bundle, tmp_path):
     with pytest.raises(BundleError, match="no bundle here"):
         HotSwapPolicy(tmp_path / "missing")
+
+
+def test_parity_is_checked_within_the_bundles_export_tolerance_never_beyond_the_cap(mlp_bundle, mlp_bundle_v2,
+                                                                                     tmp_path):
+    from tinker_deploy.hot_reload import MAX_EXPORT_TOLERANCE
+
+    # the shipped vision bundle: a CNN, exported within 1e-4 (measured 1.3e-5), above the default 1e-5
+    vision = Path(__file__).resolve().parents[2] / "pretrained" / "arm_reach_vision"
+    assert json.loads((vision / "manifest.json").read_text())["parity"]["max_abs_diff"] > 1e-5
+    assert HotSwapPolicy(vision).version == 25000
+    # a bundle that claims a loose tolerance gets no more than the cap
+    bad = tmp_path / "bad"
+    shutil.copytree(mlp_bundle, bad)
+    shutil.copy(mlp_bundle_v2 / "policy.onnx", bad / "policy.onnx")
+    d = json.loads((bad / "manifest.json").read_text())
+    d["models"]["policy"]["sha256"] = json.loads((mlp_bundle_v2 / "manifest.json").read_text())["models"]["policy"]["sha256"]
+    d["parity"]["tolerance"] = 1.0
+    (bad / "manifest.json").write_text(json.dumps(d))
+    hp = HotSwapPolicy(mlp_bundle)
+    assert hp.reload(bad) is False
+    assert f"above {MAX_EXPORT_TOLERANCE:g}" in hp.rejected[0].reason

@@ -10,21 +10,29 @@ states' inputs mixed:
   terms that follow from the state are derived: ``ee_pos`` by forward kinematics (``ee_fn``), and
   ``<x>_minus_ee`` as ``<x>_pos - ee_pos``;
 - frames: ``sync_frames`` waits for the frame of the state's stamp; otherwise the newest frame serves,
-  and one older than ``max_frame_age_ns`` is refused;
+  and one older than ``max_frame_age_ns`` is refused. A frame taken before the current episode's first
+  state (the synced task terms declare episodes) shows the scene before the reset: the cycle waits for one
+  of this episode;
 - channels (`tinker_core.multiagent.channel_edge.ChannelInbox`): a bundle trained hearing channels has a
   ``channel/NAME`` term per channel; a cycle never waits for one: it takes the newest accepted message, or
-  zeros when none came or it is older than the channel's ``max_age`` (on ``clock``), as in training.
+  zeros when none came or it is older than the channel's ``max_age`` (on ``clock``), as in training;
+- ``image_terms`` (a bundle's ``image_terms``: what its perception model computes from the image, e.g. the
+  target a locator finds): never taken from the task input, never waited for; their slots in the model's
+  state input hold the term's offset (0 once scaled), so the simulator's value of them cannot reach the policy;
+- ``hold_estimate``: the image terms of each episode's first cycle are held for the episode
+  (`tinker_core.loop.held_estimate.EstimateHold`; episodes come with the synced task terms).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.held_estimate import EstimateHold
 from tinker_core.loop.observation import ObservationAssembly
 from tinker_core.multiagent.channels import TERM_PREFIX
 from tinker_core.spec import DictSpec
@@ -51,7 +59,8 @@ class PerceptionCycle:
     def __init__(self, obs_spec: Any, obs_terms: list, model: Callable[[Any], np.ndarray], n_action: int,
                  synced: bool = True, sync_frames: bool = False, max_frame_age_ns: int = 250_000_000,
                  ee_fn: Callable[[np.ndarray], np.ndarray] | None = None, channels: Any = None,
-                 clock: Callable[[], int] = time.time_ns):
+                 clock: Callable[[], int] = time.time_ns, image_terms: Sequence[str] = (),
+                 hold_estimate: bool = False):
         """``channels``: the `ChannelInbox` of the channels this robot hears (None: none); it must match the
         bundle's ``channel/NAME`` terms, name and size. ``clock``: ns, the inbox's clock (a message's age)."""
         self.image_key = self.state_key = None
@@ -65,9 +74,21 @@ class PerceptionCycle:
                     self.state_key, state_spec = k, s
         terms = [t for t in obs_terms if _name(t) != self.image_key]
         self.assembly = ObservationAssembly.from_spec(terms, state_spec)
+        self.image_terms = {_name(t): np.broadcast_to(np.asarray(_field(t, "offset"), np.float64),
+                                                      (int(_field(t, "size")),))
+                            for t in terms if _name(t) in set(image_terms)}
+        """term name -> the raw value its slot holds (its offset): the model computes these from the image"""
+        missing = sorted(set(image_terms) - set(self.image_terms))
+        if missing or (image_terms and not self.image_key):
+            raise ConfigError(f"perception.image_terms: {sorted(image_terms)} must be state terms of a model that "
+                              f"takes an image; " + (f"no such terms: {missing}" if missing else "this one takes none"))
         self.model, self.synced, self.sync_frames = model, bool(synced), bool(sync_frames)
         self.max_frame_age_ns, self.ee_fn = int(max_frame_age_ns), ee_fn
-        names = set(self.assembly.names)
+        if hold_estimate and not synced:
+            raise ConfigError("perception.hold_estimate: holding an estimate per episode needs the episodes the "
+                              "synced task terms declare (task_synced: true); a goal-driven robot has none")
+        self.hold = EstimateHold(terms, list(self.image_terms)) if hold_estimate else None
+        names = set(self.assembly.names) - set(self.image_terms)
         self.derived = {} if synced else {n: n[: -len("_minus_ee")] + "_pos" for n in names
                                           if n.endswith("_minus_ee") and n[: -len("_minus_ee")] + "_pos" in names}
         if not synced and ee_fn is not None:
@@ -84,6 +105,7 @@ class PerceptionCycle:
         self._task: dict[str, np.ndarray] = {}
         self._task_stamp = -1
         self._done_stamp = -1
+        self._episode_start_ns = -1
         self._count = 0
         self.episode = "0"
         self.frame_age_ns = 0
@@ -120,6 +142,9 @@ class PerceptionCycle:
                                                                          other._count, other.episode)
         if self.channels is not None and other.channels is not None:
             self.channels = other.channels  # the messages heard (and the counters) stay with the robot
+        self._episode_start_ns = other._episode_start_ns
+        if self.hold is not None and other.hold is not None:  # a reloaded model keeps the episode's estimate
+            self.hold.episode, self.hold.held = other.hold.episode, dict(other.hold.held)
         if other.last_action.shape == self.last_action.shape:
             self.last_action = other.last_action
 
@@ -136,8 +161,9 @@ class PerceptionCycle:
     def on_task(self, stamp_ns: int, terms: Mapping[str, np.ndarray], episode: str | None = None) -> PerceivedCycle | None:
         self._task.update(terms)
         self._task_stamp = int(stamp_ns)
-        if episode is not None:
+        if episode is not None and str(episode) != self.episode:
             self.episode = str(episode)
+            self._episode_start_ns = int(stamp_ns)  # earlier frames show the scene before the reset
         return self.run() if self.synced else None  # a state waiting for this stamp's terms runs now
 
     def on_action(self, raw: np.ndarray) -> None:
@@ -157,15 +183,20 @@ class PerceptionCycle:
             return None
         if self.synced and self.needed and self._task_stamp != stamp:
             return None  # this state's task terms (target, target - ee) are still on their way: never mix two states
-        self._done_stamp = stamp
         extra: dict[str, int] = {}
         if self.image_key:
-            self.frame_age_ns = age = stamp - img[0]
-            extra["frame_age_us"] = age // 1000
+            age = stamp - img[0]
             if age > self.max_frame_age_ns:
+                self._done_stamp = stamp
                 raise ValidationError("perception.image", f"a frame at most {self.max_frame_age_ns / 1e9:g} s "
                                       f"older than the joint state", f"{age / 1e9:.3f} s old")
-        sources = {**self._task, "joint_pos": q, "joint_vel": qd, "last_action": self.last_action}
+            if img[0] < self._episode_start_ns <= stamp:
+                return None  # the frame shows the scene before this episode's reset: wait for one after it
+            self.frame_age_ns = age
+            extra["frame_age_us"] = age // 1000
+        self._done_stamp = stamp
+        sources = {**self._task, "joint_pos": q, "joint_vel": qd, "last_action": self.last_action,
+                   **self.image_terms}
         if self.channels is not None:
             sources.update(self.channels.sources(self.clock()))
         if self.derived:
@@ -183,8 +214,14 @@ class PerceptionCycle:
         feats = self.model(obs)
         if not np.isfinite(feats).all():
             raise ValidationError("perception.features", "finite values", "NaN/inf from the model")
+        if self.hold is not None:
+            feats = self.hold(feats, self.episode)
         return PerceivedCycle(stamp, cycle, self.episode, feats, extra)
 
 
 def _name(t: Any) -> str:
     return t["name"] if isinstance(t, Mapping) else t.name
+
+
+def _field(t: Any, key: str) -> Any:
+    return t[key] if isinstance(t, Mapping) else getattr(t, key)

@@ -79,3 +79,105 @@ def test_frames_newest_first_refuses_a_stale_one_and_in_line_waits_for_its_own()
     assert inline.on_frame(2000, img).stamp_ns == 2000
     with pytest.raises(ValidationError, match=r"obs.image: expected uint8\[4, 4, 3\]"):
         inline.on_state(3000, np.ones(2), np.zeros(2)) or inline.on_frame(3000, np.zeros((2, 2, 3), np.uint8))
+
+
+# --- a vision bundle (pretrained/arm_reach_vision): the target comes from the image, never from the task ------
+VISION = REACH.parents[2] / "arm_reach_vision"
+
+
+def _vision(model=None, **kw):
+    from tinker_deploy.runtime import OnnxPolicy
+
+    perception = OnnxPolicy.from_bundle(VISION, part="perception")
+    m = perception.manifest
+    cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model or perception.forward, 7, image_terms=m.image_terms,
+                            **kw)
+    return cycle, perception
+
+
+def _slot(m, name) -> slice:
+    i = 0
+    for t in m.obs_terms:
+        if t.name == name:
+            return slice(i, i + t.size)
+        i += t.size
+    raise KeyError(name)
+
+
+def test_a_vision_bundle_never_takes_the_target_from_the_task_input():
+    """The command of one state is the same whatever target the task input claims; the features are the ones
+    `tinker eval` computes from the env's observation (whose state does carry the true target)."""
+    from tinker_core.action_chain import ActionChain, ActionChainConfig
+    from tinker_core.config import config_from_dict
+    from tinker_core.loop.policy import PolicyCycle
+    from tinker_deploy.runtime import OnnxPolicy
+
+    env = ArmEnv(task="reach", camera=True, camera_views=2)
+    try:
+        obs, _ = env.reset(seed=3)
+        q, qd = env.joint_state
+        ee, true = env.ee_position, env.task.target.copy()
+        lower, upper = env.robot.lower, env.robot.upper
+    finally:
+        env.close()
+    actor = OnnxPolicy.from_bundle(VISION, part="actor")
+    chain_cfg = config_from_dict(ActionChainConfig, dict(actor.manifest.action_chain), "action_chain")
+    commands, features = [], []
+    for claimed in (true, np.array([0.35, -0.25, 0.2]), np.full(3, 50.0)):
+        cycle, perception = _vision()
+        cycle.on_frame(10, obs["image"])
+        cycle.on_state(10, q, qd)
+        out = cycle.on_task(10, {"ee_pos": ee, "target_pos": claimed, "target_minus_ee": claimed - ee})
+        policy = PolicyCycle(lambda f, sha: actor.forward(f), ActionChain(chain_cfg, lower, upper))
+        policy.on_state(10, q)
+        commands.append(policy.on_features(10, out.features, out.cycle, out.episode).target)
+        features.append(out.features)
+    for c in commands[1:]:
+        np.testing.assert_array_equal(c, commands[0])
+    np.testing.assert_allclose(features[0], perception.forward(obs), atol=1e-6)  # as in-process eval computes it
+    t = next(t for t in perception.manifest.obs_terms if t.name == "target_pos")
+    est = features[0][_slot(perception.manifest, "target_pos")] / np.asarray(t.scale) + np.asarray(t.offset)
+    assert np.linalg.norm(est - true) < 0.06, (est, true)  # the locator's estimate
+
+
+def test_the_image_terms_slots_of_the_models_state_input_hold_no_task_value():
+    cycle, perception = _vision(model=lambda obs: obs["state"])  # the state input the model would get
+    m = perception.manifest
+    tgt, ee = np.array([0.6, 0.1, 0.4]), np.array([0.5, 0.0, 0.5])
+    cycle.on_frame(1, np.zeros((64, 128, 3), np.uint8))
+    out = cycle.on_task(1, {"ee_pos": ee, "target_pos": tgt, "target_minus_ee": tgt - ee}) or cycle.on_state(
+        1, np.zeros(7), np.zeros(7))
+    assert not out.features[_slot(m, "target_pos")].any() and not out.features[_slot(m, "target_minus_ee")].any()
+    assert out.features[_slot(m, "ee_pos")].any()
+    assert cycle.needed == {"ee_pos"}  # it waits for the state's measured terms only
+    with pytest.raises(ConfigError, match="image_terms"):
+        _reach(image_terms=["target_pos"])  # a state-only model computes nothing from an image
+
+
+def test_a_frame_from_before_the_episode_reset_is_not_used():
+    cycle, _ = _vision(model=lambda obs: obs["state"])
+    terms = {"ee_pos": np.full(3, 0.5)}
+    img = np.zeros((64, 128, 3), np.uint8)
+    cycle.on_frame(1, img)
+    cycle.on_task(1, terms, "0")
+    assert cycle.on_state(1, np.zeros(7), np.zeros(7)) is not None
+    cycle.on_task(2, terms, "1")  # the robot reset: state 2 is the new episode's first
+    assert cycle.on_state(2, np.zeros(7), np.zeros(7)) is None  # frame 1 shows the old scene
+    out = cycle.on_frame(2, img)
+    assert (out.stamp_ns, out.episode, out.extra["frame_age_us"]) == (2, "1", 0)
+    cycle.on_task(3, terms, "1")
+    assert cycle.on_state(3, np.zeros(7), np.zeros(7)).stamp_ns == 3  # within the episode the newest frame serves
+
+
+def test_hold_estimate_needs_the_episodes_of_synced_task_terms():
+    with pytest.raises(ConfigError, match="hold_estimate"):
+        _vision(synced=False, ee_fn=lambda q: np.zeros(3), hold_estimate=True)
+
+
+def test_a_vision_bundle_on_a_robot_without_the_simulator_needs_no_goal():
+    """joint_states and the camera alone (``task_synced: false``): the target comes from the image, ee_pos from FK."""
+    cycle, perception = _vision(model=lambda obs: obs["state"], synced=False, ee_fn=lambda q: np.full(3, 0.5))
+    assert cycle.needed == set()
+    cycle.on_frame(1, np.zeros((64, 128, 3), np.uint8))
+    out = cycle.on_state(2, np.zeros(7), np.zeros(7))
+    assert out is not None and not out.features[_slot(perception.manifest, "target_minus_ee")].any()

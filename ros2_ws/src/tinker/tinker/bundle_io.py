@@ -3,6 +3,7 @@
 - `resolve_bundle`: "" means the shipped default policy (``pretrained/arm_reach/bundle``, as ``tinker eval``);
 - `open_perception`: the bundle's ``perception.onnx`` behind a `tinker_core.loop.perception.PerceptionCycle`
   (the observation assembled exactly as the sim env does, clip included: `tinker_core.loop.observation`);
+- `camera_settings`: the simulated camera a bundle's perception model was trained on (views, size);
 - `ActorRunner`: the bundle's actor behind hot swap; `PolicyBundle`: it with the action chain and the cycle.
 """
 
@@ -68,15 +69,42 @@ def channel_outbox(manifest, says: ChannelSpec | None) -> ChannelOutbox | None:
 
 def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) -> tuple[object, PerceptionCycle, str]:
     """(model, cycle, log line): the bundle's perception model, verified and warmed up, behind its cycle.
-    ``cycle_kwargs`` go to `PerceptionCycle` (synced, sync_frames, max_frame_age_ns, ee_fn)."""
+    ``cycle_kwargs`` go to `PerceptionCycle` (synced, sync_frames, max_frame_age_ns, ee_fn, hold_estimate, channels)."""
     from tinker_deploy.runtime import OnnxPolicy
 
     model = OnnxPolicy.from_bundle(str(path), part="perception")
     m = model.manifest
-    cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m), **cycle_kwargs)
+    cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m),
+                            image_terms=m.image_terms, **cycle_kwargs)
     r = model.warmup(int(warmup)) if warmup > 0 else {"p99_us": 0.0, "max_us": 0.0}
     return model, cycle, (f"perception v{model.version} ({model.sha256[:12]}) from {path}: p99 {r['p99_us']:.0f} us, "
                           f"max {r['max_us']:.0f} us after warm-up")
+
+
+def camera_settings(path: str | os.PathLike) -> dict[str, object]:
+    """The simulated robot's camera for bundle ``path``: ``{"camera": True, "image_size": S, "camera_views": V}``
+    when its perception takes an image (S x V*S x 3: V square views side by side, as `tinker_sim.camera.Camera`
+    renders them), else ``{}``. A bundle whose model computes terms from the image (``image_terms``: the target
+    a locator finds) needs the frame of each state, as in training: ``camera_rate_hz: 0.0`` then (the simulator
+    renders in line; a camera process at 20 Hz and background priority fell to 8 frames/s on the shared 2-core
+    machine, frames 0.17-0.3 s old, and the watchdog latched). Reads the manifest only."""
+    from tinker_core.spec import DictSpec
+    from tinker_deploy.manifest import Manifest
+
+    f = Path(path) / "manifest.json"
+    if not f.is_file():
+        raise BundleError(f"bundle {path}: no manifest.json there")
+    manifest = Manifest.from_json(f.read_bytes(), str(f))
+    spec = manifest.obs_spec
+    images = [s.shape for _, s in spec.items() if len(s.shape) == 3] if isinstance(spec, DictSpec) else []
+    if not images:
+        return {}
+    h, w, c = images[0]
+    if c != 3 or w % h:
+        raise BundleError(f"bundle {path}: its image input is {list(images[0])}; the simulated camera renders "
+                          f"(S, V*S, 3): V square RGB views side by side")
+    return {"camera": True, "image_size": int(h), "camera_views": int(w // h),
+            **({"camera_rate_hz": 0.0} if manifest.image_terms else {})}
 
 
 def _providers_check(session, wanted: tuple[str, ...] = ("CPUExecutionProvider",)) -> list[str]:

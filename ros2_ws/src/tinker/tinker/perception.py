@@ -7,7 +7,10 @@ Joints are mapped BY NAME with the manifest's joint names: a robot without them 
 start-up with a message naming the missing and extra joints. ``task_synced`` (the simulated robot's
 ``task`` topic, a state's terms under its stamp) or not: the newest ``goal`` (geometry_msgs/PointStamped)
 or ``task`` terms serve every ``joint_states`` message, and ``ee_pos`` comes from forward kinematics
-of ``urdf`` (a ros2_control robot publishes only joint_states).
+of ``urdf`` (a ros2_control robot publishes only joint_states). A bundle's ``image_terms`` (what its model
+computes from the camera image, e.g. a located target) are never taken from ``task`` or ``goal``;
+``hold_estimate`` keeps their values of each episode's first cycle for the episode
+(`tinker_core.loop.held_estimate.EstimateHold`, as ``tinker eval --hold-estimate``).
 
 Inputs watched for staleness (`tinker.runtime.NodeRuntime.subscribe`): ``joint_states`` (ERROR when
 silent), ``task`` (ERROR when ``task_synced``, else age only), the camera image (ERROR when the model
@@ -51,6 +54,8 @@ PARAMS = {
     "camera_rate_hz": Param(20.0, "camera frames per s; 0: every cycle waits for the frame of its state", (0.0, 1000.0), True),
     "max_frame_age": Param(0.25, "s; an older camera frame is refused and the cycle held", (0.0, 10.0)),
     **CHANNEL_PARAMS,
+    "hold_estimate": Param(False, "true: the image terms (a located target) of each episode's first cycle are held "
+                                  "for the episode (needs task_synced)", read_only=True),
 }
 
 
@@ -95,6 +100,7 @@ class PerceptionNode(NodeRuntime, Node):
         model, cycle, line = open_perception(path, int(self.param("warmup_iterations")), synced=synced,
                                              sync_frames=float(self.param("camera_rate_hz")) <= 0, ee_fn=ee_fn,
                                              max_frame_age_ns=int(float(self.param("max_frame_age")) * 1e9),
+                                             hold_estimate=bool(self.param("hold_estimate")),
                                              channels=self.inbox)
         self.get_logger().info(line)
         if self.cycle is not None:

@@ -22,7 +22,10 @@ snapshotted once this cycle's command has arrived (the loop's quiet window; at t
 came) and `tinker.sim_camera.MirrorCamera` renders it in a camera process of its own. The Image
 carries the stamp of the state it shows, so its age at use is known (one period at 20 Hz/20 Hz).
 ``0`` renders every cycle in line, before the state goes out (the frame of that very state, as in
-training; the cycle then costs a render).
+training; the cycle then costs a render). The first frame of an episode is rendered at once (nothing can
+be commanded before a model that looks sees the new scene). ``camera_views``: 1, or 2 (that view and its
+mirror from the front-left, side by side: what a target locator triangulates from); `tinker bringup` and the
+launch file set it, ``image_size`` and ``camera`` from the bundle's image input (`tinker.bundle_io.camera_settings`).
 """
 
 from __future__ import annotations
@@ -69,7 +72,8 @@ class SimRobotNode(NodeRuntime, Node):
             raise TinkerError(f"sim_robot.camera_rate_hz: expected >= 0 (0 = every cycle, in line), got {camera_rate}")
         self.arm = RealTimeArm(task=g("task"), dynamics=g("dynamics") or None,
                                camera=bool(g("camera")) and camera_rate == 0,
-                               image_size=int(g("image_size")), control_period=self.period, seed=int(g("seed")),
+                               image_size=int(g("image_size")), camera_views=int(g("camera_views")),
+                               control_period=self.period, seed=int(g("seed")),
                                hold_after_cycles=int(g("hold_after_cycles")))
         self.env = self.arm.env
         self.names = list(self.arm.joint_names)
@@ -88,7 +92,7 @@ class SimRobotNode(NodeRuntime, Node):
         self.frame_period_ns = int(1e9 / camera_rate) if camera_rate > 0 else 0
         if self.camera and camera_rate > 0:
             scene = {"task": g("task"), "dynamics": g("dynamics") or None, "image_size": int(g("image_size")),
-                     "control_period": self.period}
+                     "camera_views": int(g("camera_views")), "control_period": self.period}
             self.mirror = MirrorCamera(scene, self.seed, self._publish_frame)
         self.task_pub = self.create_publisher(Float64MultiArray, g("task_topic"), COMMAND_QOS)
         if g("command_type") == "joint_trajectory":
@@ -113,6 +117,7 @@ class SimRobotNode(NodeRuntime, Node):
         self.episode = 0
         self.episode_step = 0
         self._last_tick_ns = 0
+        self._episode_framed = False  # this episode's first frame was submitted
         self._published: dict[int, int] = {}
         self.timer = self.create_timer(self.period, self._tick)
         self._name_timer = self.create_timer(0.5, self._check_namesake)
@@ -138,6 +143,8 @@ class SimRobotNode(NodeRuntime, Node):
         p("dynamics", "", S, "A sim DynamicsParams YAML (domain randomization); '' = nominal.")
         p("camera", True, B, "Publish camera images.")
         p("image_size", 64, I, "Camera image width and height, px.", lo=8, hi=1024)
+        p("camera_views", 1, I, "Camera views side by side in one image: 1, or 2 (and its mirror from the "
+                                "front-left).", lo=1, hi=2)
         p("camera_rate_hz", 20.0, D, "Camera frames per s, rendered off the control path; 0 = every cycle, in line.",
           lo=0.0, hi=1000.0)
         p("seed", 0, I, "Seed of the first episode (episode k uses seed + k).", lo=0, hi=2**31 - 1)
@@ -292,6 +299,7 @@ class SimRobotNode(NodeRuntime, Node):
                 self._submit_frame()
             self.episode += 1
             self.episode_step = 0
+            self._episode_framed = False
             self.arm.reset(self.seed + self.episode)
             self._reset_at_ns = stamp + 1  # commands for this state or older ones no longer apply
         self.stats.record(time.perf_counter_ns() - t0)
@@ -306,9 +314,10 @@ class SimRobotNode(NodeRuntime, Node):
         due = t0 + self.period * 5e8 >= self._next_frame_ns  # half a cycle early counts: same-rate camera
         if due:
             self._next_frame_ns = max(self._next_frame_ns + self.frame_period_ns, t0 + self.frame_period_ns // 2)
-        if due or late:
+        if due or late or not self._episode_framed:
             self._frame_job = (stamp, self.seed + self.episode, self.cycle)
-        if late:
+        if late or not self._episode_framed:  # an episode's first frame: no command can come before it
+            self._episode_framed = True
             self._submit_frame()
 
     def _submit_frame(self) -> None:
