@@ -219,7 +219,8 @@ class Graph:
         """The overrides as a ROS parameter file. Each node's command line names it, and nodes started
         earlier may be reading it while a later one's command is made: it is written only when its
         content changes, and then whole (temp file, rename), never truncated in place."""
-        doc = {("/**" if n == "/**" else f"/**/{n}"): {"ros__parameters": p} for n, p in self.overrides.items()}
+        doc = {("/**" if n == "/**" else f"/**/{n}"): {"ros__parameters": self._as_declared(n, p)}
+               for n, p in self.overrides.items()}
         text = yaml.safe_dump(doc, sort_keys=False)
         path = self.run_dir / "overrides.yaml"
         if not path.is_file() or path.read_text() != text:
@@ -227,6 +228,14 @@ class Graph:
             tmp.write_text(text)
             os.replace(tmp, path)
         return path
+
+    def _as_declared(self, node: str, params: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` with an integer made a float where the parameter file gives that parameter a float: ROS
+        refuses ``0`` for a double parameter at start-up (``--set /**.camera_rate_hz=0`` stopped perception)."""
+        nodes = [*NODES, VIEW_NODE] if node == "/**" else [node]
+        floats = {k for n in nodes for k, v in node_parameters(self.params_file, n).items() if isinstance(v, float)}
+        return {k: float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v
+                for k, v in params.items()}
 
     def parameters(self, node: str) -> dict[str, Any]:
         """The parameters ``node`` will run with (file, then overrides)."""
