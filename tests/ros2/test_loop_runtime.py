@@ -189,3 +189,59 @@ def test_an_answer_to_a_client_not_yet_matched_stalls_the_process_only_with_fast
         assert median >= 0.09 and out["max_gap_s"] >= 0.09, out
     else:
         assert median < 0.02, f"an answer to an unmatched client still waits {median * 1e3:.0f} ms: {out}"
+
+
+def test_a_failing_callback_does_not_end_the_safety_node_it_latches_the_estop_and_shows_error(ros2):
+    """A bug in a callback used to end the node's process (the exception left the executor). Here the bug is
+    made by replacing the guard cycle's ``state`` with one that raises (a test double for a bug: no real input
+    raises there today); the JointState comes over real DDS from a second node."""
+    import rclpy
+    from sensor_msgs.msg import JointState
+
+    from tinker.runtime import ERROR, make_executor
+    from tinker.safety import SafetyNode
+    from tinker.wire import SENSOR_QOS
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=ros2.fresh_domain())
+    node = SafetyNode(context=ctx)
+    driver = rclpy.create_node("driver", context=ctx)
+    ex, _ = make_executor("single", context=ctx)
+    ex.add_node(node)
+    ex.add_node(driver)
+    try:
+        node.trigger_configure()
+        node.trigger_activate()
+        assert node.active
+        pub = driver.create_publisher(JointState, "joint_states", SENSOR_QOS)
+        names = list(node.cycle.guard.limits.names)
+        home = [0.0, 0.5, 0.0, -1.0, 0.0, 1.0, 0.0]
+
+        def send():
+            msg = JointState(name=names, position=home, velocity=[0.0] * 7)
+            msg.header.stamp = node.get_clock().now().to_msg()
+            pub.publish(msg)
+
+        end = time.monotonic() + 10
+        while node.cycle.q is None and time.monotonic() < end:  # a first, trusted state
+            send()
+            ex.spin_once(timeout_sec=0.05)
+        assert node.cycle.q is not None
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("a bug")
+
+        node.cycle.state = broken
+        end = time.monotonic() + 10
+        while node.callback_errors < 3 and time.monotonic() < end:
+            send()
+            ex.spin_once(timeout_sec=0.05)
+        assert node.callback_errors >= 3  # the process lived on through each failure
+        assert node.cycle.guard.estopped and "internal error" in node.cycle.guard.report()["estop_detail"]
+        st = node.diagnostics()
+        assert st.level == ERROR and "callback(s) failed" in st.message and "a bug" in st.message
+    finally:
+        ex.shutdown()
+        node.destroy_node()
+        driver.destroy_node()
+        rclpy.shutdown(context=ctx)

@@ -228,7 +228,10 @@ class NodeRuntime:
 
         def on_message(msg) -> None:
             seen(name)
-            callback(msg)
+            try:
+                callback(msg)
+            except Exception as e:  # a bug, or an input no check foresaw, must not end the loop's process
+                self.callback_failed(name, e)
 
         sub = self.create_subscription(msg_type, topic, on_message, qos)
         self.inputs.declare(name, stale)
@@ -250,6 +253,19 @@ class NodeRuntime:
 
     def on_exit(self) -> None:
         """Called once on SIGINT/SIGTERM while the context is alive: commanding nodes publish their stop."""
+
+    callback_errors = 0
+    last_callback_error = ""
+
+    def callback_failed(self, topic: str, err: Exception) -> None:
+        """A message callback raised: counted, logged with its traceback, ERROR in /diagnostics from then on
+        (the node's state may be off: someone must look). Nodes that command override it to stop safely."""
+        import traceback
+
+        self.callback_errors += 1
+        self.last_callback_error = f"{topic}: {err!r}"
+        self.get_logger().error(f"callback on {topic} failed ({self.callback_errors} so far): "
+                                f"{''.join(traceback.format_exception(err)).strip()}", throttle_duration_sec=5.0)
 
     # --- shared ---------------------------------------------------------------------------------
     quiet_point: str | None = None
@@ -290,6 +306,9 @@ class NodeRuntime:
     def _level(self) -> tuple[bytes, str]:
         """The node's own level and its inputs', the worse one's message (both where they are equal)."""
         level, message = self.diagnostic_level()
+        if self.callback_errors:
+            level, message = ERROR, (f"{self.callback_errors} message callback(s) failed, last {self.last_callback_error}; "
+                                     f"{message}")
         in_level, in_message = self.inputs.level()
         self._inputs_reported = in_level
         own = _LEVELS.get(level, Level.ERROR)
@@ -312,6 +331,7 @@ class NodeRuntime:
             "scheduling": self.scheduling,
             "gc_collections": "/".join(map(str, QUIET_GC.collections)),
             "gc_max_pause_ms": f"{QUIET_GC.max_pause_ns / 1e6:.2f}",
+            "callback_errors": self.callback_errors,
         }
         values.update(self.inputs.values())
         values.update(self.diagnostic_values())

@@ -297,6 +297,15 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             self._estop_carry = ""
         return response
 
+    def callback_failed(self, topic: str, err: Exception) -> None:
+        """A failed callback leaves the guard's state in doubt: the e-stop latches (holds at the measured pose)."""
+        super().callback_failed(topic, err)
+        if self.cycle.guard is not None and not self.cycle.guard.estopped:
+            try:
+                self.cycle.estop(f"internal error in the callback on {topic}: {err!r}")
+            except Exception as e2:  # the hold itself failed: nothing more can be done here; logged
+                self.get_logger().error(f"e-stop after a failed callback failed too: {e2!r}")
+
     # --- GuardCycle's ports ----------------------------------------------------------------------
     def send(self, command: Command) -> None:
         meta = {"stamp_ns": command.stamp, "cycle": command.cycle, "version": command.version,
