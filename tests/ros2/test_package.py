@@ -49,6 +49,36 @@ def test_launch_file_parses_and_names_every_installed_node_and_parameter_file():
         assert f"<exec_depend>{dep}</exec_depend>" in xml
 
 
+NO_TORCH = """
+import sys
+class NoTorch:  # an edge computer: onnxruntime, no torch
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torch":
+            raise ModuleNotFoundError("No module named 'torch'", name="torch")
+sys.meta_path.insert(0, NoTorch())
+"""
+
+
+def test_what_the_launch_file_reads_needs_no_torch(tmp_path):
+    """``ros2 launch tinker bringup.launch.py agents:=FILE`` reads the agents file and each robot's bundle in
+    the launch process; on a robot without torch (the edge runtime is torch-free) that must still work. It
+    did not: the agents file checked hyperparameters with the training configs (a real ros2 launch failed with
+    "No module named 'torch'")."""
+    agents = tmp_path / "agents.yaml"
+    agents.write_text("agents:\n  robot1: {policy: SAC, hyperparameters: {learning_rate: 0.001}}\n"
+                      "  robot2: {policy: PPO, perception: nature_cnn}\n")
+    code = NO_TORCH + f"""
+from tinker.fleet import fleet_agents, robot_params
+from tinker.bringup import camera_for_bundle, node_parameters
+cfg, base = fleet_agents({str(agents)!r})
+print(sorted(cfg.agents), [sorted(robot_params(cfg, n)) for n in cfg.agents])
+print('torch' in sys.modules)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.splitlines()[0].startswith("['robot1', 'robot2']") and r.stdout.splitlines()[-1] == "False"
+
+
 def test_colcon_builds_the_package_and_installs_launch_config_and_node_scripts(tmp_path):
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     r = subprocess.run([str(Path(sys.executable).parent / "colcon"), "--log-base", str(tmp_path / "log"), "build",

@@ -176,6 +176,24 @@ class AgentSpec:
         return d
 
 
+def _where_torch_is(check: Any) -> None:
+    """Run ``check`` of a training setting (encoder, hyperparameters) where torch is installed; skip it where
+    not: a robot that only runs bundles (an edge computer reading the agents file in ``ros2 launch``) has no
+    torch and no use for these settings."""
+    try:
+        check()
+    except ModuleNotFoundError as e:
+        if e.name != "torch":
+            raise
+
+
+def _check_encoder(perception: Any, where: str) -> None:
+    from tinker_core.nn.encoders import ENCODERS
+
+    if perception not in ENCODERS:
+        raise ConfigError(f"{where}.perception: expected 'auto' or one of {sorted(ENCODERS)}, got {perception!r}")
+
+
 def parse_agent(name: str, raw: Any) -> AgentSpec:
     """One agent entry; errors read ``agents.NAME.FIELD: ...``."""
     where = f"agents.{name}"
@@ -190,10 +208,8 @@ def parse_agent(name: str, raw: Any) -> AgentSpec:
     if not isinstance(policy, str) or policy.upper() not in POLICIES:
         raise ConfigError(f"{where}.policy: expected one of {', '.join(POLICIES)}, got {policy!r}")
     perception = raw.get("perception", "auto")
-    from tinker_core.nn.encoders import ENCODERS
-
-    if perception != "auto" and perception not in ENCODERS:
-        raise ConfigError(f"{where}.perception: expected 'auto' or one of {sorted(ENCODERS)}, got {perception!r}")
+    if perception != "auto":
+        _where_torch_is(lambda: _check_encoder(perception, where))
     group = raw.get("group")
     if group is not None and (not isinstance(group, str) or not group):
         raise ConfigError(f"{where}.group: expected a non-empty name, got {group!r}")
@@ -209,7 +225,7 @@ def parse_agent(name: str, raw: Any) -> AgentSpec:
         action_space=(None if raw.get("action_space") is None
                       else SpaceSpec.parse(raw["action_space"], f"{where}.action_space")),
         perception=perception, group=group, hyperparameters=dict(hp))
-    spec.algo_config(0)  # unknown or invalid hyperparameters fail here, named
+    _where_torch_is(lambda: spec.algo_config(0))  # unknown or invalid hyperparameters fail here, named
     if spec.policy == "DQN" and spec.action_space is not None and spec.action_space.discrete is None:
         raise ConfigError(f"{where}.action_space: DQN needs a discrete action space, got {spec.action_space.to_yaml()}")
     if spec.policy == "SAC" and spec.action_space is not None and spec.action_space.discrete is not None:
