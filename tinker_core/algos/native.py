@@ -1,4 +1,4 @@
-"""The compiled steps' extension (sac_native.cpp, ppo_native.cpp): built, cached and loaded once per machine.
+"""The compiled steps' extension (sac_native.cpp, ppo_native.cpp, dqn_native.cpp): built, cached and loaded once per machine.
 
 The extension is built with the compiler torch's extensions use (``make setup`` does it; otherwise
 the first step that needs it, about a minute) and cached under ``$TINKER_NATIVE_CACHE`` (default
@@ -34,7 +34,7 @@ from tinker_core.errors import ConfigError
 
 log = logging.getLogger("tinker.train")
 
-SOURCES = [Path(__file__).with_name("sac_native.cpp"), Path(__file__).with_name("ppo_native.cpp")]
+SOURCES = [Path(__file__).with_name(f"{n}_native.cpp") for n in ("sac", "ppo", "dqn")]
 HEADERS = [Path(__file__).with_name("native_kernels.h")]
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
