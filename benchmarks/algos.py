@@ -232,6 +232,8 @@ def main() -> int:
     figures_kept, tasks_kept = _earlier_tasks(result_path(result_name, args.quick), args.only or list(TASKS)) \
         if args.merge else ({}, {})
     torch.set_num_threads(args.threads)
+    if "tinker" in args.libs:  # build (once per machine) or load the compiled steps before anything is timed
+        native.load()
     seeds = [0] if args.quick else list(range(args.seeds))
     peak = {"torch": matmul_peak_gflops(torch.mm, lambda n, m: torch.rand(n, m)),
             # oneDNN's product (what tinker's compiled SAC step may route through, tinker_products)

@@ -34,8 +34,11 @@ from tinker_core.errors import ConfigError
 
 log = logging.getLogger("tinker.train")
 
-SOURCES = [Path(__file__).with_name(f"{n}_native.cpp") for n in ("sac", "ppo", "dqn")]
-HEADERS = [Path(__file__).with_name("native_kernels.h")]
+# real paths: the build's commands name them, and torch rebuilds when a command changes, so a package reached
+# through a symlink in one process and directly in another would otherwise rebuild (about a minute) each time
+_HERE = Path(__file__).resolve().parent
+SOURCES = [_HERE / f"{n}_native.cpp" for n in ("sac", "ppo", "dqn")]
+HEADERS = [_HERE / "native_kernels.h"]
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
 
