@@ -232,6 +232,8 @@ def main() -> int:
     figures_kept, tasks_kept = _earlier_tasks(result_path(result_name, args.quick), args.only or list(TASKS)) \
         if args.merge else ({}, {})
     torch.set_num_threads(args.threads)
+    if "tinker" in args.libs:  # build (once per machine) or load the compiled steps before anything is timed
+        native.load()
     seeds = [0] if args.quick else list(range(args.seeds))
     peak = {"torch": matmul_peak_gflops(torch.mm, lambda n, m: torch.rand(n, m)),
             # oneDNN's product (what tinker's compiled SAC step may route through, tinker_products)
@@ -290,8 +292,8 @@ def main() -> int:
             ok = [r for r in rows["tinker"] if "error" not in r]
             per_task[name]["tinker_update_path"] = [r["update_path"] for r in ok]
             per_task[name]["tinker_rlzoo_notes"] = ok[0]["rlzoo_notes"] if ok else []
-            if task.algo == "sac":
-                per_task[name]["tinker_products"] = native.gemm() or "python step"
+            if task.algo in ("sac", "dqn"):  # the compiled SAC and DQN steps' product library
+                per_task[name]["tinker_products"] = native.gemm() or "not loaded"
             if task.algo == "dqn":
                 per_task[name]["tinker_double_q"] = not args.dqn_plain_targets
         curves_png[name] = {lib: [r["curve"] for r in rs if "error" not in r] for lib, rs in rows.items()}

@@ -197,6 +197,24 @@ def test_dict_observations_take_the_fast_path_and_flatten_in_the_exported_percep
     assert algo._normalization()["obs_mean"].keys() == {"achieved_goal", "desired_goal", "observation"}
 
 
+def test_sb3_multi_input_policy_on_a_dict_of_vectors_takes_the_fast_path():
+    """perception 'dict' (what RL Zoo's MultiInputPolicy maps to) on a dict of vectors is resolved to 'flatten':
+    `DictConcat` concatenates the flattened fields in the spec's order, as `Flatten` does, and neither has
+    parameters, so the networks compute the same and SAC and DQN keep their compiled steps."""
+    from tinker_core.nn import DictConcat, Flatten, build_perception
+
+    sac = SAC(GOAL, SACConfig(net_arch=[16], perception="dict", her={}, seed=0))
+    dqn = DQN("tinker/PointGoalDiscrete-v0", DQNConfig(net_arch=[16], perception="dict", her={}, seed=0))
+    assert type(sac.actor_perception) is Flatten and type(dqn.q_perception) is Flatten
+    assert sac.update_path in ("compiled", "python step") and dqn.update_path == "compiled"
+    spec = sac.obs_spec
+    rng = np.random.default_rng(0)
+    batch = {k: torch.as_tensor(rng.standard_normal((5, *spec[k].shape)).astype(np.float32)) for k in spec.fields}
+    concat = build_perception(spec, "dict")
+    assert type(concat) is DictConcat and not list(concat.parameters())
+    torch.testing.assert_close(concat(batch), sac.actor_perception(batch), rtol=0, atol=0)
+
+
 def test_resume_with_her_is_bit_for_bit(tmp_path):
     config = lambda: SACConfig(net_arch=[32, 32], batch_size=32, learning_starts=50, buffer_size=5000, seed=3,
                                log_interval=100, her={"n_sampled_goal": 4})

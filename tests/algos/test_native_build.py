@@ -21,3 +21,9 @@ def test_the_build_lock_is_released_when_its_holder_dies(tmp_path):
     (tmp_path / "lock").write_text("")  # what a killed torch build leaves
     with native._build_lock(tmp_path):  # would block forever if the dead holder still held it
         assert not (tmp_path / "lock").exists()
+
+
+def test_sources_are_named_by_their_real_paths():
+    """The build's commands name the sources, and torch rebuilds when a command changes: a package reached
+    through a symlink (a .shim) in one process and directly in another must not name them differently."""
+    assert all(p == p.resolve() and p.exists() for p in native.SOURCES + native.HEADERS)

@@ -1,24 +1,32 @@
 """DQN (Mnih et al. 2015) with double-Q targets (van Hasselt et al. 2016), a target network and
 optional proportional prioritized replay. Defaults are Stable-Baselines3's; RL Zoo's CartPole-v1
-tuning is in configs/dqn_cartpole.yaml."""
+tuning is in configs/dqn_cartpole.yaml.
+
+Two ways to the same step: for flat observations (dicts of vectors flattened), an MLP Q-network
+(ReLU or Tanh) in float32 on the CPU, `NativeDQNUpdate` (the step compiled, where it could be built);
+otherwise autograd."""
 
 from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinker_core.algos.optim import make_adam
+from tinker_core.algos import native as native_mod
+from tinker_core.algos.dqn_native import NativeDQNUpdate, unsupported
+from tinker_core.algos.optim import adam_step, make_adam
 from tinker_core.algos.buffers import PrioritizedIndex, ReplaySamples
 from tinker_core.algos.networks import ArgmaxHead
+from tinker_core.algos.np_mlp import NumpyMLP
 from tinker_core.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from tinker_core.errors import ConfigError
 from tinker_core.nn import build_perception, mlp
+from tinker_core.nn.encoders import Flatten
 
 
 @dataclass
@@ -45,6 +53,9 @@ class DQNConfig(OffPolicyConfig):
     """Double DQN: the online network picks the next action, the target network values it."""
     prioritized: bool = False
     """Proportional prioritized replay (alpha 0.6, beta annealed 0.4 -> 1)."""
+    compiled_step: bool = True
+    """On the CPU, run the MLP step compiled (dqn_native.py; built once per machine) where it applies;
+    False, or no compiler, runs the same step through autograd."""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -77,6 +88,19 @@ class DQN(OffPolicyAlgorithm):
         for p in list(self.q_perception_target.parameters()) + list(self.q_net_target.parameters()):
             p.requires_grad_(False)
         self.exploration_rate = c.exploration_initial_eps
+        self._native = (NativeDQNUpdate.create(self.q_perception, self.q_net, self.q_net_target, self.device)
+                        if c.compiled_step else None)
+        why = ""
+        if self._native is None:
+            why = ("compiled_step=False" if not c.compiled_step else unsupported(self.q_perception, self.q_net)
+                   or "not on the CPU in float32, or TINKER_NATIVE=0")
+        native_mod.note_update_path("DQN", self.update_path, why)
+
+    @property
+    def update_path(self) -> str:
+        """Which step trains: ``compiled`` (one C++ call) or ``autograd`` (also where the compiled step could
+        not be built on this machine, which is known once the first step has tried)."""
+        return "compiled" if self._native is not None and self._native._ops is not False else "autograd"
 
     def _build_optimizers(self) -> None:
         self.q_params = list(self.q_perception.parameters()) + list(self.q_net.parameters())
@@ -84,6 +108,9 @@ class DQN(OffPolicyAlgorithm):
         self._target_dst = list(self.q_perception_target.parameters()) + list(self.q_net_target.parameters())
         self.per = PrioritizedIndex(self.config.buffer_size) if self.config.prioritized else None
         self._env_calls = 0
+        # acting in numpy on views of the Q-network's weights (updated in place) where it is a plain MLP on the CPU
+        self._np_q = (NumpyMLP.of(self.q_net) if self.device.type == "cpu" and type(self.q_perception) is Flatten
+                      else None)
 
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"q": self.q_opt}
@@ -97,16 +124,26 @@ class DQN(OffPolicyAlgorithm):
     def _q(self, obs: Any) -> torch.Tensor:
         return self.q_net(self.q_perception(obs))
 
+    def _act_raw(self, obs: Any, deterministic: bool) -> np.ndarray:
+        """Greedy actions through numpy views of the Q-network (`NumpyMLP`) for flat observations on the CPU:
+        at one env step's batch a torch forward costs several times its arithmetic. Else through torch."""
+        if self._np_q is None or (isinstance(obs, Mapping) and self._flat is None):
+            return super()._act_raw(obs, deterministic)
+        x = self._prepare_obs(obs if isinstance(obs, Mapping) else np.asarray(obs))  # normalized, dicts flattened
+        return self._explore(self._np_q(x.reshape(x.shape[0], -1).astype(np.float32, copy=False)).argmax(-1),
+                             deterministic)
+
     def _act(self, obs: Any, deterministic: bool) -> np.ndarray:
-        greedy = self._q(obs).argmax(-1)
-        if deterministic:
-            return self._env_action(greedy)
-        n = greedy.shape[0]
-        rand = self.np_rng.random(n) < self.exploration_rate
-        a = greedy.cpu().numpy()
-        if rand.any():
-            a = np.where(rand, self.np_rng.integers(0, self.n_actions, size=n), a)
-        return (a + self.action_offset).astype(self.action_spec.dtype)
+        return self._explore(self._q(obs).argmax(-1).cpu().numpy(), deterministic)
+
+    def _explore(self, greedy: np.ndarray, deterministic: bool) -> np.ndarray:
+        """Epsilon-greedy (unless ``deterministic``) over the greedy action indices, in env units."""
+        if not deterministic:
+            n = greedy.shape[0]
+            rand = self.np_rng.random(n) < self.exploration_rate
+            if rand.any():
+                greedy = np.where(rand, self.np_rng.integers(0, self.n_actions, size=n), greedy)
+        return (greedy + self.action_offset).astype(self.action_spec.dtype)
 
     # -- schedule and target updates, per env step --------------------------------------------------
     def _progress(self) -> float:
@@ -149,6 +186,17 @@ class DQN(OffPolicyAlgorithm):
     # -- the update ---------------------------------------------------------------------------------
     def _train_step(self, s: ReplaySamples, weights: torch.Tensor | None = None) -> torch.Tensor:
         c = self.config
+        if self._native is not None and not isinstance(s.obs, dict):
+            with torch.no_grad():
+                out = self._native.train_step(s.obs, s.actions, s.next_obs, s.rewards, s.dones, weights, self.q_opt,
+                                              c.gamma, c.double_q, c.max_grad_norm)
+            if out is not None:
+                self.num_updates += 1
+                self._metrics = {"loss": out.loss, "q_mean": out.q_mean, "grad_norm/q": out.grad_norm,
+                                 "exploration_rate": torch.tensor(self.exploration_rate)}
+                return out.td_abs
+            native_mod.note_update_path("DQN", "autograd", f"the compiled step could not be built "
+                                        f"({native_mod.unavailable_reason()})")
         with torch.no_grad():
             next_feat = self.q_perception_target(s.next_obs)
             next_q_all = self.q_net_target(next_feat)
@@ -164,7 +212,7 @@ class DQN(OffPolicyAlgorithm):
         self.q_opt.zero_grad(set_to_none=True)
         loss.backward()
         gnorm = torch.nn.utils.clip_grad_norm_(self.q_params, c.max_grad_norm, foreach=True)
-        self.q_opt.step()
+        adam_step(self.q_opt)
         self.num_updates += 1
         self._metrics = {"loss": loss.detach(), "q_mean": q.detach().mean(), "grad_norm/q": gnorm,
                          "exploration_rate": torch.tensor(self.exploration_rate)}

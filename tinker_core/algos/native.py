@@ -1,4 +1,4 @@
-"""The compiled steps' extension (sac_native.cpp, ppo_native.cpp): built, cached and loaded once per machine.
+"""The compiled steps' extension (sac_native.cpp, ppo_native.cpp, dqn_native.cpp): built, cached and loaded once per machine.
 
 The extension is built with the compiler torch's extensions use (``make setup`` does it; otherwise
 the first step that needs it, about a minute) and cached under ``$TINKER_NATIVE_CACHE`` (default
@@ -34,8 +34,11 @@ from tinker_core.errors import ConfigError
 
 log = logging.getLogger("tinker.train")
 
-SOURCES = [Path(__file__).with_name("sac_native.cpp"), Path(__file__).with_name("ppo_native.cpp")]
-HEADERS = [Path(__file__).with_name("native_kernels.h")]
+# real paths: the build's commands name them, and torch rebuilds when a command changes, so a package reached
+# through a symlink in one process and directly in another would otherwise rebuild (about a minute) each time
+_HERE = Path(__file__).resolve().parent
+SOURCES = [_HERE / f"{n}_native.cpp" for n in ("sac", "ppo", "dqn")]
+HEADERS = [_HERE / "native_kernels.h"]
 _lock = threading.Lock()
 _state: dict[str, Any] = {}
 

@@ -94,9 +94,11 @@ class OffPolicyAlgorithm(Algorithm):
         self._trigger = TrainTrigger(c.train_freq, c.train_freq_unit, c.gradient_steps, c.n_envs, c.learning_starts)
 
     def _perception_kind(self) -> str:
-        """``config.perception``, with 'auto' on a dict of vectors resolved to 'flatten' (the fast path)."""
+        """``config.perception``, with 'auto' or 'dict' on a dict of vectors resolved to 'flatten' (the fast
+        path): 'dict' (SB3's MultiInputPolicy, which RL Zoo's goal-env entries name) concatenates the
+        flattened fields in the spec's order, which is what 'flatten' computes, and neither has parameters."""
         kind = self.config.perception
-        if kind == "auto" and isinstance(self.obs_spec, DictSpec) and all(
+        if kind in ("auto", "dict") and isinstance(self.obs_spec, DictSpec) and all(
                 isinstance(s, Spec) and len(s.shape) < 3 for s in self.obs_spec.fields.values()):
             return "flatten"
         return kind
