@@ -42,6 +42,9 @@ DAMPING = 0.05
 """damped least squares: lambda of (J J^T + lambda^2 I)"""
 ORIENTATION_GAIN = 1.0
 """weight of the tilt error (the suction face kept pointing down) against the position error"""
+DESCENT_STEP = 0.03
+"""the descent onto an object aims at most this far below the end effector per cycle, m: the position motors lag
+the command, and a full step overshoots by centimetres, into the SafetyWrapper's margin around the table"""
 
 
 @lru_cache(maxsize=4)
@@ -100,9 +103,12 @@ def spd_solve(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 class ArmSortSkill(nn.Module):
-    """Base: decode the observation, plan ``(ee goal [B, 3], suction [B, 1])``, and turn the goal into the delta
-    joint action of one damped-least-squares IK step (position and a downward suction face), scaled as a whole
-    into [-1, 1] (the direction kept)."""
+    """Base: decode the observation, plan ``(ee goal [B, 3], suction [B, 1])`` (`plan`), and turn the goal into the
+    delta joint action of one damped-least-squares IK step (position and a downward suction face), scaled as a
+    whole into [-1, 1] (the direction kept) (`control`)."""
+
+    controller_id = "arm_sort/dls_ik"
+    """skills with one controller_id share `control` (`tinker_core.hierarchy.skills.SkillLibrary` runs it once)"""
 
     def __init__(self, slots: int = SLOTS):
         super().__init__()
@@ -148,13 +154,21 @@ class ArmSortSkill(nn.Module):
         jac = torch.cat([torch.stack(cols_p, dim=-1), torch.stack(axes, dim=-1)[:, 0:2, :]], dim=1)
         return pos, rot[:, :, 2], jac
 
-    def plan(self, obs: torch.Tensor, ee: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def target(self, obs: torch.Tensor, ee: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(end-effector goal [B, 3] in the base frame, suction [B, 1] in {-1, 1}) for this observation."""
         raise NotImplementedError
 
-    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+    def plan(self, obs: torch.Tensor) -> torch.Tensor:
+        """``goal ⊕ suction`` [B, 4]: what this skill wants (the ee read from the observation)."""
+        goal, suction = self.target(obs, self.term(obs, "ee_pos"))
+        return torch.cat([goal, suction], dim=-1)
+
+    def control(self, obs: torch.Tensor, plan: torch.Tensor) -> torch.Tensor:
+        """The env action reaching ``plan`` (one IK step); the same for every arm-sort skill (``controller_id``), so a
+        `SkillLibrary` of them picks the plan first and runs this once."""
         q = self.term(obs, "joint_pos")
         ee, z_axis, jac = self.kinematics(q)
-        goal, suction = self.plan(obs, ee)
+        goal, suction = plan[:, 0:3], plan[:, 3:4]
         tilt = torch.stack([-z_axis[:, 1], z_axis[:, 0]], dim=-1)  # (z_ee x -z)_xy: rotate the face down
         err = torch.cat([goal - ee, ORIENTATION_GAIN * tilt], dim=-1)
         jjt = torch.matmul(jac, jac.transpose(1, 2)) + (DAMPING ** 2) * torch.eye(5)
@@ -164,6 +178,9 @@ class ArmSortSkill(nn.Module):
         pad = self.n_act - self.dof - 1
         parts = [a] + ([torch.zeros_like(a[:, :pad])] if pad > 0 else []) + [suction]
         return torch.cat(parts, dim=-1)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.control(obs, self.plan(obs))
 
     @staticmethod
     def _at(xy: torch.Tensor, z: float | torch.Tensor) -> torch.Tensor:
@@ -184,13 +201,14 @@ class ReachObject(ArmSortSkill):
             raise ConfigError(f"arm_sort/reach: expected a slot 0..{slots - 1}, got {slot}")
         self.name_pos = f"obj{slot}_pos"
 
-    def plan(self, obs: torch.Tensor, ee: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def target(self, obs: torch.Tensor, ee: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         obj = self.term(obs, self.name_pos)
         holding = self.term(obs, "suction_active") > 0.5
         above = _xy_dist(ee, obj) < ABOVE_XY
         low = ee[:, 2:3] < HOVER_Z - LOW_MARGIN
         half = obj[:, 2:3] - TABLE_TOP  # the object's half height above the table top
-        grip = self._at(obj[:, 0:2], obj[:, 2:3] + half + TOOL_LENGTH - 0.01)
+        grip_z = torch.maximum(obj[:, 2:3] + half + TOOL_LENGTH - 0.01, ee[:, 2:3] - DESCENT_STEP)
+        grip = self._at(obj[:, 0:2], grip_z)
         lift = self._at(ee[:, 0:2], HOVER_Z)
         hover = self._at(obj[:, 0:2], HOVER_Z)
         goal = torch.where(above, grip, torch.where(low, lift, hover))
@@ -207,7 +225,7 @@ class CarryToBin(ArmSortSkill):
             raise ConfigError(f"arm_sort/carry_to_bin: expected a kind 0..{NUM_KINDS - 1}, got {kind}")
         self.register_buffer("bin_xy", torch.as_tensor(BIN_CENTERS[kind], dtype=torch.float32))
 
-    def plan(self, obs: torch.Tensor, ee: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def target(self, obs: torch.Tensor, ee: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         bin_xy = self.bin_xy.expand(ee.shape[0], 2)
         d = _xy_dist(ee, bin_xy)
         above = d < ABOVE_XY
