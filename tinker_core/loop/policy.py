@@ -2,7 +2,8 @@
 
 Features and joint states arrive separately, tagged with the robot's state stamp. A cycle runs when
 both of one stamp are in (features that come first wait for their state). A new episode (the episode
-tag of the features changes) or a new action chain restarts the chain from that cycle's measured pose.
+tag of the features changes) or a new action chain restarts the chain from that cycle's measured pose; a new
+episode also calls ``on_episode`` before the actor runs (a hierarchical actor starts it with a fresh decision).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ class PolicyStep:
     stamp_ns: int
     cycle: int
     raw: np.ndarray
-    """the actor's output (what the learner learns from)"""
+    """the actor's output (what the learner learns from); dims after the joints (a task's extra actions, e.g.
+    ArmSort's suction) are in here only, not in the joint target"""
     target: np.ndarray
     """the action chain's joint target (rad, manifest joint order)"""
 
@@ -29,8 +31,9 @@ class PolicyStep:
 class PolicyCycle:
     """``actor(features, perception_sha256) -> raw action``; ``chain``: the bundle's action chain."""
 
-    def __init__(self, actor: Callable[[np.ndarray, str], np.ndarray], chain: ActionChain, keep: int = 8):
-        self.actor, self.chain, self.keep = actor, chain, int(keep)
+    def __init__(self, actor: Callable[[np.ndarray, str], np.ndarray], chain: ActionChain, keep: int = 8,
+                 on_episode: Callable[[], None] | None = None):
+        self.actor, self.chain, self.keep, self.on_episode = actor, chain, int(keep), on_episode
         self._q: OrderedDict[int, np.ndarray] = OrderedDict()
         self.q_latest: np.ndarray | None = None
         self._waiting: tuple | None = None
@@ -59,8 +62,10 @@ class PolicyCycle:
         if q is None:  # the chain needs this cycle's measured pose: wait for its JointState
             self._waiting = (stamp_ns, features, cycle, episode, perception_sha256)
             return None
+        if episode != self._episode and self.on_episode is not None:
+            self.on_episode()  # before the actor: this episode's first action comes from a fresh start
         raw = self.actor(features, perception_sha256)
         if episode != self._episode:
             self._episode = episode
             self.chain.reset(q)
-        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw, q))
+        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw[: self.chain.dof], q))

@@ -150,7 +150,8 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         return {"active": self.active, "model_version": self.core.version if self.core else None,
                 "actor_sha256": r.actor_sha256 if r else "", "perception_sha256": r.perception_sha256 if r else "",
                 "reloads": self.core.reloads if self.core else 0, "reload_rejections": r.rejected_reloads if r else 0,
-                "refused_inputs": self.refusals.count, "last_error": self.last_error or self.refusals.last}
+                "refused_inputs": self.refusals.count, "last_error": self.last_error or self.refusals.last,
+                **(r.diagnostic_values() if hasattr(r, "diagnostic_values") else {})}
 
     def diagnostic_level(self):
         if self.stopped_by_overrun:
