@@ -38,8 +38,6 @@ def test_a_new_episode_restarts_the_chain_from_its_pose():
 
 
 def test_a_new_episode_calls_on_episode_before_the_actor_and_the_chain_takes_the_joint_dims():
-    from tinker_core.action_chain import ActionChain, ActionChainConfig
-
     calls: list[str] = []
 
     def actor(features, sha):
