@@ -33,9 +33,15 @@ SLOTS = 3
 HOVER_Z = 0.27
 """end-effector link height while moving between places, m (as the scripted controller)"""
 TOOL_LENGTH = 0.045
-"""distance from the end-effector link frame to the suction face, m"""
-ABOVE_XY = 0.02
-"""within this xy distance of a place the end effector is above it (descend, or release), m"""
+"""distance from the end-effector link frame to the suction face, m: the descent aims the face at the object's top
+(1 cm lower, as the scripted controller, pressed the arm into the table's safety margin)"""
+ABOVE_XY = 0.01
+"""within this xy distance of an object the end effector is above it and descends, m (at 2 cm it came down beside
+the object's edge, into the SafetyWrapper's margin around the table)"""
+RELEASE_XY = 0.01
+"""within this xy distance of a bin's centre the carried object is released, m (at 3 cm the release near the walls
+entered the SafetyWrapper's margin around them; a second object released here can land on the first and stay
+stacked, not sorted)"""
 LOW_MARGIN = 0.05
 """below HOVER_Z - LOW_MARGIN the end effector is low: it lifts before moving sideways, m"""
 DAMPING = 0.05
@@ -207,7 +213,7 @@ class ReachObject(ArmSortSkill):
         above = _xy_dist(ee, obj) < ABOVE_XY
         low = ee[:, 2:3] < HOVER_Z - LOW_MARGIN
         half = obj[:, 2:3] - TABLE_TOP  # the object's half height above the table top
-        grip_z = torch.maximum(obj[:, 2:3] + half + TOOL_LENGTH - 0.01, ee[:, 2:3] - DESCENT_STEP)
+        grip_z = torch.maximum(obj[:, 2:3] + half + TOOL_LENGTH, ee[:, 2:3] - DESCENT_STEP)
         grip = self._at(obj[:, 0:2], grip_z)
         lift = self._at(ee[:, 0:2], HOVER_Z)
         hover = self._at(obj[:, 0:2], HOVER_Z)
@@ -228,7 +234,7 @@ class CarryToBin(ArmSortSkill):
     def target(self, obs: torch.Tensor, ee: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         bin_xy = self.bin_xy.expand(ee.shape[0], 2)
         d = _xy_dist(ee, bin_xy)
-        above = d < ABOVE_XY
+        above = d < RELEASE_XY
         low = ee[:, 2:3] < HOVER_Z - LOW_MARGIN
         goal = torch.where(low & ~above, self._at(ee[:, 0:2], HOVER_Z), self._at(bin_xy, HOVER_Z))
         return goal, torch.where(above, -torch.ones_like(d), torch.ones_like(d))
