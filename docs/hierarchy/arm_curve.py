@@ -13,7 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RUNS = {
-    "hppo_run4_shipped": ("HPPO, skills (run 4, shipped)", "tab:green"),
+    "hppo_run5_shipped": ("HPPO, final skills (run 5, shipped)", "tab:green"),
+    "hppo_run4": ("HPPO, skills v2 (run 4)", "tab:cyan"),
     "hppo_run3_normalized": ("HPPO, skills v1 (run 3)", "tab:olive"),
     "hppo_run2_remaining": ("HPPO, no reward normalization (run 2)", "tab:gray"),
     "hppo_run1_per_step": ("HPPO, +2 per sorted object per step (run 1, stopped)", "tab:brown"),

@@ -105,6 +105,7 @@ def test_the_hierarchy_sorts_objects_through_safety_within_the_limits(g, ros2):
 
     ros2.wait_until(lambda: int(_diag(g, "sim_robot").get("successes", 0) or 0) >= 2, 150,
                     "two episodes with every object sorted")
+    ros2.wait_until(lambda: len(g.probe.commands) >= 150, 30, "150 safe commands")
     task = [np.asarray(m.data) for _, m in list(g.probe.task)]
     sorted_counts = [int(_sorted_flags(v)[:NUM_OBJECTS].sum()) for v in task]
     assert max(sorted_counts) == NUM_OBJECTS and any(v[2] > 0.5 for v in task)  # success seen on the wire
