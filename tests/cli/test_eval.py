@@ -58,7 +58,6 @@ def test_eval_writes_its_figure_from_what_it_measured(tmp_path):
 
 
 def test_eval_runs_a_hierarchy_on_the_arm_with_the_safety_wrapper_at_a_curriculum_level():
-
     bundle = "pretrained/arm_sort_hppo/bundle"
     p = tinker("eval", bundle, "--curriculum", "num_objects=2", "--episodes", "2", "--json", "--plot", "")
     assert p.returncode == 0, p.stderr[-2000:]
