@@ -52,6 +52,8 @@ def register(sub: Any) -> None:
     p.add_argument("--hold-estimate", action="store_true",
                    help="a vision bundle: hold its image estimate (the located target) of each episode's first step "
                         "for the episode, as the perception node's hold_estimate does")
+    p.add_argument("--curriculum", metavar="PARAM=VALUE", help="an env parameter set as a curriculum level before the "
+                   "first episode, e.g. num_objects=3 (a policy trained with a curriculum records its first level)")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.add_argument("--plot", default="runs/eval/eval.png", metavar="PNG",
                    help="where to write the figure (default runs/eval/eval.png; '' for none)")
@@ -137,8 +139,9 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
 
 
 def _run_hierarchy(args: argparse.Namespace) -> int:
-    """An exported hierarchical policy (``hierarchy.json``: tinker_deploy.hierarchy) on the env its levels record.
-    Only tasks without an arm for now: the SafetyWrapper's sim composition reads one bundle's arm terms."""
+    """An exported hierarchical policy (``hierarchy.json``: tinker_deploy.hierarchy) on the env its levels record;
+    an arm task is composed from the high level's bundle (its action chain, joints and layout) with the
+    SafetyWrapper last, as a flat policy's."""
     from tinker_core.envs import EnvConfig
     from tinker_core.errors import ConfigError
     from tinker_deploy.hierarchy_runtime import HierarchicalOnnxPolicy
@@ -148,17 +151,23 @@ def _run_hierarchy(args: argparse.Namespace) -> int:
     env_id = args.env or recorded.get("id")
     if not env_id:
         raise ConfigError(f"{args.policy}: the hierarchy records no env; give --env")
-    if args.dynamics:
-        raise ConfigError("--dynamics: not available for hierarchical policies yet (the arm tasks' dynamics files)")
+    safety = False
     if env_id.startswith("tinker/Arm"):
-        raise ConfigError(f"--env {env_id}: hierarchical policies are not composed with the arm's SafetyWrapper in "
-                          "tinker eval yet; evaluate them on tasks without an arm (e.g. tinker/PlanarSort-v0)")
-    if env_id.startswith("tinker/"):
-        import tinker_sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
-    env = (EnvConfig.from_dict(recorded, "recorded env") if recorded.get("id") == env_id and "kwargs" in recorded
-           else EnvConfig(env_id)).make()
+        from tinker_cli._compose import policy_env_for_bundle
+
+        kwargs = dict(recorded.get("kwargs") or {}) if recorded.get("id") == env_id else {}
+        layout = {k: kwargs[k] for k in ("task_kwargs", "max_episode_steps") if k in kwargs}  # not its randomization
+        env = policy_env_for_bundle(policy.high, env_id, dynamics=args.dynamics, safety=not args.no_safety, **layout)
+        safety = not args.no_safety
+    else:
+        if args.dynamics:
+            raise ConfigError("--dynamics: dynamics files apply to the tinker/ arm tasks")
+        if env_id.startswith("tinker/"):
+            import tinker_sim  # noqa: F401  (registers the tinker/ ids; the CLI is the composition root)
+        env = (EnvConfig.from_dict(recorded, "recorded env") if recorded.get("id") == env_id and "kwargs" in recorded
+               else EnvConfig(env_id)).make()
     return _evaluate(args, env, policy, str(args.policy), env_id, float(getattr(env.unwrapped, "control_period", 1.0)
-                                                                          or 1.0), False, version=policy.low.version)
+                                                                          or 1.0), safety, version=policy.low.version)
 
 
 def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id: str, period: float, safety: bool,
@@ -168,6 +177,17 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
 
     from tinker_cli._eval_figure import SafetyMarks, instrument, write_figure
     from tinker_core.evaluate import evaluate
+
+    if args.curriculum:
+        import yaml
+
+        from tinker_core.curriculum import apply_env_param
+        from tinker_core.errors import ConfigError
+
+        param, sep, value = args.curriculum.partition("=")
+        if not sep or not param:
+            raise ConfigError(f"--curriculum {args.curriculum!r}: expected PARAM=VALUE, e.g. num_objects=3")
+        apply_env_param(env, param, yaml.safe_load(value))  # in force from the first reset
 
     bar = tqdm(total=args.episodes, desc="eval", unit="ep", disable=args.json)
     wins = [0]
@@ -189,7 +209,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     rets = [r["return"] for r in res.per_episode]
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
              hold_estimate=bool(getattr(args, "hold_estimate", False)),
-             std_return=float(np.std(rets)))
+             std_return=float(np.std(rets)), curriculum=args.curriculum or None)
     if args.plot:
         d.update(write_figure(args.plot, res.per_episode, timer, marks, env_id=env_id, version=version,
                               name="/".join(Path(name).parts[-2:]) or name,

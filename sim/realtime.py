@@ -29,11 +29,13 @@ class RealTimeArm:
                  camera: bool = True, image_size: int = 64, camera_views: int = 1, control_period: float = 0.05,
                  seed: int = 0,
                  hold_after_cycles: int | None = 4, randomize: bool | str | os.PathLike | RandomizationRanges = False,
-                 urdf_path: str | os.PathLike | None = None, clock_ns: Callable[[], int] = time.monotonic_ns):
+                 urdf_path: str | os.PathLike | None = None, clock_ns: Callable[[], int] = time.monotonic_ns,
+                 task_kwargs: dict[str, Any] | None = None):
         if hold_after_cycles is not None and int(hold_after_cycles) < 1:
             raise ConfigError(f"RealTimeArm.hold_after_cycles: expected >= 1 or None, got {hold_after_cycles}")
         self.env = ArmEnv(task=task, dynamics=dynamics, randomize=randomize, camera=camera, image_size=image_size,
-                          camera_views=camera_views, control_period=control_period, urdf_path=urdf_path)
+                          camera_views=camera_views, control_period=control_period, urdf_path=urdf_path,
+                          task_kwargs=task_kwargs)
         self.robot = self.env.robot
         self.joint_names = list(self.env.joint_names)
         self.control_period = self.env.control_period
@@ -83,6 +85,11 @@ class RealTimeArm:
             raise ConfigError(f"RealTimeArm.set_suction: task {self.env.task.name!r} has no suction")
         with self._lock:
             self._suction = bool(on)
+
+    @property
+    def suction(self) -> bool:
+        """The suction command in force (reset turns it off)."""
+        return self._suction
 
     def state(self) -> tuple[np.ndarray, np.ndarray, int]:
         """Measured joint positions (rad), velocities (rad/s) and the wall-clock stamp (ns) of that state."""

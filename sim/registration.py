@@ -28,9 +28,11 @@ PLANAR_ENV_IDS: dict[str, dict[str, Any]] = {
 
 
 def register_all() -> None:
+    from tinker_sim.arm_sort_skills import register as register_arm_skills
     from tinker_sim.planar_sort_skills import register as register_skills
 
     register_skills()
+    register_arm_skills()
     for env_id, spec in PLANAR_ENV_IDS.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point="tinker_sim.planar_sort:PlanarSortEnv", **spec)

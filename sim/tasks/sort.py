@@ -5,8 +5,13 @@ cup: the extra action dimension ``suction`` (> 0 = on) grips the object the end-
 (a fixed constraint, created when suction turns on within ``SUCTION_REACH_M`` of an object) and releases it
 when it turns off. An object is *sorted* when it rests inside its bin and is not held; the episode
 succeeds (and terminates) when every object is sorted, and is truncated by the time limit (200 steps).
+``max_objects`` > ``num_objects`` keeps that many object slots in the observation (the extra slots read as
+absent and sorted), so a curriculum can change ``num_objects`` (from the next reset) under one layout.
 Reward per step: ``-(distance ee->object) - (distance object->bin)`` for the first unsorted object,
-plus 2 per sorted object, ``-1`` per object in a wrong bin, and 5 at success.
+plus 2 per sorted object, ``-1`` per object in a wrong bin, and 5 at success. ``sorted_reward="remaining"`` pays
+``-2`` per object not yet sorted instead of ``+2`` per sorted one (the same differences between states, but
+finishing early pays: with ``+2`` per sorted object and every step, a return-maximizing learner is better off
+sorting all but the last object and waiting out the time limit than ending the episode with success).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from tinker_sim.dynamics import DynamicsParams
 from tinker_sim.pybullet_world import PyBulletWorld
 from tinker_sim.robot import ArmRobot
 from tinker_sim.tasks.base import Task, term
+from tinker_core.errors import ConfigError
 
 TABLE_HALF = np.array([0.3, 0.6, 0.025])
 TABLE_CENTER = np.array([0.55, 0.0, 0.025])
@@ -44,9 +50,15 @@ class SortTask(Task):
     name = "sort"
     action_terms = [term("suction", 1, "on>0", 1.0, 0.0, "none")]
 
-    def __init__(self, world: PyBulletWorld, robot: ArmRobot, num_objects: int = 2):
+    def __init__(self, world: PyBulletWorld, robot: ArmRobot, num_objects: int = 2, max_objects: int | None = None,
+                 sorted_reward: str = "per_step"):
         super().__init__(world, robot)
-        self.num_objects = int(num_objects)
+        if sorted_reward not in ("per_step", "remaining"):
+            raise ConfigError(f"SortTask.sorted_reward: expected 'per_step' or 'remaining', got {sorted_reward!r}")
+        self.sorted_reward = sorted_reward
+        self.slots = int(max_objects) if max_objects is not None else int(num_objects)
+        """object slots in the observation (fixed for the task's life)"""
+        self._num_objects = self._next_num_objects = self._check_count(num_objects)
         self.params = DynamicsParams()
         self.table = self.add_fixture("sort_table", TABLE_HALF, TABLE_CENTER, (0.55, 0.45, 0.35, 1.0))
         self.bin_parts = []
@@ -68,9 +80,24 @@ class SortTask(Task):
         self.held: int | None = None
         self._size = OBJECT_HALF
 
+    def _check_count(self, n: Any) -> int:
+        if not (float(n) == int(float(n)) and 1 <= int(float(n)) <= self.slots):
+            raise ConfigError(f"SortTask.num_objects: expected an integer 1..{self.slots} (max_objects), got {n!r}")
+        return int(float(n))
+
+    @property
+    def num_objects(self) -> int:
+        """objects of the running episode"""
+        return self._num_objects
+
+    @num_objects.setter
+    def num_objects(self, n: int) -> None:
+        """takes effect at the next reset (a curriculum level never changes a running episode)"""
+        self._next_num_objects = self._check_count(n)
+
     def obs_terms(self) -> list[dict[str, Any]]:
         terms = [term("suction_active", 1, "bool", 1.0, 0.0, "none")]
-        for i in range(self.num_objects):
+        for i in range(self.slots):
             terms += [
                 term(f"obj{i}_pos", 3, "m", 1.0 / self.workspace_half, self.workspace_center, "base"),
                 term(f"obj{i}_minus_ee", 3, "m", 1.0 / 0.3, 0.0, "base"),
@@ -90,6 +117,7 @@ class SortTask(Task):
         self._release()
         self._park_objects()
         self.params = params
+        self._num_objects = self._next_num_objects
         size_key = int(round(params.object_size_scale * 100))  # shapes are cached per 1 % of size: bounded memory
         self._size = OBJECT_HALF * size_key / 100
         self.kinds = rng.integers(0, NUM_KINDS, self.num_objects)
@@ -194,13 +222,16 @@ class SortTask(Task):
         for i in range(self.num_objects):
             pos = self.positions[i]
             parts += [pos, pos - ee, onehot[self.kinds[i]], self.goals[i] - pos, [float(self.sorted[i])]]
+        for _ in range(self.num_objects, self.slots):  # an absent object: nowhere, of no kind, sorted
+            parts += [np.zeros(3), np.zeros(3), np.zeros(NUM_KINDS), np.zeros(3), [1.0]]
         return np.concatenate(parts)
 
     def evaluate(self, ee: np.ndarray) -> tuple[float, bool, dict[str, Any]]:
         self._refresh()
         n_sorted = int(self.sorted.sum())
         success = n_sorted == self.num_objects
-        reward = 2.0 * n_sorted - 1.0 * int(self.wrong.sum())
+        sorted_term = n_sorted if self.sorted_reward == "per_step" else n_sorted - self.num_objects
+        reward = 2.0 * sorted_term - 1.0 * int(self.wrong.sum())
         if success:
             reward += 5.0
         else:

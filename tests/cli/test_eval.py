@@ -55,3 +55,13 @@ def test_eval_writes_its_figure_from_what_it_measured(tmp_path):
     assert fig["interventions_drawn"] == fig["safety_counters"]
     assert sum(fig["safety_counters"].values()) >= 1  # the heavy arm's commands get rate-limited
     assert 0 < d["step_ms_p50"] <= d["step_ms_p99"]
+
+
+def test_eval_runs_a_hierarchy_on_the_arm_with_the_safety_wrapper_at_a_curriculum_level():
+    bundle = "pretrained/arm_sort_hppo/bundle"
+    p = tinker("eval", bundle, "--curriculum", "num_objects=2", "--episodes", "2", "--json", "--plot", "")
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(p.stdout.strip().splitlines()[-1])
+    assert d["safety"] is True and d["curriculum"] == "num_objects=2" and d["objects_total"] == 4
+    bad = tinker("eval", bundle, "--curriculum", "num_objects", "--episodes", "1", "--plot", "")
+    assert bad.returncode != 0 and "--curriculum 'num_objects': expected PARAM=VALUE" in bad.stderr

@@ -60,7 +60,11 @@ def make_skill(name: str) -> nn.Module:
 
 class SkillLibrary(nn.Module):
     """K scripted skills as one low level: ``(obs [B, D], option [B]) -> action [B, A]``. Every skill runs on the
-    batch and the option picks each row's action (a gather, so the graph has no data-dependent branches)."""
+    batch and the option picks each row's action (a gather, so the graph has no data-dependent branches).
+
+    Skills that share a controller (each has ``plan(obs) -> [B, P]``, ``control(obs, plan) -> action`` and the same
+    ``controller_id``; ``forward`` is ``control(obs, plan(obs))``) run their plans, the option picks one, and the
+    controller runs once: the same actions, and the exported graph holds the controller once, not K times."""
 
     def __init__(self, names: list[str]):
         super().__init__()
@@ -70,8 +74,14 @@ class SkillLibrary(nn.Module):
         self.skills = nn.ModuleList([make_skill(n) for n in self.names])
         for p in self.parameters():
             p.requires_grad_(False)
+        ids = {getattr(s, "controller_id", None) for s in self.skills}
+        self.shared_control = len(ids) == 1 and None not in ids
 
     def forward(self, obs: torch.Tensor, option: torch.Tensor) -> torch.Tensor:
+        if self.shared_control:
+            plans = torch.stack([s.plan(obs) for s in self.skills], dim=1)  # [B, K, P]
+            idx = option.long().reshape(-1, 1, 1).expand(-1, 1, plans.shape[-1])
+            return self.skills[0].control(obs, plans.gather(1, idx).squeeze(1))
         acts = torch.stack([s(obs) for s in self.skills], dim=1)  # [B, K, A]
         idx = option.long().reshape(-1, 1, 1).expand(-1, 1, acts.shape[-1])
         return acts.gather(1, idx).squeeze(1)

@@ -2,7 +2,8 @@
 
 Features and joint states arrive separately, tagged with the robot's state stamp. A cycle runs when
 both of one stamp are in (features that come first wait for their state). A new episode (the episode
-tag of the features changes) or a new action chain restarts the chain from that cycle's measured pose.
+tag of the features changes) or a new action chain restarts the chain from that cycle's measured pose; a new
+episode also calls ``on_episode`` before the actor runs (a hierarchical actor starts it with a fresh decision).
 A robot that sends on a channel (``outbox``, `tinker_core.multiagent.channel_edge.ChannelOutbox`) splits the
 actor's output: the action part goes through the chain, the message (checked, clipped) is the step's
 ``message`` and never reaches the chain, safety or the robot.
@@ -24,7 +25,8 @@ class PolicyStep:
     stamp_ns: int
     cycle: int
     raw: np.ndarray
-    """the actor's output (what the learner learns from)"""
+    """the actor's output (what the learner learns from); dims after the joints (a task's extra actions, e.g.
+    ArmSort's suction) are in here only, not in the joint target"""
     target: np.ndarray
     """the action chain's joint target (rad, manifest joint order)"""
     message: np.ndarray | None = None
@@ -36,8 +38,9 @@ class PolicyCycle:
     `ChannelOutbox` of the channel this robot sends on (None: none)."""
 
     def __init__(self, actor: Callable[[np.ndarray, str], np.ndarray], chain: ActionChain, keep: int = 8,
-                 outbox: Any = None):
+                 outbox: Any = None, on_episode: Callable[[], None] | None = None):
         self.actor, self.chain, self.keep, self.outbox = actor, chain, int(keep), outbox
+        self.on_episode = on_episode
         self._q: OrderedDict[int, np.ndarray] = OrderedDict()
         self.q_latest: np.ndarray | None = None
         self._waiting: tuple | None = None
@@ -66,6 +69,8 @@ class PolicyCycle:
         if q is None:  # the chain needs this cycle's measured pose: wait for its JointState
             self._waiting = (stamp_ns, features, cycle, episode, perception_sha256)
             return None
+        if episode != self._episode and self.on_episode is not None:
+            self.on_episode()  # before the actor: this episode's first action comes from a fresh start
         raw = self.actor(features, perception_sha256)
         message = None
         if self.outbox is not None:
@@ -73,4 +78,4 @@ class PolicyCycle:
         if episode != self._episode:
             self._episode = episode
             self.chain.reset(q)
-        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw, q), message)
+        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw[: self.chain.dof], q), message)

@@ -35,3 +35,21 @@ def test_a_new_episode_restarts_the_chain_from_its_pose():
     ref = ActionChain(ActionChainConfig(), LOWER, UPPER)
     ref.reset(np.full(2, -0.5))
     np.testing.assert_array_equal(after_reset.target, ref(np.zeros(2), np.full(2, -0.5)))
+
+
+def test_a_new_episode_calls_on_episode_before_the_actor_and_the_chain_takes_the_joint_dims():
+    calls: list[str] = []
+
+    def actor(features, sha):
+        calls.append("actor")
+        return np.array([0.5, -0.5, 1.0])  # two joints, then a task's extra action (suction)
+
+    cycle = PolicyCycle(actor, ActionChain(ActionChainConfig(), -np.ones(2), np.ones(2)),
+                        on_episode=lambda: calls.append("episode"))
+    q = np.zeros(2)
+    for stamp, episode in ((1, "0"), (2, "0"), (3, "1")):
+        cycle.on_state(stamp, q)
+        step = cycle.on_features(stamp, np.zeros(3), stamp, episode)
+        assert step.raw.shape == (3,) and step.target.shape == (2,)
+    assert calls == ["episode", "actor", "actor", "episode", "actor"]
+    np.testing.assert_allclose(step.target, [0.05, -0.05])  # delta mode: q + action * max_delta (0.1 rad)

@@ -5,6 +5,10 @@
   (the observation assembled exactly as the sim env does, clip included: `tinker_core.loop.observation`);
 - `camera_settings`: the simulated camera a bundle's perception model was trained on (views, size);
 - `ActorRunner`: the bundle's actor behind hot swap; `PolicyBundle`: it with the action chain and the cycle.
+- A hierarchical policy (a directory with ``hierarchy.json``, `tinker_deploy.hierarchy`): perception passes the
+  assembled observation on as the features (`ObservationFeatures`: the high level's layout), and the policy runs
+  `tinker_deploy.hierarchy_runtime.HierarchicalOnnxPolicy` on them (`HierarchyRunner`: the high level only when
+  an option ends; a new episode starts with a fresh decision). No hot reload for these yet.
 """
 
 from __future__ import annotations
@@ -67,11 +71,57 @@ def channel_outbox(manifest, says: ChannelSpec | None) -> ChannelOutbox | None:
     return ChannelOutbox(says, n)
 
 
+def _hierarchy_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a hierarchy's ``hierarchy.json`` (which pins every level's manifest): its identity on the wire."""
+    import hashlib
+
+    from tinker_deploy.hierarchy_runtime import HIERARCHY_FILE, read_hierarchy
+
+    read_hierarchy(path)  # format and every level's manifest digest checked
+    return hashlib.sha256((Path(path) / HIERARCHY_FILE).read_bytes()).hexdigest()
+
+
+class ObservationFeatures:
+    """Perception of a hierarchical policy: the features are the assembled observation itself (the levels read it
+    whole), laid out as the high level's bundle records (its terms, joint names)."""
+
+    def __init__(self, path: str | os.PathLike):
+        from tinker_deploy.hierarchy_runtime import read_hierarchy
+        from tinker_deploy.runtime import OnnxPolicy
+
+        doc = read_hierarchy(path)
+        self.sha256 = _hierarchy_sha256(path)
+        self.high = OnnxPolicy.from_bundle(Path(path) / doc["levels"]["high"]["bundle"])
+        if not self.manifest.obs_terms:
+            raise BundleError(f"{path}: the high level records no observation terms; perception cannot assemble them")
+
+    @property
+    def manifest(self):
+        return self.high.manifest
+
+    @property
+    def version(self) -> int:
+        return int(self.manifest.policy_version)
+
+    def forward(self, obs) -> np.ndarray:
+        return np.asarray(obs, dtype=np.float32).reshape(-1)
+
+    def warmup(self, n: int) -> dict[str, float]:
+        return {"p99_us": 0.0, "max_us": 0.0}
+
+
 def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) -> tuple[object, PerceptionCycle, str]:
     """(model, cycle, log line): the bundle's perception model, verified and warmed up, behind its cycle.
     ``cycle_kwargs`` go to `PerceptionCycle` (synced, sync_frames, max_frame_age_ns, ee_fn, hold_estimate, channels)."""
+    from tinker_deploy.hierarchy_runtime import is_hierarchy
     from tinker_deploy.runtime import OnnxPolicy
 
+    if is_hierarchy(path):
+        model = ObservationFeatures(path)
+        m = model.manifest
+        cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m), **cycle_kwargs)
+        return model, cycle, (f"hierarchical policy {path} ({model.sha256[:12]}): the observation is the features "
+                              f"({len(m.obs_terms)} terms, {int(np.prod(m.obs_spec.shape))} values)")
     model = OnnxPolicy.from_bundle(str(path), part="perception")
     m = model.manifest
     cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m),
@@ -207,6 +257,77 @@ class ActorRunner:
         self._actor = None
 
 
+class HierarchyRunner:
+    """`ActorRunner`'s interface for a hierarchical policy: `HierarchicalOnnxPolicy` on the observation perception
+    passes on (`ObservationFeatures`); ``reset_episode()`` makes the next call a fresh high-level decision."""
+
+    rejected_reloads = 0
+
+    def __init__(self, path: str | os.PathLike):
+        if not path:
+            raise ConfigError("policy.bundle: no bundle path given (set the 'bundle' parameter)")
+        from tinker_deploy.hierarchy_runtime import HierarchicalOnnxPolicy
+
+        self.policy = HierarchicalOnnxPolicy(path)
+        self.perception_sha256 = self.actor_sha256 = _hierarchy_sha256(path)
+        m = self.manifest
+        if not m.joint_names:
+            raise BundleError(f"{path}: the high level records no joint names; the policy node maps joints by name")
+        self.joint_names = list(m.joint_names)
+        self.chain_config = chain_config(m)
+        self.feature_size = int(np.prod(m.obs_spec.shape))
+        self.version = int(m.policy_version)
+        self.providers = list(self.policy.high.session.get_providers())
+        self.episodes = 0
+
+    @property
+    def manifest(self):
+        return self.policy.high.manifest
+
+    def request_reload(self, path: str | os.PathLike):
+        raise BundleError(f"policy.bundle {path}: hot reload of a hierarchical policy is not supported yet; restart "
+                          "the policy node (cleanup, configure) with the new bundle")
+
+    def reset_episode(self) -> None:
+        self.policy.reset()
+        self.episodes += 1
+
+    def __call__(self, features: np.ndarray, perception_sha256: str | None = None) -> np.ndarray:
+        if perception_sha256 is not None and perception_sha256 != self.perception_sha256:
+            raise ValidationError("policy.features.perception_sha256", self.perception_sha256[:16],
+                                  perception_sha256[:16] or "none",
+                                  "features from another perception (another policy's observation)")
+        if features.shape[0] != self.feature_size:
+            raise ValidationError("policy.features", f"{self.feature_size} values", f"{features.shape[0]} values")
+        return np.asarray(self.policy.forward(features), dtype=np.float64).reshape(-1)
+
+    def diagnostic_values(self) -> dict[str, object]:
+        """The running option, and how often each level ran (the high level only when an option ended)."""
+        p = self.policy
+        if p is None:
+            return {}
+        option = p.options[p.option] if p.option is not None and p.option < len(p.options) else str(p.option)
+        return {"option": option, "high_level_calls": p.high_calls, "low_level_calls": p.calls,
+                "episodes_started": self.episodes}
+
+    def warmup(self, n: int) -> tuple[float, float]:
+        import time
+
+        obs = np.zeros(self.feature_size, np.float32)
+        samples = []
+        for _ in range(max(1, n)):
+            t0 = time.perf_counter_ns()
+            self.policy.forward(obs)
+            samples.append(time.perf_counter_ns() - t0)
+        self.policy.reset()
+        self.policy.calls = self.policy.high_calls = 0
+        a = np.asarray(samples, np.float64) / 1e3
+        return float(np.percentile(a, 99)), float(a.max())
+
+    def close(self) -> None:
+        self.policy = None
+
+
 class PolicyBundle:
     """The policy node's core: `ActorRunner`, the bundle's action chain within the URDF limits, and the
     `PolicyCycle`. A hot-swapped bundle with another chain config restarts the chain at the next cycle."""
@@ -214,22 +335,27 @@ class PolicyBundle:
     def __init__(self, path: str | os.PathLike, urdf: str | None, control_period: float,
                  on_swap: Callable[[str], None] = lambda line: None, says: ChannelSpec | None = None):
         """``says``: the channel this robot sends on (the bundle's actor then outputs action + message)."""
+        from tinker_deploy.hierarchy_runtime import is_hierarchy
+
         from tinker_safety.limits import JointLimits
 
-        self.runner = ActorRunner(path)
+        self.runner = HierarchyRunner(path) if is_hierarchy(path) else ActorRunner(path)
         trained = self.runner.manifest.control_period
         if trained is not None and abs(float(trained) - control_period) > 1e-9:
             raise TinkerError(f"policy.control_period: the bundle was trained at {trained} s per cycle, this "
                               f"graph runs at {control_period} s; set control_period in the launch YAML to match")
         limits = JointLimits.from_urdf(urdf or None, joint_names=self.runner.joint_names)
         self.limits = (limits.lower, limits.upper)
-        self.cycle = PolicyCycle(self._act, self.new_chain(), outbox=channel_outbox(self.runner.manifest, says))
+        self.cycle = PolicyCycle(self._act, self.new_chain(), outbox=channel_outbox(self.runner.manifest, says),
+                                 on_episode=getattr(self.runner, "reset_episode", None))
         self.on_swap, self.reloads = on_swap, 0
         self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256
 
     def reload(self, path: str | os.PathLike) -> None:
         """Validate bundle ``path`` in the background and swap it in between two calls (`ActorRunner`); raises
         BundleError at once where there is no bundle (the running one stays)."""
+        if isinstance(self.runner, HierarchyRunner):
+            self.runner.request_reload(path)
         if not (Path(path) / "manifest.json").is_file():
             raise BundleError(f"bundle {path}: no manifest.json there; keeping the running bundle")
         self.runner.request_reload(str(path))

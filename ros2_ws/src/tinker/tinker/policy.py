@@ -169,7 +169,8 @@ class PolicyNode(NodeRuntime, LifecycleNode):
                 **({} if self.channel_watch is None else {
                     "channels.says": self.says.name, "channels.clipped": self.core.cycle.outbox.clipped if self.core else 0,
                     "channels.publishers": self.channel_watch.counts[topic(self.says)],
-                    "channels.extra_publishers_seen": self.channel_watch.extra_seen})}
+                    "channels.extra_publishers_seen": self.channel_watch.extra_seen}),
+                **(r.diagnostic_values() if hasattr(r, "diagnostic_values") else {})}
 
     def diagnostic_level(self):
         if self.stopped_by_overrun:

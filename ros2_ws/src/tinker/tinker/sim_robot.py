@@ -6,7 +6,10 @@ so default subscribers get it), ``camera/image_raw``
 target...]``, meta ``stamp_ns;cycle;episode``). Takes joint position commands like ros2_control's
 forward position controller: ``forward_position_controller/commands`` as std_msgs/Float64MultiArray
 (in ``joint_names`` order), or trajectory_msgs/JointTrajectory (``command_type: joint_trajectory``;
-the first point's positions, mapped by joint name). When no fresh command arrives within
+the first point's positions, mapped by joint name). ``task: sort`` (ArmSort) takes its suction cup from the
+policy's raw action (``policy/raw_action``, the value after the joints, > 0 = on), applied only together with
+the safe command that answers the same state and that the safety node passed (not ``held`` or ``estopped``):
+while the safety node holds, the suction stays as it was. When no fresh command arrives within
 ``hold_after_cycles`` cycles the arm holds its measured position (the robot side's own watchdog).
 While the command topic has more than one publisher no command is executed (the arm holds, ERROR
 diagnostic naming the topic). Every executed command is measured against the arm's true pose (the
@@ -70,7 +73,10 @@ class SimRobotNode(NodeRuntime, Node):
         camera_rate = float(g("camera_rate_hz"))
         if camera_rate < 0:
             raise TinkerError(f"sim_robot.camera_rate_hz: expected >= 0 (0 = every cycle, in line), got {camera_rate}")
-        self.arm = RealTimeArm(task=g("task"), dynamics=g("dynamics") or None,
+        task_kwargs = {k: int(g(k)) for k in ("num_objects", "max_objects") if int(g(k)) > 0}
+        if task_kwargs and g("task") != "sort":
+            raise TinkerError(f"sim_robot.num_objects/max_objects: only the sort task has objects, task is {g('task')!r}")
+        self.arm = RealTimeArm(task=g("task"), dynamics=g("dynamics") or None, task_kwargs=task_kwargs or None,
                                camera=bool(g("camera")) and camera_rate == 0,
                                image_size=int(g("image_size")), camera_views=int(g("camera_views")),
                                control_period=self.period, seed=int(g("seed")),
@@ -103,6 +109,12 @@ class SimRobotNode(NodeRuntime, Node):
         else:
             raise TinkerError(f"sim_robot.command_type: expected 'float64_array' or 'joint_trajectory', "
                               f"got {g('command_type')!r}")
+        self.suction_sub = None
+        self._raw_suction: dict[int, bool] = {}  # state stamp -> the policy's suction for it
+        self.suction_switches = 0
+        if self.env.task.extra_action_dims == 1:
+            self.suction_sub = self.create_subscription(Float64MultiArray, g("raw_action_topic"), self._on_raw_action,
+                                                        COMMAND_QOS)
         self.rejections = RecentFaults()
         self.foreign = ""  # why commands are not executed: a second publisher on the command topic
         self.foreign_holds = 0
@@ -116,6 +128,8 @@ class SimRobotNode(NodeRuntime, Node):
         self.cycle = 0
         self.episode = 0
         self.episode_step = 0
+        self.successes = 0  # episodes that reached success
+        self._success_episode = -1
         self._last_tick_ns = 0
         self._episode_framed = False  # this episode's first frame was submitted
         self._published: dict[int, int] = {}
@@ -158,6 +172,11 @@ class SimRobotNode(NodeRuntime, Node):
         p("joint_states_topic", "joint_states", S, "Topic of the measured joint state.")
         p("image_topic", "camera/image_raw", S, "Topic of the camera images.")
         p("task_topic", "task", S, "Topic of the task terms (simulator only).")
+        p("num_objects", 0, I, "Sort task: objects per episode (0: the task's default).", lo=0, hi=16)
+        p("max_objects", 0, I, "Sort task: object slots in the task terms (0: num_objects); a policy trained "
+                               "with slots needs the same.", lo=0, hi=16)
+        p("raw_action_topic", "policy/raw_action", S, "Sort task: the policy's raw action (the suction after the "
+                                                      "joints), applied with the safe command of the same state.")
 
     def _on_set_parameters(self, params) -> SetParametersResult:
         """Ranges and read-only are rclpy's; the dynamic ones take effect at the next cycle."""
@@ -236,11 +255,34 @@ class SimRobotNode(NodeRuntime, Node):
             self.stale += 1  # answers a state from before the episode reset: the arm is elsewhere now
         else:
             self._accept(q)
+            if self.suction_sub is not None and stamp.isdigit() and not self.foreign \
+                    and meta.get("status", "") not in ("held", "estopped"):
+                self._apply_suction(int(stamp))
         sent = self._published.get(int(meta["stamp_ns"])) if meta.get("stamp_ns", "").isdigit() else None
         if sent is not None:  # end to end: this state's publish -> the safe command's arrival here
             self.span(int(meta.get("cycle", 0)), sent, now - sent, module="loop_e2e", status=meta.get("status", ""))
         if self._frame_job is not None:  # the cycle's loop is done: the camera renders in the quiet window
             self._submit_frame()
+
+    def _on_raw_action(self, msg: Float64MultiArray) -> None:
+        try:
+            raw, meta = read_array(msg, None, "sim_robot.raw_action")
+        except ValidationError as e:
+            return self._reject(e)
+        stamp = meta.get("stamp_ns", "")
+        if raw.shape[0] <= self.dof or not stamp.isdigit():
+            return self._reject(ValidationError("sim_robot.raw_action", f"> {self.dof} values with a stamp_ns",
+                                                f"{raw.shape[0]} values, stamp {stamp!r}"))
+        self._raw_suction[int(stamp)] = bool(raw[self.dof] > 0.0)
+        while len(self._raw_suction) > 16:
+            self._raw_suction.pop(next(iter(self._raw_suction)))
+
+    def _apply_suction(self, stamp: int) -> None:
+        """The suction the policy chose for state ``stamp``, with that state's safe command (none came: unchanged)."""
+        on = self._raw_suction.get(stamp)
+        if on is not None and on != self.arm.suction:
+            self.arm.set_suction(on)
+            self.suction_switches += 1
 
     def _on_trajectory(self, msg: JointTrajectory) -> None:
         try:
@@ -294,6 +336,9 @@ class SimRobotNode(NodeRuntime, Node):
             self._publish_frame(img, stamp, self.cycle)
         if self.mirror is not None:
             self._camera_tick(t0, stamp)
+        self.successes += bool(success) and self._success_episode != self.episode
+        if success:
+            self._success_episode = self.episode  # one success per episode
         if done and self.episode_cycles > 0:
             if self._frame_job is not None:  # the reset moves the scene: this state's frame is taken now
                 self._submit_frame()
@@ -345,7 +390,8 @@ class SimRobotNode(NodeRuntime, Node):
                 "max_command_step": f"{self.step_max:.4f}", "max_command_step_window": f"{window:.4f}",
                 "commands_over_velocity_limit": self.steps_over_limit,
                 "rejected_commands": self.rejections.count, "stale_commands": self.stale, "sim_misses": self.arm.misses,
-                "episode": self.episode, "last_error": self.rejections.last,
+                "episode": self.episode, "successes": self.successes, "suction_switches": self.suction_switches,
+                "last_error": self.rejections.last,
                 **{f"unsafe_states.{k}": v for k, v in self.arm.env.violations.items()}}
         if self.mirror is not None:
             vals.update({"camera_frames": self.mirror.frames, "camera_dropped": self.mirror.dropped,
