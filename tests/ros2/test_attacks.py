@@ -163,7 +163,12 @@ def test_twenty_participants_joining_the_running_loop_latch_no_estop(g, ros2):
         t0 = time.time_ns()
         procs = [subprocess.Popen([sys.executable, PARTICIPANT, NS, str(topics_published), "20"], env=g.env,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(4)]
-        outs = [p.communicate(timeout=60)[0] for p in procs]
+        try:
+            outs = [p.communicate(timeout=60)[0] for p in procs]
+        finally:  # a participant that hangs must not stay on the machine for the tests after this one
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
         for p, out in zip(procs, outs):
             last = out.strip().splitlines()[-1] if out.strip() else ""
             assert p.returncode == 0 and last.startswith("matched="), out[-2000:]
