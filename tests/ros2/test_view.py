@@ -135,15 +135,25 @@ def free_port() -> int:
 
 @pytest.fixture(scope="module")
 def g(ros2, bundles, tmp_path_factory):
+    from pathlib import Path
+
+    import yaml
+
     from tinker.bringup import Graph
+    from tinker_safety.config import DEFAULT_CONFIG_PATH
 
     tmp = tmp_path_factory.mktemp("view")
     b = str(bundles["v1"])
+    # a patient watchdog latch, as in test_graph: these tests are about the view. In a fresh-clone CI run no cycle
+    # the client saw was served (each held or e-stopped), most likely a latch after one stall of a few hundred ms
+    cfg = yaml.safe_load(Path(DEFAULT_CONFIG_PATH).read_text())
+    cfg["watchdog_misses_to_estop"] = 10
+    (tmp / "safety.yaml").write_text(yaml.safe_dump(cfg))
     port, http_port = free_port(), free_port()
     graph = Graph(namespace=NS, view=True, record=tmp / "run.mcap", run_dir=tmp / "logs",
                   env=ros2.graph_env(ros2.fresh_domain()),
                   overrides={"perception": {"bundle": b}, "policy": {"bundle": b},
-                             "sim_robot": {"episode_cycles": 25},
+                             "sim_robot": {"episode_cycles": 25}, "safety": {"config": str(tmp / "safety.yaml")},
                              # normal priority here (the YAML's nice 10 is for the loop's sake): on a machine shared
                              # with other jobs a nice-10 observer can be starved past what the loop's publishers keep
                              "view": {"port": port, "http_port": http_port, "nice": 0},
