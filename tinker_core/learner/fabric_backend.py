@@ -223,6 +223,11 @@ def run(devices: int, steps: int, batch: int, hidden: int, seed: int, determinis
               "all_reduce_ms_per_update": 1e3 * dp.reduce_s / len(ts) if dp else 0.0}
     if rank == 0:
         (out / "result.json").write_text(json.dumps(result, indent=1))
+    if dp is not None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():  # stop gloo's threads before the interpreter exits: a live process group at exit
+            dist.destroy_process_group()  # aborted a rank once ("terminate called without an active exception")
     return result
 
 
