@@ -29,6 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
+from tinker.package_files import config_file
 from tinker.priority import die_with_parent
 from tinker_core.errors import ConfigError, TinkerError
 
@@ -77,18 +78,7 @@ class BringupError(TinkerError):
 
 def default_params_file() -> Path:
     """``config/bringup.yaml`` from the installed package share (colcon) or from the source tree."""
-    try:
-        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
-
-        try:
-            p = Path(get_package_share_directory("tinker")) / "config" / "bringup.yaml"
-            if p.is_file():
-                return p
-        except (PackageNotFoundError, OSError):  # not installed with colcon, or no AMENT_PREFIX_PATH
-            pass
-    except ImportError:
-        pass
-    p = Path(__file__).resolve().parent.parent / "config" / "bringup.yaml"
+    p = config_file("bringup.yaml")
     if not p.is_file():
         raise ConfigError(f"bringup: no parameter file found (looked in the package share and {p})")
     return p

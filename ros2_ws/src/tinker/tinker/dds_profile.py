@@ -29,18 +29,9 @@ REPLY_WAIT_S = 0.002
 
 def service_profile_file() -> Path:
     """``config/fastdds_services.xml``, from the installed package share (colcon) or the source tree."""
-    try:
-        from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
+    from tinker.package_files import config_file
 
-        try:
-            p = Path(get_package_share_directory("tinker")) / "config" / "fastdds_services.xml"
-            if p.is_file():
-                return p
-        except (PackageNotFoundError, OSError):  # not installed with colcon, or no AMENT_PREFIX_PATH
-            pass
-    except ImportError:
-        pass
-    return Path(__file__).resolve().parent.parent / "config" / "fastdds_services.xml"
+    return config_file("fastdds_services.xml")
 
 
 def use_service_profile(environ: MutableMapping[str, str] = os.environ) -> str:
