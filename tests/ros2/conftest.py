@@ -85,6 +85,17 @@ class Probe:
     def publisher(self, msg_type, topic: str, qos):
         return self.node.create_publisher(msg_type, topic, qos)
 
+    def statuses(self, name: str, since_ns: int = 0) -> list[dict[str, str]]:
+        """Every status of node ``name`` (fully qualified) in ``self.diag`` (the /diagnostics list the test
+        collects into it) since ``since_ns``, oldest first, as ``{"level", "message", key: value...}``."""
+        return [{"level": st.level, "message": st.message, **{kv.key: kv.value for kv in st.values}}
+                for t, arr in list(self.diag) if t >= since_ns for st in arr.status if st.name == name]
+
+    def status(self, name: str) -> dict[str, str]:
+        """The newest status of node ``name`` ({} before the first)."""
+        d = self.statuses(name)
+        return d[-1] if d else {}
+
     def call(self, srv_type, name: str, request, timeout: float = 20.0):
         client = self.node.create_client(srv_type, name)
         try:

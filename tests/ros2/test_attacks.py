@@ -94,17 +94,11 @@ def _served(g, ros2, since_ns=0):
 
 
 def _diags(g, node: str, since_ns: int = 0) -> list[dict[str, str]]:
-    out = []
-    for t, arr in list(g.probe.diag):
-        for st in arr.status:
-            if t >= since_ns and st.name == f"/{NS}/{node}":
-                out.append({"level": st.level, "message": st.message, **{kv.key: kv.value for kv in st.values}})
-    return out
+    return g.probe.statuses(f"/{NS}/{node}", since_ns)
 
 
 def _diag(g, node: str) -> dict[str, str]:
-    d = _diags(g, node)
-    return d[-1] if d else {}
+    return g.probe.status(f"/{NS}/{node}")
 
 
 def _true_q(g) -> np.ndarray:

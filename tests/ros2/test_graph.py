@@ -77,11 +77,7 @@ def _served(g, ros2, since_ns=0):
 
 
 def _diag(g, node: str) -> dict[str, str]:
-    for _, arr in reversed(list(g.probe.diag)):
-        for st in arr.status:
-            if st.name == f"/{NS}/{node}":
-                return {"level": st.level, "message": st.message, **{kv.key: kv.value for kv in st.values}}
-    return {}
+    return g.probe.status(f"/{NS}/{node}")
 
 
 def test_graph_comes_up_from_the_launch_yaml_with_lifecycle_nodes_active(g, ros2):

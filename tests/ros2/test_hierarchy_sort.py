@@ -93,11 +93,7 @@ def g(ros2, tmp_path_factory):
 
 
 def _diag(g, node: str) -> dict[str, str]:
-    for _, arr in reversed(list(g.probe.diag)):
-        for st in arr.status:
-            if st.name == f"/{NS}/{node}":
-                return {"level": st.level, "message": st.message, **{kv.key: kv.value for kv in st.values}}
-    return {}
+    return g.probe.status(f"/{NS}/{node}")
 
 
 def test_the_hierarchy_sorts_objects_through_safety_within_the_limits(g, ros2):
