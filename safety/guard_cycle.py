@@ -12,7 +12,9 @@ this class decides it (the node only turns messages into calls and `Ports` into 
 - **order**: a late command still goes on when it answers the newest state or the one before (`CommandOrder`);
 - **the policy's lifecycle**: while the policy is not active, cycles are held and no miss counted; its first
   command after re-activation starts through the start ramp;
-- **the e-stop**: only `reset` with a trusted measured state clears it.
+- **the e-stop**: only `reset` with a trusted measured state clears it;
+- **a person's takeover** (`takeover`, a `Takeover`; None: none): a fresh teleop target replaces the policy's
+  target of a cycle as the candidate, and goes through the same wrapper; the command says so (``teleop``).
 
 The clock is the receiver's monotonic clock (``clock``), never message stamps.
 """
@@ -28,6 +30,7 @@ import numpy as np
 from tinker_safety.command_order import CommandOrder
 from tinker_safety.safety_wrapper import SafetyWrapper
 from tinker_safety.state_gate import StateGate
+from tinker_safety.takeover import Takeover
 
 
 @dataclass(slots=True)
@@ -41,6 +44,10 @@ class Command:
     status: str
     """passed, clipped, rate_limited, held, estopped... (the SafetyWrapper's outcome, lower case)"""
     why: str = ""
+    teleop: np.ndarray | None = None
+    """the person's joint target this command was made from (None: the policy's)"""
+    measured: np.ndarray | None = None
+    """the trusted measured pose the command was judged at (set with ``teleop``: the learner's action needs it)"""
 
 
 class Ports(Protocol):
@@ -92,6 +99,7 @@ class GuardCycle:
         self.no_command = 0
         self.ramp_restarts = 0  # safe-start ramps begun by activation or a returning policy
         self.deadline_misses = 0
+        self.takeover: Takeover | None = None  # a person's teleop targets (the host offers them; None: no teleop)
 
     # --- configuration and lifecycle ------------------------------------------------------------
     def configure(self, guard: SafetyWrapper, gate: StateGate) -> None:
@@ -147,9 +155,10 @@ class GuardCycle:
         if self.active:
             self.ports.arm_deadline()  # this state's command is due within the deadline
 
-    def command(self, target: np.ndarray, valid: bool, meta: dict[str, str]) -> bool:
+    def command(self, target: np.ndarray, valid: bool, meta: dict[str, str], now_ns: int | None = None) -> bool:
         """A policy command; ``valid``: it passed the wire checks (an invalid one still goes to the wrapper,
-        which holds, counts and may latch). Returns whether it went to the wrapper."""
+        which holds, counts and may latch); ``now_ns``: the teleop stamps' clock (None: no takeover this cycle).
+        Returns whether it went to the wrapper."""
         if not self.active or self.q is None:
             return False
         if self.untrusted:
@@ -167,6 +176,9 @@ class GuardCycle:
         if self._policy_returning and not self.guard.estopped:
             self._start_ramp(self.q, self.qd)
         self._policy_returning = False
+        teleop = self.takeover.pick(now_ns) if self.takeover is not None and valid and now_ns is not None else None
+        if teleop is not None:  # the person's target is the candidate: the same wrapper judges it
+            target = teleop
         # feed + tick: a fresh action answers this cycle and ends a run of missed ones
         self._last_cmd_t = now = self.clock()
         was = self.guard.estopped
@@ -178,7 +190,7 @@ class GuardCycle:
             self.ports.cancel_deadline()
             self.misses_in_row = 0
         self._send(cmd, stamp, int(meta.get("cycle", 0)), meta.get("version", ""), status.outcome.name.lower(),
-                   status.summary[:240] if status.intervened else "")
+                   status.summary[:240] if status.intervened else "", teleop)
         if self.guard.estopped and not was:
             self.ports.log("error", f"e-stop latched: {status.summary}")
             self.ports.estop_changed()
@@ -275,9 +287,11 @@ class GuardCycle:
             self.holds += 1
             self._send(self.last_sent, self._state_stamp, self._state_cycle, "", "held", self.untrusted)
 
-    def _send(self, cmd: np.ndarray | None, stamp: int, cycle: int, version: str, status: str, why: str = "") -> None:
+    def _send(self, cmd: np.ndarray | None, stamp: int, cycle: int, version: str, status: str, why: str = "",
+              teleop: np.ndarray | None = None) -> None:
         if cmd is None:  # the guard has no valid measured state yet: nothing may be commanded
             self.no_command += 1
             return
         self.last_sent = np.array(cmd, dtype=np.float64)
-        self.ports.send(Command(self.last_sent, stamp, cycle, version, status, why))
+        self.ports.send(Command(self.last_sent, stamp, cycle, version, status, why, teleop,
+                                None if teleop is None else self.q.copy()))

@@ -81,3 +81,19 @@ class ActionChain:
         target = np.clip(target, self.lower, self.upper)
         self._last = target
         return target
+
+    def invert(self, target: np.ndarray, q: np.ndarray) -> np.ndarray:
+        """The raw action whose mapping step gives joint ``target`` from measured pose ``q`` (the inverse of the
+        map above, for a person's joint target recorded as the policy's action, HIL-SERL style), clipped to
+        [-clip, clip]. The rate limit, filter and joint clip are not inverted: a target beyond what one action
+        can reach gives the clipped action towards it. Stateless (the chain's last command is not touched)."""
+        c = self.config
+        t = np.asarray(target, dtype=np.float64).reshape(-1)
+        if t.shape[0] != self.dof:
+            raise ValidationError("action_chain.invert.target", f"float[{self.dof}]", f"float[{t.shape[0]}]")
+        t = np.clip(t, self.lower, self.upper)
+        if c.mode == "delta":
+            a = (t - np.asarray(q, dtype=np.float64)) / (c.max_delta * c.scale)
+        else:
+            a = (2.0 * (t - self.lower) / (self.upper - self.lower) - 1.0) / c.scale
+        return np.clip(a, -c.clip, c.clip)
