@@ -13,6 +13,11 @@ have features, and k did not end its episode (a robot left at the goal without a
 later state: none of those starts a transition until one no longer reports it; a recording marks them
 ``after_end``). An episode's last state is never joined to the next episode's first (the robot reset in
 between), and a reward is always the one of the state that ``next_obs`` shows.
+
+A cycle a person took over (``intervention``: the safety node served it from a teleop target) gives a transition
+whose action is ``intervention_action`` (the raw action that maps to the person's target; the policy's raw action
+fills any dims after it, e.g. a suction) and ``info["intervention"] = True``, as human-in-the-loop learners (HIL-SERL)
+use them; a flagged cycle without that action (a recording made by the view, which never sees it) gives none.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from tinker_core.transition import Transition
 
 FIELDS = ("cycle", "episode", "state_stamp_ns", "features_recv_ns", "action_recv_ns", "command_recv_ns",
           "policy_input", "raw_action", "joint_target", "safe_command", "reward", "terminated", "truncated",
-          "policy_version", "safety_status")
+          "policy_version", "safety_status", "intervention", "intervention_action")
 """the fields of one cycle record (the MCAP recording's ``CycleRecord`` schema has the same)"""
 
 
@@ -35,7 +40,8 @@ def new_cycle(stamp_ns: int = 0) -> dict[str, Any]:
     """An empty cycle record for the state stamped ``stamp_ns``."""
     return {"cycle": 0, "episode": 0, "state_stamp_ns": int(stamp_ns), "features_recv_ns": 0, "action_recv_ns": 0,
             "command_recv_ns": 0, "policy_input": [], "raw_action": [], "joint_target": [], "safe_command": [],
-            "reward": 0.0, "terminated": False, "truncated": False, "policy_version": "", "safety_status": ""}
+            "reward": 0.0, "terminated": False, "truncated": False, "policy_version": "", "safety_status": "",
+            "intervention": False, "intervention_action": []}
 
 
 def transition(cur: Mapping[str, Any], nxt: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> Transition | None:
@@ -47,11 +53,16 @@ def transition(cur: Mapping[str, Any], nxt: Mapping[str, Any], info: Mapping[str
         return None
     if cur["terminated"] or cur["truncated"] or cur.get("after_end") or nxt.get("after_end"):
         return None  # no transition starts where the episode ended (a robot at the goal, not reset, says so again)
-    return Transition(obs=np.asarray(cur["policy_input"], dtype=np.float32),
-                      action=np.asarray(cur["raw_action"], dtype=np.float32),
+    action, extra = np.asarray(cur["raw_action"], dtype=np.float32), {}
+    if cur.get("intervention"):
+        person = np.asarray(cur.get("intervention_action", []), dtype=np.float32).reshape(-1)
+        if person.shape[0] == 0:
+            return None  # a person took this cycle over and their action is unknown: no transition is better
+        action, extra = np.concatenate([person, action[person.shape[0]:]]), {"intervention": True}
+    return Transition(obs=np.asarray(cur["policy_input"], dtype=np.float32), action=action,
                       reward=float(nxt["reward"]), terminated=bool(nxt["terminated"]), truncated=bool(nxt["truncated"]),
                       info={"policy_version": cur["policy_version"], "safety_status": cur["safety_status"],
-                            "cycle": int(cur["cycle"]), **(info or {})},
+                            "cycle": int(cur["cycle"]), **(info or {}), **extra},
                       next_obs=np.asarray(nxt["policy_input"], dtype=np.float32))
 
 
@@ -123,6 +134,12 @@ class CycleJoiner:
         rec = self._open.get(stamp)  # never opens a cycle: a stop, or a command for a cycle written already
         if rec is not None:
             rec["safe_command"], rec["command_recv_ns"], rec["safety_status"] = values, recv_ns, status
+
+    def intervention(self, stamp: int, action: np.ndarray) -> None:
+        """The cycle of ``stamp`` was served from a person's target; ``action``: the raw action that maps to it."""
+        rec = self._open.get(stamp)  # never opens a cycle, as a command does not
+        if rec is not None:
+            rec["intervention"], rec["intervention_action"] = True, np.asarray(action, dtype=np.float64)
 
     def flush(self) -> list[Closed]:
         """Close every open cycle (at shutdown)."""

@@ -47,10 +47,12 @@ string policy_version
 string safety_status        # passed / clipped / rate_limited / held / estop ...
 string safety_why           # the SafetyWrapper's reason when it intervened (value, limit, unit)
 bool after_end              # the episode ended at an earlier cycle; still at the goal, no reset since
+bool intervention           # a person's teleop target was the candidate of this cycle (safety's intervention=1)
+float64[] intervention_action  # the raw action that maps to that target (the learner's action; empty: unknown)
 """
 FIELDS = ("cycle", "episode", "state_stamp_ns", "features_recv_ns", "action_recv_ns", "command_recv_ns",
           "policy_input", "raw_action", "joint_target", "safe_command", "reward", "terminated", "truncated",
-          "policy_version", "safety_status", "safety_why", "after_end")
+          "policy_version", "safety_status", "safety_why", "after_end", "intervention", "intervention_action")
 
 
 def empty_record() -> dict:
@@ -58,7 +60,7 @@ def empty_record() -> dict:
     return {"cycle": 0, "episode": 0, "state_stamp_ns": 0, "features_recv_ns": 0, "action_recv_ns": 0,
             "command_recv_ns": 0, "policy_input": [], "raw_action": [], "joint_target": [], "safe_command": [],
             "reward": 0.0, "terminated": False, "truncated": False, "policy_version": "", "safety_status": "", "safety_why": "",
-            "after_end": False}
+            "after_end": False, "intervention": False, "intervention_action": []}
 
 
 TF_TOPIC = "/tf"
@@ -210,7 +212,10 @@ class CycleRecorder:
         """One cycle record on ``/tinker/cycle`` (episode ends marked by `EpisodeEnds`)."""
         msg = self._ends.mark(rec)
         msg.setdefault("safety_why", "")
-        for k in ("policy_input", "raw_action", "joint_target", "safe_command"):
+        msg.setdefault("intervention", False)
+        msg.setdefault("intervention_action", [])
+        msg["intervention"] = bool(msg["intervention"])
+        for k in ("policy_input", "raw_action", "joint_target", "safe_command", "intervention_action"):
             msg[k] = [float(x) for x in np.asarray(msg[k]).reshape(-1)]
         self.write_dict(TOPIC, SCHEMA, MSGDEF, {f: msg[f] for f in FIELDS}, log_time_ns,
                         int(rec["state_stamp_ns"]) or log_time_ns)
@@ -307,6 +312,7 @@ class CycleJoin:
         rec["command_recv_ns"] = recv_ns
         rec["safety_status"] = meta.get("status", "")
         rec["safety_why"] = meta.get("why", "")
+        rec["intervention"] = meta.get("intervention", "") == "1"
 
     def _pop(self) -> list[dict]:
         stamp = min(self._cycles)

@@ -7,7 +7,10 @@ in ``layout.dim[0].label``; ``joint_trajectory`` = trajectory_msgs/JointTrajecto
 reached in one period, for joint_trajectory_controller, the same meta in ``header.frame_id``), the
 latched e-stop state on ``safety/estop_state`` (diagnostic_msgs/DiagnosticStatus, transient_local:
 level ERROR + reason while latched) and /diagnostics. Services: ``~/estop`` and ``~/reset``
-(std_srvs/Trigger).
+(std_srvs/Trigger). A person's teleop targets on ``intervention`` (sensor_msgs/JointState) take over the policy's
+cycles through the same SafetyWrapper (`tinker_safety.takeover.Takeover`); each cycle served from them is marked
+``intervention=1`` on the command and published on ``safety/intervened`` (target and measured pose) for the
+experience bridge.
 
 Every limit is the SafetyWrapper's, every decision between topics `tinker_safety.guard_cycle.GuardCycle`'s
 (trusted states, cycles and their deadline on this node's monotonic clock, misses in a row, late commands,
@@ -47,6 +50,7 @@ from tinker.wire import (COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_m
                          stamp_ns, state_tags)
 from tinker_safety.guard_cycle import Command, GuardCycle
 from tinker_safety.state_gate import StateGate
+from tinker_safety.takeover import Takeover
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.input_ages import Level
 
@@ -68,6 +72,8 @@ PARAMS = {
         ("command_topic", "forward_position_controller/commands", "safe commands to the robot"),
         ("joint_states_topic", "joint_states", "the robot's measured state"),
         ("estop_state_topic", "safety/estop_state", "latched e-stop state"),
+        ("intervention_topic", "intervention", "a person's teleop joint targets (sensor_msgs/JointState)"),
+        ("intervened_topic", "safety/intervened", "each cycle served from teleop: target and measured pose"),
         ("policy_node", "policy", "the policy lifecycle node (its transition_event tells a deactivated policy "
                                   "from a dead one)"))},
     "command_type": Param("float64_array", "Command message: float64_array (Float64MultiArray, "
@@ -83,7 +89,13 @@ PARAMS = {
                                        "arrivals; a larger jump is an implausible state.", (0.0, 3.0)),
     "state_quarantine": Param(0.5, "s: two implausible states within this time refuse every state for this long "
                                    "(two interleaved sources).", (0.0, 60.0)),
+    "intervention_max_age": Param(0.2, "s: a teleop target (intervention topic) replaces the policy's while its stamp "
+                                       "is at most this old (node clock); older ones are refused, and control "
+                                       "returns to the policy this long after the person stops.", (0.01, 5.0)),
+    "intervention_max_future": Param(0.1, "s: a teleop target stamped further in the future than this (node clock) "
+                                          "is refused.", (0.0, 10.0)),
 }
+TAKEOVER_PARAMS = ("intervention_max_age", "intervention_max_future")
 GATE_PARAMS = ("max_state_age", "max_state_future", "state_jump_tolerance", "state_quarantine")
 
 
@@ -104,6 +116,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         cmd_type = JointTrajectory if self.command_type == "joint_trajectory" else Float64MultiArray
         self.cmd_pub = self.create_publisher(cmd_type, self.param("command_topic"), COMMAND_QOS)
         self.estop_pub = self.create_publisher(DiagnosticStatus, self.param("estop_state_topic"), LATCHED_QOS)
+        self.intervened_pub = self.create_publisher(Float64MultiArray, self.param("intervened_topic"), COMMAND_QOS)
         self._name_timer = self.create_timer(0.5, self._check_namesake)
         self._constructed = time.monotonic()
 
@@ -130,6 +143,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         anew with it (a running executor does not see a changed period of an existing timer)."""
         if self.cycle.gate is not None:
             self.cycle.gate.configure(*(self.param(n) for n in GATE_PARAMS))
+        if self.cycle.takeover is not None:
+            self.cycle.takeover.configure(*(self.param(n) for n in TAKEOVER_PARAMS))
         if any(prm.name == "hold_deadline" for prm in params) and self._own_timers:
             armed = not self._wd_timer.is_canceled()
             self.destroy_entities(self._own_timers)
@@ -178,6 +193,9 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                                                   *(g(n) for n in GATE_PARAMS)))
             self.names = list(guard.limits.names)
             self.jmap = JointMap(self.names, "safety.joint_states")
+            self.tmap = JointMap(self.names, "safety.intervention")
+            self.cycle.takeover = Takeover(len(self.names), self.resolve_topic_name(g("intervention_topic")),
+                                           *(g(n) for n in TAKEOVER_PARAMS))
             if self._estop_carry:  # an e-stop latched before cleanup stays latched: only ~/reset clears it
                 guard.estop(f"latched before cleanup ({self._estop_carry})")
             watch = self.watch_subscription
@@ -186,7 +204,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                       Level.ERROR if self.cycle.policy_active else None),
                 watch(JointState, g("joint_states_topic"), self._on_joints, SENSOR_QOS),
                 watch(TransitionEvent, f"{g('policy_node')}/transition_event", self._on_policy_transition,
-                      TRANSITION_QOS, None)]
+                      TRANSITION_QOS, None),
+                watch(JointState, g("intervention_topic"), self._on_intervention, SENSOR_QOS, None)]
             self._js_sub = self._subs[1]
             self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
                           self.create_service(Trigger, "~/reset", self._on_reset)]
@@ -245,6 +264,16 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.cycle.state(q, qd, stamp_ns(msg.header), cycle, episode, self._js_sub.get_publisher_count(),
                          self.get_clock().now().nanoseconds, time.monotonic_ns())
 
+    def _on_intervention(self, msg: JointState) -> None:
+        takeover = self.cycle.takeover
+        try:
+            target = self.tmap.read(msg)[0]
+        except ValidationError as e:
+            takeover.refuse("shape", str(e))
+            return
+        takeover.offer(target, stamp_ns(msg.header), self._subs[3].get_publisher_count(),
+                       self.get_clock().now().nanoseconds)
+
     def _on_command(self, msg: Float64MultiArray) -> None:
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
         meta = decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
@@ -258,7 +287,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                 target = np.asarray(msg.data, dtype=np.float64)  # the guard holds, counts and may latch
         else:
             target = np.asarray(msg.data, dtype=np.float64)
-        if not self.cycle.command(target, valid, meta):
+        if not self.cycle.command(target, valid, meta, self.get_clock().now().nanoseconds):
             return
         dur = time.perf_counter_ns() - t0
         self.stats.record(dur)
@@ -312,6 +341,10 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                 "status": command.status}
         if command.why:
             meta["why"] = command.why.replace(";", ",").replace("=", ":")
+        if command.teleop is not None:  # served from a person's target: marked, and recorded for the learner
+            meta["intervention"] = 1
+            self.intervened_pub.publish(array_msg(np.concatenate([command.teleop, command.measured]),
+                                                  {"stamp_ns": command.stamp, "cycle": command.cycle}))
         if self.command_type == "joint_trajectory":
             msg = JointTrajectory(joint_names=self.names)  # header.stamp 0: start now
             msg.header.frame_id = encode_meta(meta)
@@ -382,6 +415,9 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             rep = c.guard.report()
             vals["estop_cause"] = rep["estop_cause"] or ""
             vals["phase"] = rep["phase"]
+        if c.takeover is not None:
+            vals.update({f"teleop.{k}": v for k, v in c.takeover.counters().items()},
+                        **{"teleop.engaged": c.takeover.engaged, "teleop.last_refusal": c.takeover.last_refusal})
             for k, v in rep["counters"].items():
                 vals[f"interventions.{k}"] = v
         return vals

@@ -15,6 +15,7 @@ That label encoding lives here and nowhere else (`array_msg`, `read_array`). Key
 - ``perception_sha256``: sha256 of the perception model that made the features
 - ``version``: policy version of the bundle that made an action
 - ``status``: the safety status of a safe command (``passed``, ``held``, ``estop`` ...)
+- ``intervention``: ``1`` on a safe command made from a person's teleop target (absent otherwise)
 - ``episode``: the robot's episode counter; ``terms``: the task terms' layout (``name:size,...``)
 """
 
@@ -80,8 +81,17 @@ TOPICS: dict[str, Topic] = {
     "joint_target": Topic("policy/joint_target", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version"),
                           "the policy's joint target, manifest joint order (Float64MultiArray, to safety)"),
     "command": Topic("forward_position_controller/commands", Float64MultiArray, COMMAND_QOS,
-                     ("stamp_ns", "cycle", "version", "status"),
+                     ("stamp_ns", "cycle", "version", "status", "intervention"),
                      "the safe joint position command, the robot's joint order (forward_command_controller)"),
+    "intervention": Topic("intervention", JointState, SENSOR_QOS, (),
+                          "a person's teleop joint targets (sensor_msgs/JointState: name = joints, position = targets "
+                          "in rad, header.stamp = when sent; the standard joint message every teleop tool and `ros2 "
+                          "topic pub` can send; best effort takes reliable and best-effort publishers); a fresh one "
+                          "replaces the policy's target through the SafetyWrapper"),
+    "intervened": Topic("safety/intervened", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle"),
+                        "each cycle served from teleop: the person's joint target, then the measured pose it was "
+                        "judged at (2 x joints, the robot's joint order; the experience bridge turns it into the "
+                        "learner's action)"),
     "estop_state": Topic("safety/estop_state", DiagnosticStatus, LATCHED_QOS, (),
                          "the latched e-stop state (diagnostic_msgs/DiagnosticStatus, key 'estopped')"),
 }
