@@ -63,13 +63,17 @@ class Takeover:
             kind, why = "too_old", (f"{self.topic}: stamp {(now_ns - stamp_ns) / 1e9:.3f} s old "
                                     f"(intervention_max_age {self.max_age_ns / 1e9:g} s)")
         if why:
-            self.refused[kind] += 1
-            self.last_refusal = why
             if kind == "publishers":
                 self._target = None  # what either of them sent before is no longer trusted
-            return why
+            return self.refuse(kind, why)
         self._target, self._stamp = t, int(stamp_ns)
         return ""
+
+    def refuse(self, kind: str, why: str) -> str:
+        """A message the host could not read (``shape``: joints missing by name); counted, returns ``why``."""
+        self.refused[kind] += 1
+        self.last_refusal = why
+        return why
 
     def pick(self, now_ns: int) -> np.ndarray | None:
         """The teleop target that replaces the policy's this cycle, or None (the policy's stands)."""

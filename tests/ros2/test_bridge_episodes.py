@@ -23,7 +23,8 @@ def bridge(ros2):
     learner = TransitionReceiver("tcp://127.0.0.1:0")
     ctx = Context()
     rclpy.init(context=ctx, domain_id=ros2.fresh_domain(), signal_handler_options=SignalHandlerOptions.NO)
-    node = ExperienceBridgeNode(context=ctx, parameter_overrides=[Parameter("learner_endpoint", value=learner.endpoint)])
+    node = ExperienceBridgeNode(context=ctx, parameter_overrides=[Parameter("learner_endpoint", value=learner.endpoint),
+                                                                 Parameter("label_window", value=0.0)])  # labels off
     yield node, learner
     node.close_runtime()  # closes the bridge's ZeroMQ sender: left open, its context's term() blocks at GC
     node.destroy_node()

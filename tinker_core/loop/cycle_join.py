@@ -135,11 +135,14 @@ class CycleJoiner:
         if rec is not None:
             rec["safe_command"], rec["command_recv_ns"], rec["safety_status"] = values, recv_ns, status
 
-    def intervention(self, stamp: int, action: np.ndarray) -> None:
-        """The cycle of ``stamp`` was served from a person's target; ``action``: the raw action that maps to it."""
+    def intervention(self, stamp: int, action: np.ndarray | None = None) -> None:
+        """The cycle of ``stamp`` was served from a person's target; ``action``: the raw action that maps to it
+        (None: only the flag, from the command; the action may come later)."""
         rec = self._open.get(stamp)  # never opens a cycle, as a command does not
         if rec is not None:
-            rec["intervention"], rec["intervention_action"] = True, np.asarray(action, dtype=np.float64)
+            rec["intervention"] = True
+            if action is not None:
+                rec["intervention_action"] = np.asarray(action, dtype=np.float64)
 
     def flush(self) -> list[Closed]:
         """Close every open cycle (at shutdown)."""

@@ -11,7 +11,7 @@ So that the learner never gets the same transition twice, each episode's newest 
 until the episode's next transition comes (then it was not the last), until ``window_s`` after its episode
 ended (its ``terminated``/``truncated``, or the next episode's first transition), or until a label takes it.
 Without any label the transitions are the ones that came in, in their order per episode, each held back by at
-most one transition or the window. ROS-free: the experience bridge calls it; the clock is the caller's (s).
+most one transition or the window. ``window_s`` 0 turns labels off: every transition goes out at once. ROS-free: the experience bridge calls it; the clock is the caller's (s).
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class EpisodeLabels:
     def add(self, t: Transition, episode: int, now: float) -> list[Transition]:
         """A transition of ``episode``; returns the transitions now released for the learner."""
         episode = int(episode)
+        if self.window_s <= 0:  # labels off: nothing waits
+            return self.flush() + [t]
         if episode in self._labelled:
             self.after_label += 1
             return self.release(now)
@@ -74,6 +76,8 @@ class EpisodeLabels:
         """Label the episode that ended within the window, else the running one; returns what was done and the
         transitions released (the labelled one first)."""
         out = self.release(now)
+        if self.window_s <= 0:
+            return Labelled(None, "labels are off (label_window 0)"), out
         ended = [ep for ep in self._ended if ep in self._held]
         if ended:
             ep = max(ended, key=lambda e: self._ended[e])

@@ -108,3 +108,10 @@ def test_a_flagged_cycle_without_the_persons_action_gives_no_transition():
     assert transition(cur, nxt) is not None
     cur["intervention"] = True
     assert transition(cur, nxt) is None
+
+
+def test_a_zero_window_turns_labels_off_and_nothing_waits():
+    labels = EpisodeLabels(window_s=0.0)
+    assert [int(t.obs[0]) for t in labels.add(_t(0), 1, 0.0)] == [0]
+    answer, _ = labels.label(True, 0.1)
+    assert answer.episode is None and "off" in answer.message

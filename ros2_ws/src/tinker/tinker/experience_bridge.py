@@ -10,6 +10,14 @@ node by setting its ``bundle`` parameter (perception first when its model change
 The five streams are watched inputs (`tinker.runtime.NodeRuntime.subscribe`): one silent longer than
 ``input_timeout`` is ERROR in /diagnostics (no cycle can close without it); the e-stop state is latched
 and published on change (its age only).
+
+A person in the loop (`docs/human_in_the_loop.md`): each cycle the safety node served from a teleop target comes on
+``safety/intervened`` (target and measured pose); its transition's action becomes the raw action that maps to that
+target through the running bundle's action chain (`tinker_core.action_chain.ActionChain.invert`; the chain is the
+one of the policy node's ``bundle``, asked every few seconds, or of the bundle this bridge last handed over), with
+``info["intervention"] = True``. The service ``~/label_episode`` (std_srvs/SetBool: true = success) labels an
+episode through `tinker_core.loop.episode_label.EpisodeLabels` (the episode that ended within ``label_window``,
+else the running one); each episode's newest transition waits there so none goes out twice.
 """
 
 from __future__ import annotations
@@ -23,12 +31,14 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
+from std_srvs.srv import SetBool
 
 from tinker.bundle_io import write_bundle
 from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
-from tinker.wire import RECORD_QOS, meta_of, read_task, topic_params
+from tinker.wire import RECORD_QOS, meta_of, read_array, read_task, topic_params
 from tinker_core.errors import TinkerError, ValidationError
 from tinker_core.loop.cycle_join import CycleJoiner
+from tinker_core.loop.episode_label import EpisodeLabels
 from tinker_core.loop.input_ages import RecentFaults
 
 PARAMS = {
@@ -39,8 +49,17 @@ PARAMS = {
     "policy_node": Param("policy", "the policy node to hand bundles to (relative to the namespace)", read_only=True),
     "perception_node": Param("perception", "the perception node to hand a new perception model to", read_only=True),
     **topic_params(task_topic="task", features_topic="features", raw_action_topic="raw_action",
-                   joint_target_topic="joint_target", command_topic="command", estop_state_topic="estop_state"),
+                   joint_target_topic="joint_target", command_topic="command", estop_state_topic="estop_state",
+                   intervened_topic="intervened"),
+    "urdf": Param("", "robot model for the joint limits of the action chain a person's target is inverted through "
+                      "(empty: kuka_iiwa/model.urdf from pybullet_data)", read_only=True),
+    "label_window": Param(3.0, "s: a label_episode call applies to the episode that ended within this time, else to "
+                               "the running one; each episode's last transition waits this long for a label",
+                          (0.0, 60.0)),
+    "label_success_reward": Param(1.0, "reward of an episode's last transition labelled success", (-1e3, 1e3)),
+    "label_failure_reward": Param(0.0, "reward of an episode's last transition labelled failure", (-1e3, 1e3)),
 }
+LABEL_PARAMS = ("label_window", "label_success_reward", "label_failure_reward")
 
 
 def _stamp(msg) -> int:
@@ -58,6 +77,9 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.transitions = self.bundles_received = 0
         self.last_error, self.estopped = "", False
         self.drops, self._dropped_seen = RecentFaults(), 0  # WARN while transitions are being dropped
+        self.labels = EpisodeLabels(*(g(n) for n in LABEL_PARAMS))
+        self.add_post_set_parameters_callback(lambda _: self.labels.configure(*(self.param(n) for n in LABEL_PARAMS)))
+        self.chain, self.chain_bundle, self.interventions, self._ticks = None, "", 0, 0
         if g("learner_endpoint"):
             from tinker_core.transport import TransitionSender
 
@@ -70,8 +92,11 @@ class ExperienceBridgeNode(NodeRuntime, Node):
             self.bundle_dir = Path(g("bundle_dir") or tempfile.mkdtemp(prefix="tinker-bundles-"))
             self.bundle_dir.mkdir(parents=True, exist_ok=True)
             ns = self.get_namespace().rstrip("/")
-            self._param_clients = {n: AsyncParameterClient(self, f"{ns}/{g(n + '_node')}") for n in ("policy", "perception")}
             self.create_timer(0.1, self._poll_weights)
+        from rclpy.parameter_client import AsyncParameterClient
+
+        ns = self.get_namespace().rstrip("/")
+        self._param_clients = {n: AsyncParameterClient(self, f"{ns}/{g(n + '_node')}") for n in ("policy", "perception")}
         if g("record"):
             from tinker.recording import CycleRecorder
 
@@ -80,6 +105,9 @@ class ExperienceBridgeNode(NodeRuntime, Node):
                                ("joint_target", self._on_target), ("command", self._on_command)):
             self.subscribe(f"{role}_topic", role, callback, RECORD_QOS)
         self.subscribe("estop_state_topic", "estop_state", self._on_estop, stale=None)
+        self.subscribe("intervened_topic", "intervened", self._on_intervened, RECORD_QOS, stale=None)
+        self.create_service(SetBool, "~/label_episode", self._on_label)
+        self.create_timer(0.2, self._tick)
 
     # --- message conversion: each stream into the joiner -----------------------------------------
     def _on_features(self, msg: Float32MultiArray) -> None:
@@ -92,7 +120,61 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.join.target(_stamp(msg), np.asarray(msg.data))
 
     def _on_command(self, msg: Float64MultiArray) -> None:
-        self.join.command(_stamp(msg), np.asarray(msg.data), meta_of(msg).get("status", ""), time.time_ns())
+        meta = meta_of(msg)
+        self.join.command(_stamp(msg), np.asarray(msg.data), meta.get("status", ""), time.time_ns())
+        if meta.get("intervention") == "1":  # flagged even should its target never come (no transition then)
+            self.join.intervention(_stamp(msg))
+
+    # --- a person in the loop --------------------------------------------------------------------
+    def _on_intervened(self, msg: Float64MultiArray) -> None:
+        try:
+            v, meta = read_array(msg, None, "experience_bridge.intervened")
+            if self.chain is None:
+                raise ValidationError("experience_bridge.intervened", "the running bundle's action chain",
+                                      "none known yet (the policy node's bundle parameter not read)")
+            n = v.shape[0] // 2
+            self.join.intervention(_stamp(msg), self.chain.invert(v[:n], v[n:]))
+            self.interventions += 1
+        except TinkerError as e:
+            self.last_error = str(e)
+
+    def _on_label(self, request, response):
+        done, released = self.labels.label(bool(request.data), time.monotonic())
+        self._send(released)
+        response.success, response.message = done.episode is not None, done.message
+        self.get_logger().info(f"label_episode: {done.message}")
+        return response
+
+    def _tick(self) -> None:
+        self._send(self.labels.release(time.monotonic()))
+        self._ticks += 1
+        client = self._param_clients["policy"]
+        if self._ticks % 10 == 1 and client.services_are_ready():  # the policy's bundle: the chain to invert through
+            client.get_parameters(["bundle"], callback=self._on_policy_bundle)
+
+    def _on_policy_bundle(self, future) -> None:
+        try:
+            path = future.result().values[0].string_value
+        except Exception as e:  # the policy node is not up (yet): asked again later
+            self.last_error = f"policy bundle not read: {e!r}"
+            return
+        if path and path != self.chain_bundle:
+            self.use_chain(path)
+
+    def use_chain(self, path: str) -> None:
+        """Invert a person's targets through the action chain of bundle ``path`` from now on."""
+        from tinker.bundle_io import chain_config
+        from tinker_core.action_chain import ActionChain
+        from tinker_deploy.manifest import Manifest
+        from tinker_safety.limits import JointLimits
+
+        try:
+            m = Manifest.from_json((Path(path) / "manifest.json").read_bytes())
+            limits = JointLimits.from_urdf(self.param("urdf") or None, joint_names=m.joint_names)
+            self.chain, self.chain_bundle = ActionChain(chain_config(m), limits.lower, limits.upper), path
+        except (OSError, TinkerError) as e:
+            self.last_error = f"action chain of bundle {path} not read: {e}"
+            self.get_logger().error(self.last_error)
 
     def _on_task(self, msg: Float64MultiArray) -> None:
         try:
@@ -107,12 +189,19 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.estopped = any(kv.key == "estopped" and kv.value == "true" for kv in msg.values)
 
     def _emit(self, closed) -> None:
+        now, out = time.monotonic(), []
         for c in closed:
             if self.recorder is not None:
                 self.recorder.write(c.record, time.time_ns())
-            if self.sender is not None and c.transition is not None:
+            if c.transition is not None:  # each episode's newest waits for a label (EpisodeLabels)
+                out += self.labels.add(c.transition, int(c.record["episode"]), now)
+        self._send(out)
+
+    def _send(self, transitions) -> None:
+        for t in transitions:
+            if self.sender is not None:
                 try:
-                    self.sender.send(c.transition)
+                    self.sender.send(t)
                     self.transitions += 1
                 except TinkerError as e:
                     self.last_error = str(e)
@@ -128,6 +217,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
             self.last_error = f"bundle v{version} not written: {e}"
             return self.get_logger().error(self.last_error)
         self.bundles_received, self.deployed_version = self.bundles_received + 1, version
+        self.use_chain(str(path))
         self.deploy(str(path), perception_changed=bool(meta.get("perception_changed", False)))
 
     def deploy(self, path: str, perception_changed: bool = False) -> None:
@@ -141,7 +231,9 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         return {"transitions": self.transitions, "sent": s.sent if s else 0, "dropped": s.dropped if s else 0,
                 "bundles_received": self.bundles_received, "incomplete_cycles": self.join.incomplete,
                 "recorded_cycles": self.recorder.count if self.recorder else 0,
-                "estopped": self.estopped, "last_error": self.last_error}
+                "estopped": self.estopped, "last_error": self.last_error, "interventions": self.interventions,
+                "labels": self.labels.labels, "after_label": self.labels.after_label,
+                "chain_bundle": self.chain_bundle}
 
     def diagnostic_level(self):
         dropped = self.sender.dropped if self.sender is not None else 0
@@ -154,6 +246,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
 
     def on_exit(self) -> None:
         self._emit(self.join.flush())
+        self._send(self.labels.flush())
 
     def close_runtime(self) -> None:
         super().close_runtime()
