@@ -212,6 +212,7 @@ class CycleRecorder:
         """One cycle record on ``/tinker/cycle`` (episode ends marked by `EpisodeEnds`)."""
         msg = self._ends.mark(rec)
         msg.setdefault("safety_why", "")
+        msg.setdefault("after_end", False)  # (the experience bridge's records have no such field)
         msg.setdefault("intervention", False)
         msg.setdefault("intervention_action", [])
         msg["intervention"] = bool(msg["intervention"])
