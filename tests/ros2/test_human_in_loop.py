@@ -109,8 +109,9 @@ def test_a_teleop_target_takes_over_through_the_safety_wrapper_and_reaches_the_l
     _teleop(g, names, target, 4.0)
     took = [(t, m) for t, m in list(g.probe.commands) if t >= since and ros2.meta_of(m).get("intervention") == "1"]
     assert len(took) >= 10, f"{len(took)} commands served from teleop"
-    q = np.asarray(g.probe.joints[-1][1].position)
-    assert abs(q[0] - target[0]) < 0.05, f"joint 0 at {q[0]:.3f}, the person asked {target[0]:.3f}"
+    # the arm got there (at some state: the simulator's episode reset, every 30 cycles, moves it away again)
+    q = [float(j.position[0]) for t, j in list(g.probe.joints) if t >= since]
+    assert min(abs(x - target[0]) for x in q) < 0.05, f"joint 0 at {q}, the person asked {target[0]:.3f}"
     # every command within the wrapper's limits: the URDF's joint range, the velocity limit per cycle
     cfg = yaml.safe_load((g.tmp / "safety.yaml").read_text())
     chain, lim = _chain(g.bundle, names)
