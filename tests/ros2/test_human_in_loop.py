@@ -118,10 +118,15 @@ def test_a_teleop_target_takes_over_through_the_safety_wrapper_and_reaches_the_l
     step = lim.velocity * float(cfg["velocity_scale"]) * ros2.PERIOD + 1e-6
     # each command from the one before it (in the order sent: one reliable publisher), the policy's before the
     # takeover included: within the URDF's joint range, never faster than the wrapper's velocity limit
+    # (not across the simulator's episode reset, which moves the arm and rebases the wrapper on it)
+    from tinker.wire import stamp_ns, state_tags
+
+    episode = {stamp_ns(j.header): state_tags(j)[1] for _, j in list(g.probe.joints)}
     seq = [(ros2.meta_of(m), np.asarray(m.data)) for t, m in list(g.probe.commands) if t >= since - 10**9]
     checked = 0
-    for (_, prev), (meta, v) in zip(seq, seq[1:]):
-        if meta.get("intervention") == "1":
+    for (pmeta, prev), (meta, v) in zip(seq, seq[1:]):
+        same = episode.get(int(pmeta["stamp_ns"]), -1) == episode.get(int(meta["stamp_ns"]), -2)
+        if meta.get("intervention") == "1" and same:
             assert np.all(v >= lim.lower) and np.all(v <= lim.upper), (meta, v)
             assert np.all(np.abs(v - prev) <= step), (meta, v - prev, step)
             checked += 1
@@ -169,6 +174,27 @@ def test_a_second_teleop_publisher_is_refused(g, ros2):
                         "teleop.refused.publishers in /diagnostics")
     finally:
         g.probe.node.destroy_publisher(second)
+
+
+def test_a_latched_estop_stays_latched_whatever_teleop_sends(g, ros2):
+    ok, why = g.call_trigger("safety/estop")
+    assert ok, why
+    try:
+        names = list(g.probe.joints[-1][1].name)
+        q = np.asarray(g.probe.joints[-1][1].position)
+        # the held pose: where the arm is, or the simulator's next episode start (joint 0 within 0.1 rad of 0)
+        bound = max(q[0], 0.1) + 0.05
+        target = q + np.r_[bound + 0.6 - q[0], np.zeros(6)]
+        since = time.time_ns()
+        _teleop(g, names, target, 2.0)
+        cmds = [(ros2.meta_of(m), np.asarray(m.data)) for t, m in list(g.probe.commands) if t >= since]
+        assert len(cmds) >= 5
+        assert all(meta["status"] == "estopped" for meta, _ in cmds), {meta["status"] for meta, _ in cmds}
+        assert all(v[0] <= bound for _, v in cmds), [round(v[0], 3) for _, v in cmds]  # never towards the person's
+        assert _safety(g).get("estopped") == "True"
+    finally:
+        ok, why = g.call_trigger("safety/reset")
+    assert ok, why
 
 
 def test_a_label_lands_on_an_episodes_last_transition(g, ros2):
