@@ -11,7 +11,7 @@ The five streams are watched inputs (`tinker.runtime.NodeRuntime.subscribe`): on
 ``input_timeout`` is ERROR in /diagnostics (no cycle can close without it); the e-stop state is latched
 and published on change (its age only).
 
-A person in the loop (`docs/human_in_the_loop.md`): each cycle the safety node served from a teleop target comes on
+A person in the loop (`docs/sim2real/human_in_the_loop.md`): each cycle the safety node served from a teleop target comes on
 ``safety/intervened`` (target and measured pose); its transition's action becomes the raw action that maps to that
 target through the running bundle's action chain (`tinker_core.action_chain.ActionChain.invert`; the chain is the
 one of the policy node's ``bundle``, asked every few seconds, or of the bundle this bridge last handed over), with
@@ -85,15 +85,13 @@ class ExperienceBridgeNode(NodeRuntime, Node):
 
             self.sender = TransitionSender(g("learner_endpoint"), hwm=1000)
         if g("weights_endpoint"):
-            from rclpy.parameter_client import AsyncParameterClient
             from tinker_core.transport import WeightsSubscriber
 
             self.weights = WeightsSubscriber(g("weights_endpoint"))
             self.bundle_dir = Path(g("bundle_dir") or tempfile.mkdtemp(prefix="tinker-bundles-"))
             self.bundle_dir.mkdir(parents=True, exist_ok=True)
-            ns = self.get_namespace().rstrip("/")
             self.create_timer(0.1, self._poll_weights)
-        from rclpy.parameter_client import AsyncParameterClient
+        from rclpy.parameter_client import AsyncParameterClient  # hands bundles over; reads the policy's bundle
 
         ns = self.get_namespace().rstrip("/")
         self._param_clients = {n: AsyncParameterClient(self, f"{ns}/{g(n + '_node')}") for n in ("policy", "perception")}
@@ -168,12 +166,13 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         from tinker_deploy.manifest import Manifest
         from tinker_safety.limits import JointLimits
 
+        self.chain, self.chain_bundle = None, path  # never another bundle's chain; a failing path is not retried
         try:
             m = Manifest.from_json((Path(path) / "manifest.json").read_bytes())
             limits = JointLimits.from_urdf(self.param("urdf") or None, joint_names=m.joint_names)
-            self.chain, self.chain_bundle = ActionChain(chain_config(m), limits.lower, limits.upper), path
+            self.chain = ActionChain(chain_config(m), limits.lower, limits.upper)
         except (OSError, TinkerError) as e:
-            self.last_error = f"action chain of bundle {path} not read: {e}"
+            self.last_error = f"action chain of bundle {path} not read (interventions give no transition): {e}"
             self.get_logger().error(self.last_error)
 
     def _on_task(self, msg: Float64MultiArray) -> None:

@@ -206,7 +206,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                 watch(TransitionEvent, f"{g('policy_node')}/transition_event", self._on_policy_transition,
                       TRANSITION_QOS, None),
                 watch(JointState, g("intervention_topic"), self._on_intervention, SENSOR_QOS, None)]
-            self._js_sub = self._subs[1]
+            self._js_sub, self._teleop_sub = self._subs[1], self._subs[3]
             self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
                           self.create_service(Trigger, "~/reset", self._on_reset)]
             self._wd_timer = self.create_timer(self._deadline_s(), self._on_deadline)
@@ -271,7 +271,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         except ValidationError as e:
             takeover.refuse("shape", str(e))
             return
-        takeover.offer(target, stamp_ns(msg.header), self._subs[3].get_publisher_count(),
+        takeover.offer(target, stamp_ns(msg.header), self._teleop_sub.get_publisher_count(),
                        self.get_clock().now().nanoseconds)
 
     def _on_command(self, msg: Float64MultiArray) -> None:
