@@ -52,6 +52,24 @@ def test_a_new_episode_starts_the_hierarchy_with_a_fresh_decision():
     assert pol.high_calls == 2 and pol.age == 1 and core.runner.episodes == 2
 
 
+def test_the_graph_runs_the_sort_task_the_bundle_was_trained_on(tmp_path):
+    """No DDS: `Graph` (tinker bringup) and the launch file give sim_robot the task and object slots of the bundle
+    (flat or hierarchical) perception runs; explicit settings win."""
+    from tinker.bringup import Graph
+    from tinker.bundle_io import SIM_TASKS
+
+    from tinker_sim.registration import ENV_IDS
+
+    assert SIM_TASKS == {k: v["kwargs"]["task"] for k, v in ENV_IDS.items()}  # one fact, said twice (torch-free)
+    g = Graph(run_dir=tmp_path / "a", overrides={"perception": {"bundle": str(BUNDLE)}})
+    assert (g.parameters("sim_robot")["task"], g.parameters("sim_robot")["max_objects"]) == ("sort", SLOTS)
+    flat = REPO / "pretrained" / "arm_sort" / "bundle"
+    g = Graph(run_dir=tmp_path / "b", overrides={"perception": {"bundle": str(flat)}, "sim_robot": {"num_objects": 1}})
+    assert (g.parameters("sim_robot")["task"], g.parameters("sim_robot")["num_objects"]) == ("sort", 1)
+    g = Graph(run_dir=tmp_path / "c", overrides={"perception": {"bundle": str(BUNDLE)}, "sim_robot": {"max_objects": 5}})
+    assert g.parameters("sim_robot")["max_objects"] == 5
+
+
 def _reexport(src: Path, dst: Path, version: int) -> Path:
     """A copy of the export ``src`` as a new export would be: the high level's manifest at another policy version,
     ``hierarchy.json`` pinning it (the same models, so the same actions)."""
@@ -116,7 +134,7 @@ def g(ros2, tmp_path_factory):
     domain = ros2.fresh_domain()
     b = str(BUNDLE)
     graph = Graph(namespace=NS, run_dir=tmp / "logs", env=ros2.graph_env(domain),
-                  overrides={"sim_robot": {"task": "sort", "num_objects": NUM_OBJECTS, "max_objects": SLOTS,
+                  overrides={"sim_robot": {"num_objects": NUM_OBJECTS,  # task sort and SLOTS slots: from the bundle
                                            "camera": False, "episode_cycles": EPISODE_CYCLES, "seed": 1000},
                              "perception": {"bundle": b}, "policy": {"bundle": b},
                              "safety": {"config": str(tmp / "safety.yaml")},

@@ -58,18 +58,18 @@ WITHOUT_SIM = {"perception": {"task_synced": False}}
 launch file, ``Graph(sim=False)``): no per-state task terms, perception takes the newest ``goal``."""
 
 
-def camera_for_bundle(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The simulated robot's camera settings that perception's bundle needs (``params``: perception's
-    parameters): the views and size its model was trained on, and ``camera_rate_hz`` 0 (the frame of every state,
-    in line) for a model that finds its task in the image (`tinker.bundle_io.camera_settings`); ``{}`` for the
-    shipped default or a bundle that takes no image. `Graph` and the launch file apply them to sim_robot
-    (``camera_rate_hz`` to perception too)."""
+def sim_for_bundle(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The simulated robot's settings that perception's bundle needs (``params``: perception's parameters): the task
+    it was trained on (`tinker.bundle_io.task_settings`: a sorter's task and object slots), the camera views and size
+    its model was trained on, and ``camera_rate_hz`` 0 (the frame of every state, in line) for a model that finds its
+    task in the image (`tinker.bundle_io.camera_settings`); ``{}`` for the shipped default. `Graph` and the launch file
+    apply them to sim_robot (``camera_rate_hz`` to perception too); settings given explicitly win."""
     bundle = str(params.get("bundle") or "")
-    if not bundle or not (Path(bundle) / "manifest.json").is_file():
+    if not bundle or not ((Path(bundle) / "manifest.json").is_file() or (Path(bundle) / "hierarchy.json").is_file()):
         return {}  # the default, or no bundle there: perception says so when it loads it
-    from tinker.bundle_io import camera_settings
+    from tinker.bundle_io import camera_settings, task_settings
 
-    return camera_settings(bundle)
+    return {**task_settings(bundle), **({} if (Path(bundle) / "hierarchy.json").is_file() else camera_settings(bundle))}
 
 
 class BringupError(TinkerError):
@@ -181,8 +181,8 @@ class Graph:
             raise ConfigError(f"bringup overrides: unknown node(s) {bad}; known: {[*NODES, VIEW_NODE]}")
         if record:
             self.overrides.setdefault(RECORD_NODE, {})["record"] = str(Path(record).resolve())
-        if "sim_robot" in self.nodes:  # the camera the bundle's model was trained on; explicit overrides win
-            camera = camera_for_bundle(self.parameters("perception"))
+        if "sim_robot" in self.nodes:  # the task and camera the bundle was trained on; explicit overrides win
+            camera = sim_for_bundle(self.parameters("perception"))
             rate = camera.pop("camera_rate_hz", None)
             if camera:
                 self.overrides["sim_robot"] = {**camera, **self.overrides.get("sim_robot", {})}

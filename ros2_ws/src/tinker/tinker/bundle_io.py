@@ -3,7 +3,8 @@
 - `resolve_bundle`: "" means the shipped default policy (``pretrained/arm_reach/bundle``, as ``tinker eval``);
 - `open_perception`: the bundle's ``perception.onnx`` behind a `tinker_core.loop.perception.PerceptionCycle`
   (the observation assembled exactly as the sim env does, clip included: `tinker_core.loop.observation`);
-- `camera_settings`: the simulated camera a bundle's perception model was trained on (views, size);
+- `camera_settings`, `task_settings`: the simulated camera and task a bundle was trained on (views, size; task,
+  object slots);
 - `ActorRunner`: the bundle's actor behind hot swap; `PolicyBundle`: it with the action chain and the cycle.
 - A hierarchical policy (a directory with ``hierarchy.json``, `tinker_deploy.hierarchy`): perception passes the
   assembled observation on as the features (`ObservationFeatures`: the high level's layout), and the policy runs
@@ -168,6 +169,39 @@ def camera_settings(path: str | os.PathLike) -> dict[str, object]:
                           f"(S, V*S, 3): V square RGB views side by side")
     return {"camera": True, "image_size": int(h), "camera_views": int(w // h),
             **({"camera_rate_hz": 0.0} if manifest.image_terms else {})}
+
+
+SIM_TASKS = {"tinker/ArmReach-v0": "reach", "tinker/ArmSort-v0": "sort"}
+"""sim_robot's task for each env id a bundle can be trained on. `tinker_sim.registration.ENV_IDS` says the same
+(tests/ros2/test_package.py checks), but importing tinker_sim pulls in torch, which a robot's launch has not."""
+
+
+def _top_manifest(path: str | os.PathLike):
+    """The manifest of bundle ``path``, or of a hierarchy's high level (which records the env it was trained on)."""
+    from tinker_deploy.manifest import Manifest
+
+    root = Path(path)
+    if (root / "hierarchy.json").is_file():
+        import json
+
+        root = root / json.loads((root / "hierarchy.json").read_text())["levels"]["high"]["bundle"]
+    f = root / "manifest.json"
+    if not f.is_file():
+        raise BundleError(f"bundle {path}: no manifest.json there")
+    return Manifest.from_json(f.read_bytes(), str(f))
+
+
+def task_settings(path: str | os.PathLike) -> dict[str, object]:
+    """The simulated robot's task for bundle ``path`` (flat or hierarchical), as the bundle was trained on:
+    ``{"task": "sort", "max_objects": M}`` for a sorter (its M object slots make its observation; how many objects
+    an episode has, ``num_objects``, stays the launch's choice), ``{"task": "reach"}`` for a reacher, ``{}`` for an
+    env the simulated robot does not run. Reads the manifest only."""
+    m = _top_manifest(path)
+    task = SIM_TASKS.get(m.env_id or (m.env or {}).get("id", ""))
+    if task is None:
+        return {}
+    kw = dict(((m.env or {}).get("kwargs") or {}).get("task_kwargs") or {})
+    return {"task": task, **({"max_objects": int(kw["max_objects"])} if task == "sort" and "max_objects" in kw else {})}
 
 
 def _providers_check(session, wanted: tuple[str, ...] = ("CPUExecutionProvider",)) -> list[str]:
