@@ -185,7 +185,10 @@ def plot(runs: list[dict], base: dict, path) -> None:
     for r in runs:
         c = colors[r["method"]]
         xs = [p["env_step"] for p in r["curve"]]
-        ax1.step(xs, [p["num_opponents"] for p in r["curve"]], where="post", color=c, label=r["method"])
+        end = xs[-1] if xs else 0
+        lx = [0] + [p["env_step"] for p in r["promotions"]] + [end]
+        ly = [LEVELS[0]] + [p["num_opponents"] for p in r["promotions"]]
+        ax1.step(lx, ly + ly[-1:], where="post", color=c, label=r["method"])
         ax2.plot(xs, [p["win_rate_last50"] for p in r["curve"]], color=c,
                  label=f"{r['method']} (eval at 20: {r['eval_20']['win_rate']:.0%})")
         for p in r["promotions"]:
