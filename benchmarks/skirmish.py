@@ -3,7 +3,7 @@ stand-in for a StarCraft II micro scenario, not StarCraft II), trained with a cu
 (5 -> 10 -> 15 -> 20, promoted at 80% wins over 20 episodes), then its win rate at 20 opponents against the
 scripted opponents, beside scripted high levels.
 
-    python benchmarks/skirmish.py [--quick] [--steps N] [--only hppo|impala]
+    python benchmarks/skirmish.py [--quick] [--steps N] [--only METHOD] [--add]
 
 Runs, one after the other in this process, each with its own curriculum and the same env-step budget:
 - ``hppo``: synchronous HPPO (`tinker_core.algos.hppo`), its 4 envs in this process, options = the 4 skills of
@@ -11,17 +11,23 @@ Runs, one after the other in this process, each with its own curriculum and the 
 - ``impala``: the same hierarchy's high level trained by IMPALA (`tinker_core.algos.impala`): 2 actor threads
   (4 envs each) step ``OptionEnv`` (one step = one skill for 5 env steps), asynchronous, V-trace corrects the lag;
   its loss is IMPALA's V-trace actor-critic, not PPO's clipped surrogate. The budget counts the skirmish env's
-  steps the actors made (the learner consumes a little less: the queue holds some).
+  steps the actors made (the learner consumes a little less: the queue holds some);
+- ``impala_clip``: ``impala`` with ``policy_loss: clip``: PPO's clipped surrogate on the ratio to the behaviour
+  policy with V-trace advantages (as asynchronous PPO, APPO), one gradient step per batch: hierarchical PPO on
+  IMPALA's actors, for the high level (the low level is the scripted skills).
 
 Baselines (no training), the same evaluation: always ``attack_nearest``, always ``focus_weakest``, a hand-written
 kiting rule (``retreat`` when an opponent is within 0.1 of the squad, else ``focus_weakest``), a uniformly random
 skill. Evaluation: ``--eval-episodes`` episodes (default 50, seeds 10000...) at 20 opponents, the trained high level
 deterministic (most probable skill), a decision every 5 steps. Writes benchmarks/results/skirmish.json (``--quick``:
 skirmish.quick.json) and docs/hierarchy/skirmish.png (``--quick``: benchmarks/results/skirmish.quick.png).
+``--add``: keep the runs and baselines of the existing result file, replace or add the methods run now, redraw (each
+run records its own commit, time and load).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
@@ -129,12 +135,12 @@ def actor_env_steps(algo) -> int:
     return sum(int(e.get_wrapper_attr("env_steps")) for a in pool.actors for e in a.vec.envs)
 
 
-def run_impala(steps: int, seed: int, episodes: int) -> dict:
+def run_impala(steps: int, seed: int, episodes: int, policy_loss: str = "vtrace") -> dict:
     env = EnvConfig(ENV, {}, ["tinker_sim"], [{"tinker_core.hierarchy.option_env.OptionEnv":
                                                 {"skills": SKILLS, "max_duration": DURATION, "gamma": GAMMA}}])
     cfg = IMPALAConfig(seed=seed, gamma=GAMMA ** DURATION, num_actors=2, envs_per_actor=4, unroll_length=20,
                        batch_trajectories=2, queue_size=4, mode="async", backend="local", learning_rate=5e-4,
-                       ent_coef=0.01, torch_threads=1, log_interval=10**9)
+                       ent_coef=0.01, torch_threads=1, log_interval=10**9, policy_loss=policy_loss)
     algo = IMPALA(env, cfg)
     seen = {"env_steps": 0}
 
@@ -159,7 +165,7 @@ def run_impala(steps: int, seed: int, episodes: int) -> dict:
     wall = time.perf_counter() - t0
     with torch.no_grad():
         ev = evaluate(lambda o: int(algo.predict(o, deterministic=True)), episodes)
-    out = {"method": "impala", "seed": seed, "env_steps_collected": seen["env_steps"],
+    out = {"method": "impala" if policy_loss == "vtrace" else f"impala_{policy_loss}", "seed": seed, "env_steps_collected": seen["env_steps"],
            "option_steps_learned": int(algo.num_timesteps), "updates": int(algo.num_updates), "wall_s": round(wall, 1),
            "level_reached_num_opponents": int(rec.cur.value), "promotions": rec.promotions, "curve": rec.curve,
            "policy_lag": algo.lag.summary(), "actors": algo.actor_stats, "eval_20": ev}
@@ -180,7 +186,7 @@ def plot(runs: list[dict], base: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"hppo": "tab:green", "impala": "tab:purple"}
+    colors = {"hppo": "tab:green", "impala": "tab:purple", "impala_clip": "tab:orange"}
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
     for r in runs:
         c = colors[r["method"]]
@@ -211,11 +217,16 @@ def plot(runs: list[dict], base: dict, path) -> None:
     fig.savefig(path, dpi=110)
 
 
+METHODS = {"hppo": run_hppo, "impala": run_impala,
+           "impala_clip": lambda steps, seed, episodes: run_impala(steps, seed, episodes, "clip")}
+
+
 def main() -> None:
     ap = arg_parser(__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=None, help="env steps per run (default 300000; --quick 20000)")
     ap.add_argument("--eval-episodes", type=int, default=None, help="episodes at 20 opponents (default 50; --quick 10)")
-    ap.add_argument("--only", choices=["hppo", "impala"], default=None, help="run one method only")
+    ap.add_argument("--only", choices=list(METHODS), default=None, help="run one method only")
+    ap.add_argument("--add", action="store_true", help="merge into the existing result file (see the module doc)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -223,17 +234,28 @@ def main() -> None:
     episodes = args.eval_episodes or (10 if args.quick else 50)
     cmd = "python benchmarks/skirmish.py" + (" --quick" if args.quick else "") + \
         (f" --steps {args.steps}" if args.steps else "") + (f" --only {args.only}" if args.only else "") + \
-        (f" --seed {args.seed}" if args.seed else "")
+        (f" --seed {args.seed}" if args.seed else "") + (" --add" if args.add else "")
     head = header("skirmish", args.quick, machine(("torch",), load_key="load_avg_start"), cmd)
     runs = []
-    for method in ("hppo", "impala"):
+    for method, fn in METHODS.items():
         if args.only and method != args.only:
             continue
-        r = (run_hppo if method == "hppo" else run_impala)(steps, args.seed, episodes)
+        if not args.only and method == "impala_clip":
+            continue  # added later with --only impala_clip --add
+        r = {**fn(steps, args.seed, episodes), "commit": head["commit"], "when": head["when"],
+             "load_avg_start": head["machine"]["load_avg_start"], "command": cmd}
         print(f"{method}: level {r['level_reached_num_opponents']} opponents, eval at 20 {r['eval_20']}, "
               f"{r['wall_s']} s", flush=True)
         runs.append(r)
-    base = baselines(episodes)
+    old = json.loads(result_path("skirmish", args.quick).read_text()) if args.add else None
+    if old is not None:
+        done = {r["method"] for r in runs}
+        runs = [r for r in old["runs"] if r["method"] not in done] + runs
+        runs.sort(key=lambda r: list(METHODS).index(r["method"]))
+        base = old["baselines"]
+        head = {**head, "first_run": {k: old[k] for k in ("when", "commit", "command")}}
+    else:
+        base = baselines(episodes)
     for name, ev in base.items():
         print(f"{name}: {ev}", flush=True)
     png = result_path("skirmish", True, ".png") if args.quick else ROOT / "docs" / "hierarchy" / "skirmish.png"

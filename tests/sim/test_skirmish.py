@@ -190,11 +190,13 @@ def test_hppo_curriculum_promotes_on_the_skirmish_envs():
     algo.close()
 
 
-def test_impala_trains_the_high_level_on_option_envs_and_the_curriculum_reaches_its_actors():
+@pytest.mark.parametrize("policy_loss", ["vtrace", "clip"])
+def test_impala_trains_the_high_level_on_option_envs_and_the_curriculum_reaches_its_actors(policy_loss):
     env = EnvConfig("tinker/Skirmish-v0", {}, ["tinker_sim"], [{"tinker_core.hierarchy.option_env.OptionEnv":
                                                                  {"skills": ["skirmish"], "max_duration": 5}}])
     algo = IMPALA(env, IMPALAConfig(seed=0, gamma=0.99 ** 5, num_actors=2, envs_per_actor=2, unroll_length=10,
-                                    batch_trajectories=2, queue_size=2, torch_threads=1, log_interval=10**9))
+                                    batch_trajectories=2, queue_size=2, torch_threads=1, log_interval=10**9,
+                                    policy_loss=policy_loss))
     assert algo.discrete and algo.n_actions == 4
     cur = Curriculum(CurriculumConfig(param="num_opponents", levels=[2, 4], promote_at=0.5, window=3))
     cur.bind(algo)
@@ -203,4 +205,47 @@ def test_impala_trains_the_high_level_on_option_envs_and_the_curriculum_reaches_
     assert algo.num_updates >= 1 and algo.lag.summary()["count"] >= 2
     assert all(s["env_params"].get("num_opponents") in (2.0, 4.0) for s in algo.actor_stats)
     assert algo.env_params == {"num_opponents": 4.0}
+    assert np.isfinite(algo._metrics["policy_loss"]) and algo._metrics["lag_max"] >= 0
+    algo.close()
+
+
+@pytest.mark.parametrize("config", ["configs/hppo_skirmish.yaml", "configs/impala_skirmish.yaml"])
+def test_tinker_train_runs_the_shipped_skirmish_configs(tmp_path, config):
+    import json
+    from pathlib import Path
+
+    from tinker_cli import main
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "run"
+    assert main(["train", "--config", str(root / config), "--out", str(out), "--no-progress",
+                 "--total-timesteps", "1000" if "hppo" in config else "200"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["curriculum"]["param"] == "num_opponents" and summary["timesteps"] >= 200
+    assert summary["algo"] == ("hppo" if "hppo" in config else "impala")
+
+
+def test_the_skills_export_to_onnx_and_act_like_torch(tmp_path):
+    """The low level (the 4 skills) on onnxruntime gives torch's action for every skill, in states of an episode."""
+    from tinker_deploy.hierarchy import export_hierarchy
+    from tinker_deploy.hierarchy_runtime import HierarchicalOnnxPolicy
+
+    algo = HPPO("tinker/Skirmish-v0", HPPOConfig(seed=0, skills=["skirmish"], max_duration=5, n_envs=1, n_steps=64,
+                                                  batch_size=32, log_interval=10**9))
+    root = export_hierarchy(algo.deployable_levels(), algo.hierarchy_metadata(), algo.export_metadata(),
+                            tmp_path / "squad.onnx", log=lambda s: None)
+    onnx_low = HierarchicalOnnxPolicy(root).low
+    env = SkirmishEnv(num_opponents=12)
+    obs, _ = env.reset(seed=5)
+    checked = 0
+    for t in range(60):
+        for k in range(4):
+            want = algo.skills(torch.as_tensor(obs)[None], torch.tensor([k]))[0].numpy()
+            got = onnx_low(np.concatenate([obs, np.eye(4, dtype=np.float32)[k]]))
+            assert np.allclose(want, got, atol=1e-5), (t, k)
+            checked += 1
+        obs, _, te, tr, _ = env.step(algo.skills(torch.as_tensor(obs)[None], torch.tensor([t // 5 % 4]))[0].numpy())
+        if te or tr:
+            break
+    assert checked >= 40
     algo.close()
