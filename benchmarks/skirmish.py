@@ -14,7 +14,8 @@ Runs, one after the other in this process, each with its own curriculum and the 
   steps the actors made (the learner consumes a little less: the queue holds some);
 - ``impala_clip``: ``impala`` with ``policy_loss: clip``: PPO's clipped surrogate on the ratio to the behaviour
   policy with V-trace advantages (as asynchronous PPO, APPO), one gradient step per batch: hierarchical PPO on
-  IMPALA's actors, for the high level (the low level is the scripted skills).
+  IMPALA's actors, for the high level (the low level is the scripted skills);
+- ``hppo_no_curriculum``: ``hppo`` at 20 opponents from the start (does the curriculum matter here?).
 
 Baselines (no training), the same evaluation: always ``attack_nearest``, always ``focus_weakest``, a hand-written
 kiting rule (``retreat`` when an opponent is within 0.1 of the squad, else ``focus_weakest``), a uniformly random
@@ -91,8 +92,8 @@ def evaluate(choose, episodes: int, n_opponents: int = 20) -> dict:
 class Recorder:
     """The learn callback: drives the curriculum and records the curve against a step counter."""
 
-    def __init__(self, env_steps) -> None:
-        self.cur = Curriculum(CurriculumConfig(param="num_opponents", levels=LEVELS, promote_at=0.8, window=20))
+    def __init__(self, env_steps, levels: list[int] = LEVELS) -> None:
+        self.cur = Curriculum(CurriculumConfig(param="num_opponents", levels=levels, promote_at=0.8, window=20))
         self.env_steps = env_steps
         self.curve: list[dict] = []
         self.promotions: list[dict] = []
@@ -112,10 +113,10 @@ class Recorder:
             self.next_point += CURVE_EVERY
 
 
-def run_hppo(steps: int, seed: int, episodes: int) -> dict:
+def run_hppo(steps: int, seed: int, episodes: int, levels: list[int] = LEVELS) -> dict:
     algo = HPPO(ENV, HPPOConfig(seed=seed, skills=SKILLS, max_duration=DURATION, gamma=GAMMA, n_envs=4, n_steps=250,
                                 log_interval=10**9))
-    rec = Recorder(lambda a: a.num_timesteps)
+    rec = Recorder(lambda a: a.num_timesteps, levels)
     rec.cur.bind(algo)
     t0 = time.perf_counter()
     algo.learn(steps, progress=False, callback=rec)
@@ -123,7 +124,7 @@ def run_hppo(steps: int, seed: int, episodes: int) -> dict:
     with torch.no_grad():
         ev = evaluate(lambda o: int(algo.high.pi.logits(torch.as_tensor(o)[None]).argmax(-1)), episodes)
     algo.close()
-    return {"method": "hppo", "seed": seed, "env_steps": int(algo.num_timesteps), "wall_s": round(wall, 1),
+    return {"method": "hppo" if levels == LEVELS else "hppo_no_curriculum", "seed": seed, "env_steps": int(algo.num_timesteps), "wall_s": round(wall, 1),
             "level_reached_num_opponents": int(rec.cur.value), "promotions": rec.promotions, "curve": rec.curve,
             "eval_20": ev}
 
@@ -186,25 +187,26 @@ def plot(runs: list[dict], base: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"hppo": "tab:green", "impala": "tab:purple", "impala_clip": "tab:orange"}
+    colors = {"hppo": "tab:green", "impala": "tab:purple", "impala_clip": "tab:orange", "hppo_no_curriculum": "tab:olive"}
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
     for r in runs:
         c = colors[r["method"]]
         xs = [p["env_step"] for p in r["curve"]]
         end = xs[-1] if xs else 0
         lx = [0] + [p["env_step"] for p in r["promotions"]] + [end]
-        ly = [LEVELS[0]] + [p["num_opponents"] for p in r["promotions"]]
-        ax1.step(lx, ly + ly[-1:], where="post", color=c, label=r["method"])
+        ly = [r["curve"][0]["num_opponents"] if not r["promotions"] else LEVELS[0]] + \
+            [p["num_opponents"] for p in r["promotions"]]
+        stages = ", ".join(f"{p['num_opponents']} @ {p['env_step']:,}" for p in r["promotions"]) or "none (20 from the start)"
+        ax1.step(lx, ly + ly[-1:], where="post", color=c, label=f"{r['method']}: promotions {stages}")
         ax2.plot(xs, [p["win_rate_last50"] for p in r["curve"]], color=c,
                  label=f"{r['method']} (eval at 20: {r['eval_20']['win_rate']:.0%})")
         for p in r["promotions"]:
             ax2.axvline(p["env_step"], color=c, alpha=0.3, lw=0.8)
-            ax2.text(p["env_step"], 1.03, str(p["num_opponents"]), color=c, fontsize=7, ha="center")
     for (name, ev), ls in zip(base.items(), (":", "--", "-.", (0, (1, 4)))):
         ax2.axhline(ev["win_rate"], color="gray", ls=ls, lw=1, label=f"{name} at 20: {ev['win_rate']:.0%}")
     ax1.set_ylabel("curriculum: opponents")
     ax1.set_ylim(3, 22)
-    ax1.legend(loc="lower right")
+    ax1.legend(loc="lower right", fontsize=7)
     ax2.set_ylabel("training win rate\n(last 50 episodes, at the current level)")
     ax2.set_xlabel("skirmish env steps")
     ax2.set_ylim(-0.02, 1.12)
@@ -218,7 +220,8 @@ def plot(runs: list[dict], base: dict, path) -> None:
 
 
 METHODS = {"hppo": run_hppo, "impala": run_impala,
-           "impala_clip": lambda steps, seed, episodes: run_impala(steps, seed, episodes, "clip")}
+           "impala_clip": lambda steps, seed, episodes: run_impala(steps, seed, episodes, "clip"),
+           "hppo_no_curriculum": lambda steps, seed, episodes: run_hppo(steps, seed, episodes, [LEVELS[-1]])}
 
 
 def main() -> None:
@@ -227,9 +230,16 @@ def main() -> None:
     ap.add_argument("--eval-episodes", type=int, default=None, help="episodes at 20 opponents (default 50; --quick 10)")
     ap.add_argument("--only", choices=list(METHODS), default=None, help="run one method only")
     ap.add_argument("--add", action="store_true", help="merge into the existing result file (see the module doc)")
+    ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from the existing result file, run nothing")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if args.plot_only:
+        png = result_path("skirmish", True, ".png") if args.quick else ROOT / "docs" / "hierarchy" / "skirmish.png"
+        old = json.loads(result_path("skirmish", args.quick).read_text())
+        plot(old["runs"], old["baselines"], png)
+        print(f"redrew {png}")
+        return
     steps = args.steps or (20_000 if args.quick else 300_000)
     episodes = args.eval_episodes or (10 if args.quick else 50)
     cmd = "python benchmarks/skirmish.py" + (" --quick" if args.quick else "") + \
@@ -240,8 +250,8 @@ def main() -> None:
     for method, fn in METHODS.items():
         if args.only and method != args.only:
             continue
-        if not args.only and method == "impala_clip":
-            continue  # added later with --only impala_clip --add
+        if not args.only and method in ("impala_clip", "hppo_no_curriculum"):
+            continue  # added later with --only METHOD --add
         r = {**fn(steps, args.seed, episodes), "commit": head["commit"], "when": head["when"],
              "load_avg_start": head["machine"]["load_avg_start"], "command": cmd}
         print(f"{method}: level {r['level_reached_num_opponents']} opponents, eval at 20 {r['eval_20']}, "
