@@ -260,10 +260,12 @@ def main() -> None:
     old = json.loads(result_path("skirmish", args.quick).read_text()) if args.add else None
     if old is not None:
         done = {r["method"] for r in runs}
-        runs = [r for r in old["runs"] if r["method"] not in done] + runs
-        runs.sort(key=lambda r: list(METHODS).index(r["method"]))
+        first = old.get("first_run") or {k: old[k] for k in ("when", "commit", "command")}
+        kept = [{"commit": first["commit"], "when": first["when"], "command": first["command"], **r}
+                for r in old["runs"] if r["method"] not in done]
+        runs = sorted(kept + runs, key=lambda r: list(METHODS).index(r["method"]))
         base = old["baselines"]
-        head = {**head, "first_run": {k: old[k] for k in ("when", "commit", "command")}}
+        head = {**head, "first_run": first}
     else:
         base = baselines(episodes)
     for name, ev in base.items():
