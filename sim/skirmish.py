@@ -1,7 +1,8 @@
 """`SkirmishEnv` (``tinker/Skirmish-v0``): a small micro-combat game, tinker's own stand-in for a StarCraft II
 micro scenario. It is **not StarCraft II** and shares no code or data with it: a numpy toy written here, with
 the scenario's ideas (a squad of ranged units against a growing number of melee opponents, kills, survival,
-cost) and none of its content. Numpy only, tens of microseconds a step.
+cost) and none of its content. Numpy only: about 4,700 steps/s with 20 opponents and random actions, measured
+on the busy 2-core machine here.
 
 - Arena ``[-1, 1]^2``. The agent controls a squad of ``SQUAD_SIZE`` ranged units (hit points 1, speed
   ``unit_speed``, range ``unit_range``, ``unit_damage`` per shot). A unit fires only while standing (its

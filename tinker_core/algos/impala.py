@@ -7,7 +7,10 @@ trajectories per update, publishes the new weights, and stops the actors when do
 makes the actors wait for the newest weights every round (policy lag 0); ``mode="async"`` lets them
 run ahead, pulling weights every ``pull_every`` unrolls. The lag of every trajectory is kept in
 ``algo.lag`` (`LagStats`) and logged. Save/load, export and deploy are the other algorithms'
-(`Algorithm`): the networks are PPO's (a categorical or Gaussian actor and a value MLP).
+(`Algorithm`): the networks are PPO's (a categorical or Gaussian actor and a value MLP). ``policy_loss="clip"``
+replaces IMPALA's policy gradient by PPO's clipped surrogate on V-trace advantages (as asynchronous PPO); with
+`tinker_core.hierarchy.option_env.OptionEnv` around the env, the actors run a hierarchy's high level over scripted
+skills (configs/impala_skirmish.yaml).
 """
 
 from __future__ import annotations
