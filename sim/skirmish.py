@@ -140,7 +140,11 @@ class SkirmishEnv(gym.Env):
         return self._obs(), {"num_opponents": n}
 
     def step(self, action: np.ndarray) -> tuple[np.ndarray, float, bool, bool, dict]:
-        a = np.asarray(action, dtype=np.float64).reshape(SQUAD_SIZE, ACTION_FIELDS)
+        a = np.asarray(action, dtype=np.float64)
+        if a.size != SQUAD_SIZE * ACTION_FIELDS:
+            raise ConfigError(f"SkirmishEnv.step: expected {SQUAD_SIZE * ACTION_FIELDS} action values ({ACTION_FIELDS} per "
+                              f"unit: vx, vy, aim x, aim y, fire), got shape {a.shape}")
+        a = a.reshape(SQUAD_SIZE, ACTION_FIELDS)
         if not np.all(np.isfinite(a)):
             raise ConfigError(f"SkirmishEnv.step: action must be finite, got {np.asarray(action).tolist()}")
         a = np.clip(a, -1.0, 1.0)

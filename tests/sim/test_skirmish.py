@@ -125,6 +125,8 @@ def test_the_curriculum_sets_the_number_of_opponents_from_the_next_reset():
         env.set_curriculum("num_opponents", 21)
     with pytest.raises(ConfigError, match=r"SkirmishEnv.num_opponents: expected an integer 1\.\.20, got 0"):
         SkirmishEnv(num_opponents=0)
+    with pytest.raises(ConfigError, match=r"SkirmishEnv.step: expected 25 action values \(5 per unit"):
+        env.step(np.zeros(3, np.float32))
 
 
 def test_skills_do_what_their_names_say():
