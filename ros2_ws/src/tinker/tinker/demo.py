@@ -193,7 +193,8 @@ class DemoPhases:
         self.progress(f"  final publish: {json.dumps({k: pub.get(k) for k in ('ok', 'version', 'gate', 'published') if k in pub}, default=str)[:300]}")
         want = int(self.learner.ctl("status").get("version", 0) or 0)
         end = time.monotonic() + 30
-        while want and int(self.monitor.policy_value("model_version", "0") or 0) < want and time.monotonic() < end:
+        # != rather than <: a vision bundle's own version is its training step (25000), the learner's count from 1
+        while want and int(self.monitor.policy_value("model_version", "0") or 0) != want and time.monotonic() < end:
             time.sleep(0.2)
 
     def reset_estop(self) -> None:
