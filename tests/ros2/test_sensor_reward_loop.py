@@ -4,7 +4,8 @@ the simulator's reward (its true target) never reaches the learner.
 
 Real processes over real DDS, on a domain of their own: sim_robot renders the vision bundle's two views with the
 camera moved 8 cm (``shifted_camera.yaml``, not re-aimed), so the perceived target is several cm off the true one
-and the two rewards differ; a real ZeroMQ receiver stands in for the learner. The graph runs at the bundle's 50 ms
+and the two rewards differ; a real ZeroMQ receiver stands in for the learner. The simulator ends episodes only
+at the time limit (``end_on_success: false``), as ``tinker demo --reward sensors`` runs it. The graph runs at the bundle's 50 ms
 with a patient watchdog latch (as test_vision_loop).
 """
 
@@ -50,7 +51,8 @@ def test_transitions_carry_the_sensor_reward_not_the_simulators(ros2, tmp_path):
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
     g = Graph(run_dir=tmp_path / "logs", env=ros2.graph_env(domain),
               overrides={"perception": {"bundle": str(VISION)}, "policy": {"bundle": str(VISION)},
-                         "sim_robot": {"episode_cycles": 50, "seed": 1000, "dynamics": str(SHIFTED_CAMERA)},
+                         "sim_robot": {"episode_cycles": 50, "seed": 1000, "dynamics": str(SHIFTED_CAMERA),
+                                       "end_on_success": False},
                          "safety": {"config": str(tmp_path / "safety.yaml")},
                          "experience_bridge": {"learner_endpoint": learner.endpoint, "reward_source": "sensors"}})
     assert g.parameters("experience_bridge")["sensor_bundle"] == str(VISION)  # perception's bundle, filled in
@@ -70,7 +72,10 @@ def test_transitions_carry_the_sensor_reward_not_the_simulators(ros2, tmp_path):
         learner.close()
 
     sensor = _sensor()
-    sim = {t.cycle: t.reward for t in (read_task(msg) for _, msg in list(task))}  # the simulator's, per state
+    states = [read_task(msg) for _, msg in list(task)]
+    sim = {t.cycle: t.reward for t in states}  # the simulator's reward, per state
+    # end_on_success false: the simulator never ends an episode on its own success, only after 50 cycles
+    assert all(int(t.episode) == (t.cycle - 1) // 50 for t in states), [(t.episode, t.cycle) for t in states if t.done]
     compared, diffs = 0, []
     for t in got:
         r = sensor.read(t.next_obs)

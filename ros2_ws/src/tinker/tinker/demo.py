@@ -132,7 +132,10 @@ def graph_overrides(cfg: DemoConfig, out: Path, lconf: dict) -> dict:
     return {
         "/**": {"control_period": cfg.control_period, "trace_dir": str(out / "trace")},
         "sim_robot": {"dynamics": str(Path(cfg.dynamics).resolve()), "episode_cycles": cfg.episode_cycles,
-                      "seed": cfg.seed, **({} if _has_camera(cfg.bundle) else {"camera": False})},
+                      "seed": cfg.seed, **({} if _has_camera(cfg.bundle) else {"camera": False}),
+                      # from sensors, the episode ends on the success sensor or the time limit, not when the
+                      # simulator sees success (that reset would tell the learner what only the simulator knows)
+                      "end_on_success": cfg.reward == "sim"},
         "perception": {"bundle": bundle},
         "policy": {"bundle": bundle},
         "experience_bridge": {"reward_source": cfg.reward, "sensor_bundle": bundle,
