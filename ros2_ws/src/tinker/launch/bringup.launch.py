@@ -88,6 +88,8 @@ def _robot(context, namespace, own):
             params.append(camera)
         if name == "perception" and "camera_rate_hz" in camera:
             params.append({"camera_rate_hz": camera["camera_rate_hz"]})
+        if name == "experience_bridge" and bundle and not node_parameters(params_file, name).get("sensor_bundle"):
+            params.append({"sensor_bundle": bundle})  # reward_source sensors reads perception's features
         if name == VIEW_NODE:
             params.append({"serve": view})
         if own.get("nodes", {}).get(name):

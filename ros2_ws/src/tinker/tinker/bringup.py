@@ -189,6 +189,9 @@ class Graph:
             if rate is not None and not any("camera_rate_hz" in self.overrides.get(n, {})
                                             for n in ("/**", "sim_robot", "perception")):
                 self.overrides.setdefault("/**", {})["camera_rate_hz"] = rate  # sim_robot renders, perception waits
+        bridge = self.parameters("experience_bridge")  # the success sensor reads perception's features
+        if bridge.get("reward_source") == "sensors" and not bridge.get("sensor_bundle"):
+            self.overrides.setdefault("experience_bridge", {})["sensor_bundle"] = self.parameters("perception").get("bundle", "")
         if VIEW_NODE in self.nodes:
             self.overrides.setdefault(VIEW_NODE, {}).setdefault("serve", bool(view))
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="tinker-bringup-"))

@@ -88,6 +88,7 @@ class SimRobotNode(NodeRuntime, Node):
         self.task_terms = [("ee_pos", 3)] + [(t["name"], int(t["size"])) for t in self.env.task.obs_terms()]
         self.terms_meta = ",".join(f"{n}:{k}" for n, k in self.task_terms)
         self.episode_cycles = int(g("episode_cycles"))
+        self.end_on_success = bool(g("end_on_success"))
         self.seed = int(g("seed"))
         self.camera = bool(g("camera"))
         self.js_pub = self.create_publisher(JointState, g("joint_states_topic"), JOINT_STATE_QOS)
@@ -166,6 +167,9 @@ class SimRobotNode(NodeRuntime, Node):
           read_only=False, lo=1, hi=1000)
         p("episode_cycles", 0, I, "> 0: a new episode (reset) after this many cycles or on success; 0 = never.",
           read_only=False, lo=0, hi=1_000_000)
+        p("end_on_success", True, B, "true: an episode also ends (reset) on the simulator's own success; false: only "
+                                     "after episode_cycles (a learner rewarded by a success sensor then learns nothing "
+                                     "from when the simulator resets).")
         p("command_type", "float64_array", S, "Command input: float64_array (Float64MultiArray in joint order) or "
                                               "joint_trajectory (JointTrajectory, first point, by joint name).")
         p("command_topic", "forward_position_controller/commands", S, "Topic of the joint position commands.")
@@ -320,7 +324,7 @@ class SimRobotNode(NodeRuntime, Node):
         js.velocity = array("d", qd.tobytes())
         ee = self.env.ee_position
         reward, success, info = self.env.task.evaluate(ee)
-        done = bool(success) or (self.episode_cycles > 0 and self.episode_step >= self.episode_cycles)
+        done = (bool(success) and self.end_on_success) or (self.episode_cycles > 0 and self.episode_step >= self.episode_cycles)
         values = np.concatenate([[float(reward), float(done), float(success), float(info.get("distance", 0.0))],
                                  ee, self.env.task.observe(ee)])
         # e2e starts before the first publish of the state: waking the subscribers (3 processes on 2 cores
