@@ -26,6 +26,8 @@ TARGET_HIGH = np.array([0.7, 0.3, 0.55])
 
 class ReachTask(Task):
     name = "reach"
+    dynamics_keys = ("target_bias_x_m", "target_bias_y_m", "target_bias_z_m")
+    told_terms = ("target_pos", "target_minus_ee")
 
     def __init__(self, world: PyBulletWorld, robot: ArmRobot, success_distance: float = 0.05,
                  success_bonus: float = 1.0):
