@@ -69,3 +69,12 @@ def test_bad_arguments_are_refused(tmp_path):
     assert p.returncode == 2 and "--runs must be >= 1, got 0" in p.stderr
     p = tinker("benchmark", "sim2real", "--env", "tinker/PlanarSort-v0", "--out", str(tmp_path / "c"))
     assert p.returncode == 2 and "invalid choice" in p.stderr
+
+
+def test_the_demo_refuses_a_dynamics_key_its_robot_cannot_act_on_before_it_starts_anything(tmp_path):
+    out = tmp_path / "demo"
+    p = tinker("demo", "--dynamics", "sim/config/dynamics/worn_robot.yaml", "--out", str(out))
+    assert p.returncode == 2
+    assert "worn_robot.yaml: 2 key(s) cannot act on tinker/ArmReach-v0 with the demo's policy" in p.stderr
+    assert "object_mass_scale = 1.3: it scales the task's objects, and the reach task has none" in p.stderr
+    assert not out.exists()
