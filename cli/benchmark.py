@@ -130,23 +130,27 @@ def _plot(rows: list[dict], out: Any, env_id: str) -> Any:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.6 * len(rows)), 4))
     x = np.arange(len(rows))
-    for off, key, color in ((-0.2, "zero_shot", "tab:red"), (0.2, "fine_tuned", "tab:green")):
-        have = [i for i, r in enumerate(rows) if r[key] is not None]
-        if not have:
-            continue
-        vals = [rows[i][key]["success_rate"] * 100 for i in have]
-        err = [[(rows[i][key]["success_rate"] - rows[i][key]["ci_low"]) * 100 for i in have],
-               [(rows[i][key]["ci_high"] - rows[i][key]["success_rate"]) * 100 for i in have]]
-        ax.bar(x[have] + off, vals, 0.4, yerr=err, color=color, capsize=3, label=key.replace("_", " "))
+    candidates = (  # (row key, rate, CI low, CI high, label, colour); drawn where some row has it
+        ("zero_shot", "success_rate", "ci_low", "ci_high", "zero-shot, episodes", "tab:red"),
+        ("zero_shot", "objects_sorted_rate", "objects_ci_low", "objects_ci_high", "zero-shot, objects sorted", "tab:orange"),
+        ("fine_tuned", "success_rate", "ci_low", "ci_high", "after fine-tuning, episodes", "tab:green"))
+    series = [c for c in candidates if any(r[c[0]] is not None and r[c[0]].get(c[1]) is not None for r in rows)]
+    width = 0.8 / len(series)
+    for j, (r_key, k, lo, hi, label, color) in enumerate(series):
+        have = [i for i, r in enumerate(rows) if r[r_key] is not None and r[r_key].get(k) is not None]
+        vals = np.array([rows[i][r_key][k] for i in have]) * 100
+        err = [vals - np.array([rows[i][r_key][lo] for i in have]) * 100,
+               np.array([rows[i][r_key][hi] for i in have]) * 100 - vals]
+        ax.bar(x[have] + (j - (len(series) - 1) / 2) * width, vals, width, yerr=err, color=color, capsize=3, label=label)
     ax.set_xticks(x, [f"{r['variant']} #{r['run']}" for r in rows], rotation=15)
-    ax.set_ylabel("episode success % (95% CI)")
+    ax.set_ylabel("% (95% CI)")
     ax.set_ylim(0, 105)
     missing = NO_FINETUNE.get(env_id)
     ax.set_title(f"tinker sim2real on {env_id}: zero-shot" + (f" (fine-tuning {missing})" if missing else
                                                                " vs after online fine-tuning through ROS 2"),
-                 fontsize=9 if missing else 11)
+                 fontsize=9)
     ax.legend(loc="lower right")
     fig.tight_layout()
     path = out / "sim2real.png"
