@@ -182,7 +182,7 @@ def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundl
 
 def table(rows: list[dict], env_id: str) -> str:
     """The markdown table of a protocol's rows (one per variant and run)."""
-    lines = ["| variant | run (episode seeds) | zero-shot success | unsafe states (zero-shot) | after fine-tuning "
+    lines = ["| variant | run (episode seeds) | zero-shot success | unsafe states / e-stops (zero-shot) | after fine-tuning "
              "| mean time to success (before → after) | bundle | learner updates | unsafe states / e-stops in the loop |",
              "|---|---|---|---|---|---|---|---|---|"]
 
@@ -193,10 +193,10 @@ def table(rows: list[dict], env_id: str) -> str:
         b, a = r["zero_shot"], r["fine_tuned"]
         seeds = f"{r['run']} ({b['seeds'][0]}–{b['seeds'][1]})"
         if a is None:
-            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} | fine-tune: "
+            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | fine-tune: "
                          f"{r['fine_tune']} | {t(b)} | — | — | — |")
         else:
-            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} | {_rate(a)} "
+            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | {_rate(a)} "
                          f"| {t(b)} → {t(a)} | v{r['published_version']} | {r['learner_updates']} "
                          f"| {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
     return "\n".join(lines)
