@@ -30,6 +30,8 @@ SUCCESS_BONUS = 1.0
 
 class ReachTask(Task):
     name = "reach"
+    dynamics_keys = ("target_bias_x_m", "target_bias_y_m", "target_bias_z_m")
+    told_terms = ("target_pos", "target_minus_ee")
 
     def __init__(self, world: PyBulletWorld, robot: ArmRobot, success_distance: float = SUCCESS_DISTANCE,
                  success_bonus: float = SUCCESS_BONUS):

@@ -84,7 +84,6 @@ def prepare_out(cfg: DemoConfig) -> Path:
     """The output directory, checked inputs, and nothing an earlier demo in it left (a demo starts from the
     pretrained policy)."""
     out = Path(cfg.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     for need, what in ((cfg.bundle, "bundle"), (cfg.checkpoint, "checkpoint"), (cfg.dynamics, "dynamics")):
         if not need or not Path(need).exists():
             raise ConfigError(f"demo {what}: {need or '(empty)'} does not exist")
@@ -92,9 +91,27 @@ def prepare_out(cfg: DemoConfig) -> Path:
         from tinker.reward_source import sensor_outcome
 
         sensor_outcome(cfg.bundle)
+    check_dynamics(cfg)
+    out.mkdir(parents=True, exist_ok=True)
     for stale in ("learner", "bundles", "received", "trace", "nodes"):
         shutil.rmtree(out / stale, ignore_errors=True)
     return out
+
+
+def check_dynamics(cfg: DemoConfig) -> None:
+    """Refuse a dynamics file with a key that cannot act on the demo's robot (ArmReach; a camera in the loop only
+    for a bundle whose perception takes an image) and policy (`tinker_sim.dynamics_check`), before anything starts."""
+    from tinker_deploy.bundle import resolve_bundle_dir
+    from tinker_deploy.manifest import Manifest
+    from tinker_sim.dynamics import DynamicsParams
+    from tinker_sim.dynamics_check import PolicyInputs, check_dynamics_act
+
+    path = resolve_bundle_dir(cfg.bundle) / "manifest.json"
+    manifest = Manifest.from_json(path.read_bytes(), str(path))
+    camera = _has_camera(cfg.bundle)
+    check_dynamics_act(DynamicsParams.load(cfg.dynamics), "tinker/ArmReach-v0",
+                       PolicyInputs(camera=camera, image_terms=tuple(manifest.image_terms)), source=str(cfg.dynamics),
+                       policy=f"the demo's policy {cfg.bundle}" + ("" if camera else " (its loop renders no camera)"))
 
 
 def learner_config(cfg: DemoConfig, out: Path) -> dict:

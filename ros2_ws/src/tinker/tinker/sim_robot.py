@@ -76,6 +76,14 @@ class SimRobotNode(NodeRuntime, Node):
         task_kwargs = {k: int(g(k)) for k in ("num_objects", "max_objects") if int(g(k)) > 0}
         if task_kwargs and g("task") != "sort":
             raise TinkerError(f"sim_robot.num_objects/max_objects: only the sort task has objects, task is {g('task')!r}")
+        if g("dynamics"):  # read-only, before the robot exists: a key it cannot act on is refused, not ignored
+            from tinker_sim.dynamics import DynamicsParams
+            from tinker_sim.dynamics_check import PolicyInputs, check_dynamics_act
+
+            camera = bool(g("camera"))
+            check_dynamics_act(DynamicsParams.load(g("dynamics")), g("task"), PolicyInputs(camera=camera),
+                               source=f"sim_robot.dynamics {g('dynamics')}",
+                               policy=f"a robot that {'publishes' if camera else 'renders no'} camera images")
         self.arm = RealTimeArm(task=g("task"), dynamics=g("dynamics") or None, task_kwargs=task_kwargs or None,
                                camera=bool(g("camera")) and camera_rate == 0,
                                image_size=int(g("image_size")), camera_views=int(g("camera_views")),
