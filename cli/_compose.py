@@ -132,6 +132,27 @@ def policy_env_for_bundle(policy: Any, env_id: str, **kwargs: Any) -> gym.Env:
     return env
 
 
+def manifest_inputs(manifest: Any) -> Any:
+    """What a bundle's policy reads (`tinker_sim.dynamics_check.PolicyInputs`), from its manifest."""
+    from tinker_sim.dynamics_check import PolicyInputs
+    from tinker_core.spec import DictSpec
+
+    camera = isinstance(manifest.obs_spec, DictSpec) and "image" in manifest.obs_spec.fields
+    return PolicyInputs(camera=camera, image_terms=tuple(getattr(manifest, "image_terms", None) or ()))
+
+
+def check_dynamics_for(manifest: Any, env_id: str, dynamics: Any, policy: str) -> None:
+    """Refuse a fixed dynamics set (a YAML path, a mapping or DynamicsParams; None = nominal) with a key that cannot
+    act on ``env_id`` with the bundle of ``manifest`` (`tinker_sim.dynamics_check`)."""
+    if dynamics is None or not env_id.startswith("tinker/Arm"):
+        return
+    from tinker_sim.dynamics import resolve_dynamics
+    from tinker_sim.dynamics_check import check_dynamics_act
+
+    check_dynamics_act(resolve_dynamics(dynamics), env_id, manifest_inputs(manifest),
+                       source=str(dynamics) if not hasattr(dynamics, "to_dict") else "dynamics", policy=policy)
+
+
 def bundle_name(policy: Any) -> str:
     b = getattr(policy, "bundle", None)
     return str(getattr(b, "path", "bundle"))

@@ -8,20 +8,32 @@ from typing import Any
 ORDER = 50
 
 EPILOG = """\
-protocol (per held-out dynamics variant):
+protocol (per held-out dynamics variant, --runs times with different seeds):
   1. zero-shot: the randomization-trained policy, evaluated in simulation on the variant (tinker eval)
   2. online fine-tuning through the ROS 2 loop on that variant for --finetune-episodes episodes
      (the demo's graph: sim_robot with the variant, experience bridge -> learner -> gated bundles)
   3. the newest published bundle, evaluated again in simulation on the same variant and seeds
+  tinker/ArmSort-v0: stage 1 only. The shipped sorter learned by imitation (BC); RL fine-tuning of it is
+  issue #21 item 3, so stages 2-3 are reported as not available, never run or estimated.
 
-output (in --out): sim2real.json, sim2real.md (table), sim2real.png (before/after per variant),
-and one demo run directory per variant.
+run r (0-based) evaluates episode seeds --seed + r * --eval-episodes onwards and seeds the robot's loop with r.
+A variant with a key that cannot act on the env and policy (sim/dynamics_check.py) is refused when named;
+without --variants every shipped variant runs whose keys all act, and the others are listed with why.
+
+output (in --out): sim2real.json, sim2real.md (table, one row per variant and run), sim2real.png, and one demo
+run directory per variant and run.
 
 examples:
-  tinker benchmark sim2real                                  the shipped policy, every shipped variant
+  tinker benchmark sim2real                                  the shipped policy, every shipped variant that acts on it
   tinker benchmark sim2real --train                          retrain with configs/sac_arm_reach.yaml first
   tinker benchmark sim2real --variants laggy --finetune-episodes 10 --eval-episodes 20
+  tinker benchmark sim2real --env tinker/ArmSort-v0 --variants far_latency_sort --runs 3 --eval-episodes 50
 """
+
+ENVS = ("tinker/ArmReach-v0", "tinker/ArmSort-v0")
+"""the arm tasks the protocol runs on (each with its shipped pretrained policy)"""
+NO_FINETUNE = {"tinker/ArmSort-v0": "not available for ArmSort (imitation policy; RL fine-tuning is issue #21 item 3)"}
+"""envs whose shipped policy the ROS loop's learner cannot fine-tune yet, and what the table says instead"""
 
 
 def register(sub: Any) -> None:
@@ -29,8 +41,12 @@ def register(sub: Any) -> None:
                        description="Run a whole benchmark protocol across tinker's layers.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("protocol", choices=["sim2real"], help="which protocol to run")
+    p.add_argument("--env", default=ENVS[0], choices=ENVS, help=f"the task (default {ENVS[0]})")
     p.add_argument("--variants", nargs="*", default=None,
-                   help="dynamics variant names in sim/config/dynamics or YAML paths (default: all shipped)")
+                   help="dynamics variant names in sim/config/dynamics or YAML paths (default: every shipped one "
+                        "whose keys all act on the env and policy)")
+    p.add_argument("--runs", type=int, default=1, help="repeat the protocol with different seeds (default 1)")
+    p.add_argument("--seed", type=int, default=1000, help="first evaluation episode seed of run 0 (default 1000)")
     p.add_argument("--train", action="store_true",
                    help="train the policy with configs/sac_arm_reach.yaml first (default: the shipped pretrained one)")
     p.add_argument("--eval-episodes", type=int, default=50, help="simulation episodes per evaluation (default 50)")
@@ -56,43 +72,134 @@ def _variant_path(name: str, repo: Any) -> Any:
     return q
 
 
-def _evaluate(bundle: Any, dynamics: Any, episodes: int) -> dict:
+def select_variants(names: list[str] | None, env_id: str, manifest: Any, bundle: Any, repo: Any) \
+        -> tuple[list[tuple[str, Any]], dict[str, str]]:
+    """(name, path) of the variants to run and {name: why} of the shipped ones left out. Named variants must all
+    act on ``env_id`` with the bundle (else `ConfigError`, before anything runs); without names, every shipped
+    variant that acts whole."""
+    from pathlib import Path
+
+    from tinker_cli._compose import check_dynamics_for
+    from tinker_core.errors import ConfigError
+
+    policy = f"the policy {bundle}"
+    if names:
+        chosen = [(Path(n).stem, _variant_path(n, repo)) for n in names]
+        for _, path in chosen:
+            check_dynamics_for(manifest, env_id, path, policy)
+        return chosen, {}
+    chosen, skipped = [], {}
+    for f in sorted((repo / "sim" / "config" / "dynamics").glob("*.yaml")):
+        try:
+            check_dynamics_for(manifest, env_id, f, policy)
+        except ConfigError as e:
+            skipped[f.stem] = "; ".join(line.strip() for line in str(e).splitlines()[1:-1])
+            continue
+        chosen.append((f.stem, f))
+    return chosen, skipped
+
+
+def _evaluate(bundle: Any, dynamics: Any, episodes: int, env_id: str = ENVS[0], seed: int = 1000) -> dict:
     from tinker_cli._compose import load_policy, policy_env_for_bundle
     from tinker_core.evaluate import evaluate
 
     policy = load_policy(bundle)
-    env = policy_env_for_bundle(policy, "tinker/ArmReach-v0", dynamics=str(dynamics))
+    env = policy_env_for_bundle(policy, env_id, dynamics=str(dynamics))
     try:
-        res = evaluate(env, policy, episodes, seed=1000, control_period=float(env.unwrapped.control_period))
+        res = evaluate(env, policy, episodes, seed=seed, control_period=float(env.unwrapped.control_period))
     finally:
         env.close()
-    return {**res.to_dict(), "policy_version": policy.version}
+    return {**res.to_dict(), "policy_version": policy.version, "seeds": [seed, seed + episodes - 1]}
 
 
-def _plot(rows: list[dict], out: Any) -> Any:
+def _rate(x: dict | None) -> str:
+    """'92.0% [81–97]' of an evaluation (episodes; objects sorted in brackets after it on a sorting task)."""
+    if x is None:
+        return "—"
+    s = f"{x['success_rate'] * 100:.1f}% [{x['ci_low'] * 100:.0f}–{x['ci_high'] * 100:.0f}]"
+    if x.get("objects_sorted_rate") is not None:
+        s += (f"; objects {x['objects_sorted_rate'] * 100:.1f}% "
+              f"[{x['objects_ci_low'] * 100:.0f}–{x['objects_ci_high'] * 100:.0f}]")
+    return s
+
+
+def _plot(rows: list[dict], out: Any, env_id: str) -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(rows)), 4))
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.6 * len(rows)), 4))
     x = np.arange(len(rows))
-    for off, key, color in ((-0.2, "zero_shot", "tab:red"), (0.2, "fine_tuned", "tab:green")):
-        vals = [r[key]["success_rate"] * 100 for r in rows]
-        err = [[(r[key]["success_rate"] - r[key]["ci_low"]) * 100 for r in rows],
-               [(r[key]["ci_high"] - r[key]["success_rate"]) * 100 for r in rows]]
-        ax.bar(x + off, vals, 0.4, yerr=err, color=color, capsize=3, label=key.replace("_", " "))
-    ax.set_xticks(x, [r["variant"] for r in rows], rotation=15)
-    ax.set_ylabel("success % (95% CI)")
+    candidates = (  # (row key, rate, CI low, CI high, label, colour); drawn where some row has it
+        ("zero_shot", "success_rate", "ci_low", "ci_high", "zero-shot, episodes", "tab:red"),
+        ("zero_shot", "objects_sorted_rate", "objects_ci_low", "objects_ci_high", "zero-shot, objects sorted", "tab:orange"),
+        ("fine_tuned", "success_rate", "ci_low", "ci_high", "after fine-tuning, episodes", "tab:green"))
+    series = [c for c in candidates if any(r[c[0]] is not None and r[c[0]].get(c[1]) is not None for r in rows)]
+    width = 0.8 / len(series)
+    for j, (r_key, k, lo, hi, label, color) in enumerate(series):
+        have = [i for i, r in enumerate(rows) if r[r_key] is not None and r[r_key].get(k) is not None]
+        vals = np.array([rows[i][r_key][k] for i in have]) * 100
+        err = [vals - np.array([rows[i][r_key][lo] for i in have]) * 100,
+               np.array([rows[i][r_key][hi] for i in have]) * 100 - vals]
+        ax.bar(x[have] + (j - (len(series) - 1) / 2) * width, vals, width, yerr=err, color=color, capsize=3, label=label)
+    ax.set_xticks(x, [f"{r['variant']} #{r['run']}" for r in rows], rotation=15)
+    ax.set_ylabel("% (95% CI)")
     ax.set_ylim(0, 105)
-    ax.set_title("tinker sim2real: zero-shot vs after online fine-tuning through ROS 2")
+    missing = NO_FINETUNE.get(env_id)
+    ax.set_title(f"tinker sim2real on {env_id}: zero-shot" + (f" (fine-tuning {missing})" if missing else
+                                                               " vs after online fine-tuning through ROS 2"),
+                 fontsize=9)
     ax.legend(loc="lower right")
     fig.tight_layout()
     path = out / "sim2real.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundle: Any, checkpoint: Any, out: Any,
+              seed: int) -> tuple[dict, dict]:
+    """Stages 2 and 3 for one variant and run: the demo's ROS loop fine-tunes, then the newest bundle is evaluated."""
+    from tinker.demo import DemoConfig, run_demo
+
+    demo_out = out / f"finetune_{name}" / f"run{run_idx}"
+    rep = run_demo(DemoConfig(bundle=str(bundle), checkpoint=str(checkpoint), dynamics=str(dyn), out=str(demo_out),
+                              episodes_before=1, finetune_episodes=args.finetune_episodes, episodes_after=1,
+                              seed=run_idx),
+                   progress=lambda s: print("   " + s) if s.startswith(("phase", "  final")) else None)
+    published = rep["learner"].get("version") or 0
+    tuned_bundle = demo_out / "bundles" / f"v{published:06d}" if published else bundle
+    print(f"== {name} run {run_idx}: evaluation after fine-tuning (bundle {tuned_bundle.name})")
+    after = _evaluate(tuned_bundle, dyn, args.eval_episodes, args.env, seed)
+    print(f"   success {after['success_rate'] * 100:.1f}%")
+    return after, {"published_version": published, "ros_loop": {k: rep[k] for k in ("before", "finetune", "after")},
+                   "safety_interventions_in_loop": rep["safety_interventions"], "estops": rep["estops"],
+                   "unsafe_states_in_loop": sum(rep.get("unsafe_states", {}).values()),
+                   "learner_updates": rep["learner"].get("updates") or 0}
+
+
+def table(rows: list[dict], env_id: str) -> str:
+    """The markdown table of a protocol's rows (one per variant and run)."""
+    lines = ["| variant | run (episode seeds) | zero-shot success | unsafe states / e-stops (zero-shot) | after fine-tuning "
+             "| mean time to success (before → after) | bundle | learner updates | unsafe states / e-stops in the loop |",
+             "|---|---|---|---|---|---|---|---|---|"]
+
+    def t(x: dict | None) -> str:
+        return "n/a" if x is None or x["mean_time_to_success_s"] is None else f"{x['mean_time_to_success_s']:.2f} s"
+
+    for r in rows:
+        b, a = r["zero_shot"], r["fine_tuned"]
+        seeds = f"{r['run']} ({b['seeds'][0]}–{b['seeds'][1]})"
+        if a is None:
+            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | fine-tune: "
+                         f"{r['fine_tune']} | {t(b)} | — | — | — |")
+        else:
+            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | {_rate(a)} "
+                         f"| {t(b)} → {t(a)} | v{r['published_version']} | {r['learner_updates']} "
+                         f"| {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
+    return "\n".join(lines)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,17 +209,31 @@ def run(args: argparse.Namespace) -> int:
     import sys
     from pathlib import Path
 
-    from tinker_cli._compose import REPO
+    from tinker_cli._compose import REPO, load_policy
     from tinker_deploy.pretrained import pretrained_dir
-    from tinker_core.errors import TinkerError
+    from tinker_core.errors import ConfigError, TinkerError
 
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    from tinker.demo import DemoConfig, run_demo
-
+    for k in ("runs", "eval_episodes"):
+        if getattr(args, k) < 1:
+            raise ConfigError(f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}")
+    no_finetune = NO_FINETUNE.get(args.env)
+    if args.train and args.env != ENVS[0]:
+        raise ConfigError(f"--train: the protocol retrains only the ArmReach policy (configs/sac_arm_reach.yaml); "
+                          f"for {args.env} run 'tinker train' and 'tinker export' yourself")
     out = Path(args.out).resolve()
+    pre = pretrained_dir(args.env)
+    bundle, checkpoint = pre / "bundle", pre / "checkpoint"
+    variants, skipped = select_variants(args.variants, args.env, load_policy(bundle).manifest, bundle, REPO)
+    for name, why in skipped.items():
+        print(f"variant {name} left out: {why}")
+    if not variants:
+        raise ConfigError(f"no shipped variant acts on {args.env} with {bundle}; name one with --variants")
+    if no_finetune:
+        print(f"{args.env}: zero-shot stage only; fine-tune: {no_finetune}")
+    else:
+        os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+        import tinker.demo  # noqa: F401  (the ROS package, only when the loop runs)
     out.mkdir(parents=True, exist_ok=True)
-    names = args.variants or sorted(f.stem for f in (REPO / "sim" / "config" / "dynamics").glob("*.yaml"))
-    variants = [(Path(n).stem, _variant_path(n, REPO)) for n in names]
     if args.train:
         run_dir = out / "train"
         print(f"training with configs/sac_arm_reach.yaml -> {run_dir}")
@@ -122,45 +243,26 @@ def run(args: argparse.Namespace) -> int:
             if subprocess.run(cmd).returncode != 0:
                 raise TinkerError(f"step failed: {' '.join(cmd)}")
         bundle, checkpoint = out / "bundle", run_dir / "final"
-    else:
-        pre = pretrained_dir("tinker/ArmReach-v0")
-        bundle, checkpoint = pre / "bundle", pre / "checkpoint"
     rows = []
     for name, dyn in variants:
-        print(f"\n== {name}: zero-shot evaluation ({args.eval_episodes} episodes)")
-        before = _evaluate(bundle, dyn, args.eval_episodes)
-        print(f"   success {before['success_rate'] * 100:.1f}%")
-        demo_out = out / f"finetune_{name}"
-        rep = run_demo(DemoConfig(bundle=str(bundle), checkpoint=str(checkpoint), dynamics=str(dyn), out=str(demo_out),
-                                  episodes_before=1, finetune_episodes=args.finetune_episodes, episodes_after=1),
-                       progress=lambda s: print("   " + s) if s.startswith(("phase", "  final")) else None)
-        published = rep["learner"].get("version") or 0
-        tuned_bundle = demo_out / "bundles" / f"v{published:06d}" if published else bundle
-        print(f"== {name}: evaluation after fine-tuning (bundle {tuned_bundle.name})")
-        after = _evaluate(tuned_bundle, dyn, args.eval_episodes)
-        print(f"   success {after['success_rate'] * 100:.1f}%")
-        rows.append({"variant": name, "dynamics": str(dyn), "zero_shot": before, "fine_tuned": after,
-                     "published_version": published, "ros_loop": {k: rep[k] for k in ("before", "finetune", "after")},
-                     "safety_interventions_in_loop": rep["safety_interventions"], "estops": rep["estops"],
-                     "unsafe_states_in_loop": sum(rep.get("unsafe_states", {}).values()),
-                     "learner_updates": rep["learner"].get("updates") or 0})
-    lines = ["| variant | zero-shot success | after fine-tuning | mean time to success (before → after) | bundle "
-             "| learner updates | unsafe states / e-stops in the loop |",
-             "|---|---|---|---|---|---|---|"]
-    for r in rows:
-        b, a = r["zero_shot"], r["fine_tuned"]
-
-        def t(x: dict) -> str:
-            return "n/a" if x["mean_time_to_success_s"] is None else f"{x['mean_time_to_success_s']:.2f} s"
-
-        lines.append(f"| {r['variant']} | {b['success_rate'] * 100:.1f}% [{b['ci_low'] * 100:.0f}–{b['ci_high'] * 100:.0f}] "
-                     f"| {a['success_rate'] * 100:.1f}% [{a['ci_low'] * 100:.0f}–{a['ci_high'] * 100:.0f}] "
-                     f"| {t(b)} → {t(a)} | v{r['published_version']} | {r['learner_updates']} "
-                     f"| {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
-    table = "\n".join(lines)
-    png = _plot(rows, out)
-    (out / "sim2real.json").write_text(json.dumps({"rows": rows, "settings": vars(args) | {"func": None}},
+        for r in range(args.runs):
+            seed = args.seed + r * args.eval_episodes
+            print(f"\n== {name} run {r}: zero-shot evaluation ({args.eval_episodes} episodes, seeds {seed}–"
+                  f"{seed + args.eval_episodes - 1})")
+            before = _evaluate(bundle, dyn, args.eval_episodes, args.env, seed)
+            print(f"   success {_rate(before)}")
+            row: dict[str, Any] = {"variant": name, "run": r, "dynamics": str(dyn), "zero_shot": before}
+            if no_finetune:
+                row.update(fine_tuned=None, fine_tune=no_finetune)
+            else:
+                after, loop = _finetune(args, name, r, dyn, bundle, checkpoint, out, seed)
+                row.update(fine_tuned=after, **loop)
+            rows.append(row)
+    md = table(rows, args.env)
+    png = _plot(rows, out, args.env)
+    (out / "sim2real.json").write_text(json.dumps({"env": args.env, "bundle": str(bundle), "rows": rows,
+                                                   "left_out": skipped, "settings": vars(args) | {"func": None}},
                                                   indent=1, default=str))
-    (out / "sim2real.md").write_text(table + f"\n\n![sim2real]({png.name})\n")
-    print("\n" + table + f"\n\nwrote {out / 'sim2real.md'}, {out / 'sim2real.json'}, {png}")
+    (out / "sim2real.md").write_text(f"{args.env}, policy {bundle}\n\n" + md + f"\n\n![sim2real]({png.name})\n")
+    print("\n" + md + f"\n\nwrote {out / 'sim2real.md'}, {out / 'sim2real.json'}, {png}")
     return 0

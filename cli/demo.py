@@ -23,6 +23,8 @@ examples:
   tinker demo
   tinker demo --dynamics sim/config/dynamics/heavy_arm.yaml --finetune-episodes 60
   tinker demo --episodes-before 3 --finetune-episodes 3 --episodes-after 3      (a smoke run)
+  tinker demo --bundle pretrained/arm_reach_vision --reward sensors   (the camera finds the target; the learner's
+                                                                       reward comes from the robot's sensors only)
 """
 
 
@@ -43,6 +45,10 @@ def register(sub: Any) -> None:
     p.add_argument("--record", action="store_true", help="also record every cycle to OUT/run.mcap")
     p.add_argument("--view", action="store_true",
                    help="live view while it runs: http://127.0.0.1:8766/ (Foxglove WebSocket ws://127.0.0.1:8765)")
+    p.add_argument("--reward", choices=("sim", "sensors"), default="sim",
+                   help="the learner's rewards: sim = the simulator's true target (default); sensors = the success "
+                        "sensor, from the target the camera finds and the measured joints (needs a vision bundle, "
+                        "e.g. --bundle pretrained/arm_reach_vision)")
     p.add_argument("--learner-set", nargs="*", default=[], metavar="NAME=VALUE",
                    help="LearnerConfig overrides, e.g. gate_min_success=0.9 publish_every=200")
     p.set_defaults(func=run)
@@ -74,6 +80,6 @@ def run(args: argparse.Namespace) -> int:
         dynamics=args.dynamics or str(REPO / "sim" / "config" / "dynamics" / "shifted_miscalibrated.yaml"),
         out=args.out, episodes_before=args.episodes_before, finetune_episodes=args.finetune_episodes,
         episodes_after=args.episodes_after, learner=overrides, record=args.record,
-        view=args.view)
+        view=args.view, reward=args.reward)
     run_demo(cfg)
     return 0

@@ -10,10 +10,14 @@ from typing import Any
 ORDER = 40
 
 EPILOG = """\
-dynamics files (YAML, keys as in sim/config/nominal.yaml):
-  mass_scale, friction, joint_damping_scale, actuator_gain, action_latency_steps,
-  obs_noise_std, camera_shift_m, object_mass_scale  (missing keys keep their nominal value)
-  shipped variants: sim/config/dynamics/*.yaml
+dynamics files (YAML, keys as in sim/config/nominal.yaml; missing keys keep their nominal value):
+  the arm, every task: mass_scale, joint_damping_scale, actuator_gain, action_latency_steps, obs_noise_std
+  the camera, a policy with an image only: camera_shift_m, camera_tilt_deg, camera_fov_delta_deg,
+    image_noise_std, light_intensity, light_azimuth_deg
+  ArmSort only: friction, object_mass_scale, object_size_scale; ArmReach only, a state policy:
+    target_bias_{x,y,z}_m
+  a key that cannot act on the env and policy is refused, with why (sim/dynamics_check.py)
+  shipped variants: sim/config/dynamics/*.yaml (docs/sim2real/variants.md: which acts on which policy)
 
 any gymnasium env: a bundle or checkpoint trained on another env is run on the env it records (its id,
 imports and wrappers), without the SafetyWrapper (it guards the arm); --env names another id.
@@ -84,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
     recorded = policy.manifest.env or ({"id": policy.manifest.env_id} if policy.manifest.env_id else {})
     env_id = args.env or recorded.get("id") or DEFAULT_ENV
     if env_id.startswith("tinker/"):
+        from tinker_cli._compose import check_dynamics_for
+
+        check_dynamics_for(policy.manifest, env_id, args.dynamics, f"the policy {bundle}")
         env = policy_env_for_bundle(policy, env_id, dynamics=args.dynamics, safety=not args.no_safety)
         period = float(env.unwrapped.control_period)
         safety = not args.no_safety
@@ -153,8 +160,9 @@ def _run_hierarchy(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.policy}: the hierarchy records no env; give --env")
     safety = False
     if env_id.startswith("tinker/Arm"):
-        from tinker_cli._compose import policy_env_for_bundle
+        from tinker_cli._compose import check_dynamics_for, policy_env_for_bundle
 
+        check_dynamics_for(policy.high.manifest, env_id, args.dynamics, f"the policy {args.policy}")
         kwargs = dict(recorded.get("kwargs") or {}) if recorded.get("id") == env_id else {}
         layout = {k: kwargs[k] for k in ("task_kwargs", "max_episode_steps") if k in kwargs}  # not its randomization
         env = policy_env_for_bundle(policy.high, env_id, dynamics=args.dynamics, safety=not args.no_safety, **layout)

@@ -117,14 +117,22 @@ def make_algo(name: str, env_id: str, env_kwargs: dict | None, algo_kwargs: dict
     return cls(specs, config)
 
 
-def bundle_publisher(bundle_dir: str, algo: Any, version: int):
-    """Export ``algo`` as deploy bundle ``bundle_dir/vNNNNNN`` (ONNX + manifest); returns its path."""
+def bundle_publisher(bundle_dir: str, algo: Any, version: int, perception_bundle: str | None = None):
+    """Export ``algo`` as deploy bundle ``bundle_dir/vNNNNNN`` (ONNX + manifest); returns its path. With
+    ``perception_bundle``, that bundle's perception goes in front of the exported actor (`tinker_deploy.splice`)."""
+    import tempfile
     from pathlib import Path
 
     from tinker_deploy.export import export_bundle
 
     out = Path(bundle_dir) / f"v{version:06d}"
-    return Path(export_bundle(algo.deployable_parts(), algo.export_metadata(), out, policy_version=version))
+    if not perception_bundle:
+        return Path(export_bundle(algo.deployable_parts(), algo.export_metadata(), out, policy_version=version))
+    from tinker_deploy.splice import splice_perception
+
+    with tempfile.TemporaryDirectory(prefix="tinker-actor-") as tmp:
+        actor = export_bundle(algo.deployable_parts(), algo.export_metadata(), Path(tmp) / "actor", policy_version=version)
+        return Path(splice_perception(perception_bundle, actor, out, policy_version=version))
 
 
 def build_learner(cfg: Any):
@@ -133,7 +141,8 @@ def build_learner(cfg: Any):
     device = resolve_device(cfg.device)
     algo_factory = functools.partial(make_algo, cfg.algo, cfg.env_id, cfg.env_kwargs, cfg.algo_kwargs, device, cfg.seed)
     gate_env_factory = functools.partial(make_gate_env, cfg.env_id, cfg.env_kwargs)
-    return Learner(cfg, algo_factory, functools.partial(bundle_publisher, cfg.bundle_dir), gate_env_factory)
+    publisher = functools.partial(bundle_publisher, cfg.bundle_dir, perception_bundle=cfg.perception_bundle)
+    return Learner(cfg, algo_factory, publisher, gate_env_factory)
 
 
 def run(args: argparse.Namespace) -> int:

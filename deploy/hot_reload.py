@@ -138,19 +138,25 @@ class HotSwapPolicy(ModuleBase[OnnxPolicyConfig]):
             if m.joint_names != c.joint_names:
                 raise BundleError(f"{path}: joint names differ from the running model: {m.joint_names} vs {c.joint_names}")
         policy = OnnxPolicy(bundle, "policy", self.config)
-        obs, ref = bundle.recorded()
-        if "action" not in ref:
-            raise BundleError(f"{path}: recorded observations carry no reference actions to check parity with")
-        got = policy.forward(obs)
-        if got.shape != ref["action"].shape:
-            raise BundleError(f"{path}: model output shape {got.shape} differs from its reference {ref['action'].shape}")
-        diff = float(np.max(np.abs(got.astype(np.float64) - ref["action"]))) if got.size else 0.0
-        tol = self.parity_tolerance if not self.config.quantized else np.inf
-        exported = float((bundle.manifest.parity or {}).get("tolerance") or 0.0)
-        if exported > tol:  # verified at export within its own bound (a CNN's float error exceeds an MLP's)
-            tol = min(exported, MAX_EXPORT_TOLERANCE)
-        if diff > tol:
-            raise BundleError(f"{path}: model output differs from its own reference actions by {diff:.3g} "
-                              f"(max abs), above {tol:g}")
+        check_parity(policy, path, self.parity_tolerance if not self.config.quantized else np.inf)
         policy.warmup(self.warmup_calls)
         return policy
+
+
+def check_parity(policy: OnnxPolicy, path: str | os.PathLike, tolerance: float) -> None:
+    """Raise BundleError unless ``policy`` reproduces its bundle's recorded reference actions within ``tolerance``
+    (or the bundle's own export tolerance where that is wider, capped at `MAX_EXPORT_TOLERANCE`)."""
+    bundle = policy.bundle
+    obs, ref = bundle.recorded()
+    if "action" not in ref:
+        raise BundleError(f"{path}: recorded observations carry no reference actions to check parity with")
+    got = policy.forward(obs)
+    if got.shape != ref["action"].shape:
+        raise BundleError(f"{path}: model output shape {got.shape} differs from its reference {ref['action'].shape}")
+    diff = float(np.max(np.abs(got.astype(np.float64) - ref["action"]))) if got.size else 0.0
+    exported = float((bundle.manifest.parity or {}).get("tolerance") or 0.0)
+    if exported > tolerance:  # verified at export within its own bound (a CNN's float error exceeds an MLP's)
+        tolerance = min(exported, MAX_EXPORT_TOLERANCE)
+    if diff > tolerance:
+        raise BundleError(f"{path}: model output differs from its own reference actions by {diff:.3g} "
+                          f"(max abs), above {tolerance:g}")

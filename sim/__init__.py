@@ -5,8 +5,8 @@
 ``tinker/PlanarSort-v0`` (`tinker_sim.planar_sort`) and its scripted skills (``planar_sort/...``, for hierarchical policies); ``sim.make(id, **kwargs)`` builds one. See ``sim/README.md`` for the observation/action layout and how to add your own env.
 """
 
-from tinker_sim.registration import ENV_IDS, GOAL_ENV_IDS, PLANAR_ENV_IDS, make, register_all
+from tinker_sim.registration import ENV_IDS, GOAL_ENV_IDS, PLANAR_ENV_IDS, SKIRMISH_ENV_IDS, make, register_all
 
 register_all()
 
-__all__ = ["ENV_IDS", "GOAL_ENV_IDS", "PLANAR_ENV_IDS", "make", "register_all"]
+__all__ = ["ENV_IDS", "GOAL_ENV_IDS", "PLANAR_ENV_IDS", "SKIRMISH_ENV_IDS", "make", "register_all"]

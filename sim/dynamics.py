@@ -36,7 +36,10 @@ class DynamicsParams:
     friction: float = 1.0
     """lateral friction coefficient of the arm links, table and objects"""
     joint_damping_scale: float = 1.0
-    """multiplies the URDF joint damping"""
+    """multiplies the URDF joint damping (0.5 N m s/rad per joint on the iiwa). Measured 2026-12-04
+    (docs/sim2real/variants.md): up to 100x it barely slows the position motors (a 0.3 rad step is within 3 mrad
+    after 0.25 s instead of 1 mrad); from about 120x PyBullet's 1/240 s integration goes unstable (the joints
+    overshoot by radians, unsafe states from the first steps): a numerical failure, not a physical variant"""
     actuator_gain: float = 1.0
     """multiplies the position-motor gain (lower = slower, laggier tracking)"""
     action_latency_steps: int = 0

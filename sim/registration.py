@@ -27,12 +27,24 @@ PLANAR_ENV_IDS: dict[str, dict[str, Any]] = {
 ``steps_per_object * num_objects`` steps); its scripted skills register as ``planar_sort/...``"""
 
 
+SKIRMISH_ENV_IDS: dict[str, dict[str, Any]] = {
+    "tinker/Skirmish-v0": {},
+}
+"""micro-combat stand-in for a StarCraft II micro scenario, not StarCraft II (`tinker_sim.skirmish.SkirmishEnv`;
+it truncates its own episodes after ``max_steps``); its scripted squad skills register as ``skirmish/...``"""
+
+
 def register_all() -> None:
     from tinker_sim.arm_sort_skills import register as register_arm_skills
     from tinker_sim.planar_sort_skills import register as register_skills
+    from tinker_sim.skirmish_skills import register as register_skirmish_skills
 
     register_skills()
     register_arm_skills()
+    register_skirmish_skills()
+    for env_id, spec in SKIRMISH_ENV_IDS.items():
+        if env_id not in gym.registry:
+            gym.register(id=env_id, entry_point="tinker_sim.skirmish:SkirmishEnv", **spec)
     for env_id, spec in PLANAR_ENV_IDS.items():
         if env_id not in gym.registry:
             gym.register(id=env_id, entry_point="tinker_sim.planar_sort:PlanarSortEnv", **spec)

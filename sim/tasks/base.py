@@ -34,6 +34,12 @@ class Task:
     """centre of the reachable box in front of the base (base frame, m); scales ee_pos"""
     workspace_half = np.array([0.3, 0.4, 0.3])
     """half-extent of that box, m"""
+    dynamics_keys: tuple[str, ...] = ()
+    """the `DynamicsParams` keys this task's bodies or observation read, beyond the arm's and the camera's
+    (`tinker_sim.dynamics_check` refuses a key nothing reads)"""
+    told_terms: tuple[str, ...] = ()
+    """observation terms that carry what the robot is told rather than measures (the reach target): a policy
+    that computes all of them from the camera image never reads the told values"""
 
     def __init__(self, world: PyBulletWorld, robot: ArmRobot):
         self.world = world

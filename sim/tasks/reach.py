@@ -22,13 +22,19 @@ TARGET_LOW = np.array([0.35, -0.3, 0.2])
 """lower corner of the box targets are drawn from (base frame, m); every point in it is reachable pointing down"""
 TARGET_HIGH = np.array([0.7, 0.3, 0.55])
 """upper corner of that box"""
+SUCCESS_DISTANCE = 0.05
+"""m; the default success distance (the success sensor of the live loop takes the task's, `success_rule`)"""
+SUCCESS_BONUS = 1.0
+"""the default reward added on success"""
 
 
 class ReachTask(Task):
     name = "reach"
+    dynamics_keys = ("target_bias_x_m", "target_bias_y_m", "target_bias_z_m")
+    told_terms = ("target_pos", "target_minus_ee")
 
-    def __init__(self, world: PyBulletWorld, robot: ArmRobot, success_distance: float = 0.05,
-                 success_bonus: float = 1.0):
+    def __init__(self, world: PyBulletWorld, robot: ArmRobot, success_distance: float = SUCCESS_DISTANCE,
+                 success_bonus: float = SUCCESS_BONUS):
         super().__init__(world, robot)
         self.success_distance = float(success_distance)
         self.success_bonus = float(success_bonus)
@@ -63,3 +69,11 @@ class ReachTask(Task):
     def state(self, ee: np.ndarray) -> dict[str, Any]:
         _, success, info = self.evaluate(ee)
         return {"target": self.target.tolist(), "distance": info["distance"], "success": bool(success)}
+
+
+def success_rule(task_kwargs: dict[str, Any] | None = None) -> dict[str, float]:
+    """The success distance and bonus a `ReachTask` made with ``task_kwargs`` uses (the live loop's success sensor,
+    `tinker_core.loop.sensor_reward`, takes them from here: one rule for the env and the robot)."""
+    kw = task_kwargs or {}
+    return {"success_distance": float(kw.get("success_distance", SUCCESS_DISTANCE)),
+            "success_bonus": float(kw.get("success_bonus", SUCCESS_BONUS))}

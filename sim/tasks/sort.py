@@ -49,6 +49,7 @@ NUM_KINDS = 2
 class SortTask(Task):
     name = "sort"
     action_terms = [term("suction", 1, "on>0", 1.0, 0.0, "none")]
+    dynamics_keys = ("friction", "object_mass_scale", "object_size_scale")
 
     def __init__(self, world: PyBulletWorld, robot: ArmRobot, num_objects: int = 2, max_objects: int | None = None,
                  sorted_reward: str = "per_step"):

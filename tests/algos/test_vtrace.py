@@ -151,3 +151,21 @@ def test_bad_shapes_are_named():
         vtrace(**ins)
     with pytest.raises(ConfigError, match="vtrace.c_bar: expected > 0"):
         vtrace(**tensors(random_case(0)), c_bar=0.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_clip_advantages_are_the_vtrace_advantages_without_their_weight(seed):
+    """IMPALA's ``policy_loss: clip`` uses r + gamma v' - V(x); times min(pg_rho_bar, pi/mu) that is V-trace's
+    policy-gradient advantage (the reference formula above), at episode ends and the window's last step too."""
+    from tinker_core.algos.impala import clip_advantages
+
+    case = random_case(seed, spread=1.5)
+    ins = tensors(case)
+    out = vtrace(**ins, pg_rho_bar=1.3)
+    adv = clip_advantages(out.vs, ins["next_values"], ins["values"], ins["rewards"], ins["discounts"],
+                          ins["episode_ends"])
+    ratio = (ins["target_log_probs"] - ins["behaviour_log_probs"]).exp()
+    _, ref = reference(case["blp"], case["tlp"], case["r"], case["v"], case["nv"], case["disc"], case["ends"],
+                       1.0, 1.0, 1.3)
+    assert torch.allclose(adv * ratio.clamp(max=1.3), torch.tensor(ref, dtype=torch.float64), atol=1e-9)
+    assert not torch.allclose(adv, out.pg_advantages)  # the weights differ from 1 in this case

@@ -65,3 +65,26 @@ def test_eval_runs_a_hierarchy_on_the_arm_with_the_safety_wrapper_at_a_curriculu
     assert d["safety"] is True and d["curriculum"] == "num_objects=2" and d["objects_total"] == 4
     bad = tinker("eval", bundle, "--curriculum", "num_objects", "--episodes", "1", "--plot", "")
     assert bad.returncode != 0 and "--curriculum 'num_objects': expected PARAM=VALUE" in bad.stderr
+
+
+def test_eval_refuses_a_camera_key_on_a_state_only_policy_and_says_why():
+    """The issue's case: a moved camera on the state bundle gave results byte-identical to nominal."""
+    p = tinker("eval", "pretrained/arm_reach/bundle", "--dynamics", "sim/config/dynamics/shifted_camera.yaml",
+               "--episodes", "1", "--plot", "")
+    assert p.returncode == 2
+    assert ("sim/config/dynamics/shifted_camera.yaml: 1 key(s) cannot act on tinker/ArmReach-v0 with the policy "
+            "pretrained/arm_reach/bundle") in p.stderr
+    assert "camera_shift_m = 0.08: the policy's observation has no camera image (a state-only policy)" in p.stderr
+
+
+def test_eval_takes_a_camera_shift_of_either_sign_on_a_camera_policy(tmp_path):
+    neg = tmp_path / "shift_neg.yaml"
+    neg.write_text("camera_shift_m: -0.08\n")  # drawn in a random direction per episode: the sign means nothing
+    runs = []
+    for dyn in ("sim/config/dynamics/shifted_camera.yaml", str(neg)):
+        p = tinker("eval", "pretrained/arm_reach_vision", "--dynamics", dyn, "--episodes", "2", "--json", "--plot", "")
+        assert p.returncode == 0, p.stderr[-2000:]
+        runs.append(json.loads(p.stdout.strip().splitlines()[-1]))
+    assert [r["episodes"] for r in runs] == [2, 2] and runs[1]["dynamics"] == str(neg)
+    # (the same variant in distribution; per episode -d moves the camera opposite to +d for the same draw, which
+    # the direction's symmetric distribution makes equally likely: tests/sim/test_dynamics_check.py)

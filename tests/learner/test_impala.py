@@ -129,6 +129,8 @@ def test_config_errors_name_the_field():
         IMPALAConfig(mode="sync", num_actors=3, batch_trajectories=4)
     with pytest.raises(ConfigError, match="IMPALAConfig.queue_size: expected >= 1"):
         IMPALAConfig(queue_size=0)
+    with pytest.raises(ConfigError, match=r"IMPALAConfig.policy_loss: expected one of \('vtrace', 'clip'\), got 'ppo'"):
+        IMPALAConfig(policy_loss="ppo")
     algo = IMPALA((IMPALA("CartPole-v1").obs_spec, IMPALA("CartPole-v1").action_spec))
     with pytest.raises(ConfigError, match="built from specs only"):
         algo.learn(100, progress=False)

@@ -52,6 +52,68 @@ def test_a_new_episode_starts_the_hierarchy_with_a_fresh_decision():
     assert pol.high_calls == 2 and pol.age == 1 and core.runner.episodes == 2
 
 
+def test_the_graph_runs_the_sort_task_the_bundle_was_trained_on(tmp_path):
+    """No DDS: `Graph` (tinker bringup) and the launch file give sim_robot the task and object slots of the bundle
+    (flat or hierarchical) perception runs; explicit settings win."""
+    from tinker.bringup import Graph
+    from tinker.bundle_io import SIM_TASKS
+
+    from tinker_sim.registration import ENV_IDS
+
+    assert SIM_TASKS == {k: v["kwargs"]["task"] for k, v in ENV_IDS.items()}  # one fact, said twice (torch-free)
+    g = Graph(run_dir=tmp_path / "a", overrides={"perception": {"bundle": str(BUNDLE)}})
+    assert (g.parameters("sim_robot")["task"], g.parameters("sim_robot")["max_objects"]) == ("sort", SLOTS)
+    flat = REPO / "pretrained" / "arm_sort" / "bundle"
+    g = Graph(run_dir=tmp_path / "b", overrides={"perception": {"bundle": str(flat)}, "sim_robot": {"num_objects": 1}})
+    assert (g.parameters("sim_robot")["task"], g.parameters("sim_robot")["num_objects"]) == ("sort", 1)
+    g = Graph(run_dir=tmp_path / "c", overrides={"perception": {"bundle": str(BUNDLE)}, "sim_robot": {"max_objects": 5}})
+    assert g.parameters("sim_robot")["max_objects"] == 5
+
+
+def _reexport(src: Path, dst: Path, version: int) -> Path:
+    """A copy of the export ``src`` as a new export would be: the high level's manifest at another policy version,
+    ``hierarchy.json`` pinning it (the same models, so the same actions)."""
+    import hashlib
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    mf = dst / "high" / "manifest.json"
+    m = json.loads(mf.read_text())
+    m["policy_version"] = version
+    mf.write_text(json.dumps(m, indent=1))
+    doc = json.loads((dst / "hierarchy.json").read_text())
+    doc["levels"]["high"]["manifest_sha256"] = hashlib.sha256(mf.read_bytes()).hexdigest()
+    (dst / "hierarchy.json").write_text(json.dumps(doc))
+    return dst
+
+
+def test_a_new_hierarchy_export_goes_live_in_the_policy_core_at_the_next_episode(tmp_path):
+    """ROS-free: the policy node's core takes a new export of the hierarchy (``bundle`` set at run time) at the next
+    episode start; perception's features (the same observation) keep being accepted; a flat bundle is refused."""
+    from tinker.bundle_io import ObservationFeatures, PolicyBundle
+    from tinker_core.errors import BundleError
+
+    core = PolicyBundle(str(BUNDLE), None, PERIOD)
+    feats = ObservationFeatures(str(BUNDLE))
+    v0 = core.version
+    new = _reexport(BUNDLE, tmp_path / "v_next", v0 + 1)
+    q = np.zeros(len(core.runner.joint_names))
+    obs = np.zeros(core.runner.feature_size, np.float32)
+
+    def step(t: int, episode: str):
+        core.cycle.on_state(t, q)
+        return core.cycle.on_features(t, obs, t, episode, feats.sha256)
+
+    assert step(0, "0") is not None
+    assert core.reload(str(new)).result(timeout=60) is True
+    assert step(1, "0") is not None and core.version == v0 and core.reloads == 0  # mid-episode: the running export
+    assert step(2, "1") is not None  # a new episode: the new export, same features
+    assert core.version == v0 + 1 and core.reloads == 1 and core.runner.rejected_reloads == 0
+    with pytest.raises(BundleError, match="cannot replace"):
+        core.reload(str(REPO / "pretrained" / "arm_reach" / "bundle"))
+
+
 @pytest.fixture(scope="module")
 def g(ros2, tmp_path_factory):
     import yaml
@@ -72,7 +134,7 @@ def g(ros2, tmp_path_factory):
     domain = ros2.fresh_domain()
     b = str(BUNDLE)
     graph = Graph(namespace=NS, run_dir=tmp / "logs", env=ros2.graph_env(domain),
-                  overrides={"sim_robot": {"task": "sort", "num_objects": NUM_OBJECTS, "max_objects": SLOTS,
+                  overrides={"sim_robot": {"num_objects": NUM_OBJECTS,  # task sort and SLOTS slots: from the bundle
                                            "camera": False, "episode_cycles": EPISODE_CYCLES, "seed": 1000},
                              "perception": {"bundle": b}, "policy": {"bundle": b},
                              "safety": {"config": str(tmp / "safety.yaml")},
@@ -124,3 +186,19 @@ def test_the_hierarchy_sorts_objects_through_safety_within_the_limits(g, ros2):
     high, low = int(pol["high_level_calls"]), int(pol["low_level_calls"])
     assert low > 100 and high < low / 4, pol
     assert int(pol["episodes_started"]) >= 2  # sim_robot's resets reached the policy as new episodes
+
+
+def test_a_new_hierarchy_export_set_at_run_time_goes_live_in_the_running_graph(g, ros2, tmp_path):
+    """``bundle`` set on the running policy node (as the experience bridge or ``ros2 param set`` does) to a new
+    export of the hierarchy: it is validated, goes live at an episode start, and the loop keeps commanding."""
+    before = _diag(g, "policy")
+    v0, refused = int(before["model_version"]), int(before["refused_inputs"])
+    new = _reexport(BUNDLE, tmp_path / "v_next", v0 + 1)
+    assert g.probe.set_param(f"/{NS}/policy", "bundle", str(new))
+    ros2.wait_until(lambda: _diag(g, "policy").get("model_version") == str(v0 + 1), 60,
+                    "the new export live in the policy node")
+    pol = _diag(g, "policy")
+    assert int(pol["reloads"]) == 1 and int(pol["reload_rejections"]) == 0, pol
+    n = len(g.probe.commands)
+    ros2.wait_until(lambda: len(g.probe.commands) >= n + 40, 30, "40 more safe commands after the swap")
+    assert int(_diag(g, "policy")["refused_inputs"]) == refused  # perception's features still fit the new export

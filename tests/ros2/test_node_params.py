@@ -169,3 +169,42 @@ def test_a_nodes_status_names_each_input_waits_for_it_during_the_grace_then_erro
         assert goal not in st.message  # published on change: its age is reported, never judged
     finally:
         perception.set_parameters([Parameter("input_startup_grace", value=20.0)])
+
+
+@pytest.mark.parametrize("task,camera,dynamics,refused", [
+    ("reach", False, "shifted_camera", "camera_shift_m = 0.08: the policy's observation has no camera image"),
+    ("reach", False, "worn_robot", "friction = 0.8: friction acts only through contact with task bodies"),
+    ("sort", False, "shifted_miscalibrated", "target_bias_x_m = 0.04: it biases the reach target the robot is told"),
+    ("sort", False, "worn_robot", None),
+    ("reach", False, "far_latency_reach", None),
+])
+def test_sim_robot_refuses_a_dynamics_key_it_cannot_act_on_at_start(ros2, task, camera, dynamics, refused):
+    """Read-only, at construction (before the robot exists or a loop runs): a key the robot cannot act on with its
+    task and camera setting is a ConfigError that names it and why; one it can act on starts the robot."""
+    import rclpy
+    from rclpy.context import Context
+    from rclpy.parameter import Parameter
+    from rclpy.signals import SignalHandlerOptions
+
+    from tinker.bringup import default_params_file
+    from tinker.sim_robot import SimRobotNode
+    from tinker_sim.dynamics import DYNAMICS_DIR
+    from tinker_core.errors import ConfigError
+
+    ctx = Context()
+    rclpy.init(context=ctx, domain_id=ros2.fresh_domain(), signal_handler_options=SignalHandlerOptions.NO,
+               args=["--ros-args", "--params-file", str(default_params_file())])
+    path = str(DYNAMICS_DIR / f"{dynamics}.yaml")
+    overrides = [Parameter("camera", value=camera), Parameter("task", value=task), Parameter("dynamics", value=path)]
+    try:
+        if refused:
+            with pytest.raises(ConfigError, match="cannot act on the " + task + " task") as e:
+                SimRobotNode(context=ctx, parameter_overrides=overrides)
+            assert refused in str(e.value) and f"sim_robot.dynamics {path}" in str(e.value)
+        else:
+            node = SimRobotNode(context=ctx, parameter_overrides=overrides)
+            assert node.env.unwrapped.fixed_dynamics is not None
+            node.close_runtime()
+            node.destroy_node()
+    finally:
+        rclpy.shutdown(context=ctx)

@@ -69,7 +69,7 @@ def test_what_the_launch_file_reads_needs_no_torch(tmp_path):
                       "  robot2: {policy: PPO, perception: nature_cnn}\n")
     code = NO_TORCH + f"""
 from tinker.fleet import fleet_agents, robot_params
-from tinker.bringup import camera_for_bundle, node_parameters
+from tinker.bringup import node_parameters, sim_for_bundle
 cfg, base = fleet_agents({str(agents)!r})
 print(sorted(cfg.agents), [sorted(robot_params(cfg, n)) for n in cfg.agents])
 print('torch' in sys.modules)

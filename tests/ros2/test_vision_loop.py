@@ -102,4 +102,5 @@ def test_the_graph_gives_sim_robot_the_camera_of_perceptions_bundle(tmp_path):
     assert (g.parameters("sim_robot")["camera_views"], g.parameters("sim_robot")["camera_rate_hz"]) == (1, 20.0)
     for other in (state, tmp_path / "nothing"):  # a state bundle, or no bundle there: the YAML's camera
         g = Graph(run_dir=tmp_path / "c", overrides={"perception": {"bundle": str(other)}})
-        assert "sim_robot" not in g.overrides and g.parameters("sim_robot")["camera_views"] == 1
+        assert g.overrides.get("sim_robot", {}) == ({"task": "reach"} if other == state else {})
+        assert g.parameters("sim_robot")["camera_views"] == 1

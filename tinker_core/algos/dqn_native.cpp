@@ -19,20 +19,10 @@
 #include <cmath>
 #include <vector>
 
-namespace tinker_sac {  // sac_native.cpp: the products, through the BLAS or oneDNN (one choice per machine)
-void product_into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
-at::Tensor product(const at::Tensor& a, const at::Tensor& b);
-}  // namespace tinker_sac
-
 namespace tinker_dqn {
 
 using at::Tensor;
-using tinker_native::act_back_;
-using tinker_native::narrow_linear;
-using tinker_native::narrow_weight_grad;
-using tinker_native::NARROW;
-using tinker_native::P;
-using tinker_native::RELU;
+using namespace tinker_native;  // native_kernels.h
 using tinker_sac::product;
 using tinker_sac::product_into;
 
@@ -164,19 +154,7 @@ std::vector<Tensor> train_step(const Tensor& obs, const Tensor& actions, const T
       }
     }
   }
-  for (int64_t k = L - 2; k >= 0; --k) {
-    act_back_(P(d), P(hs[k]), B, d.size(1), act, P(grads[2 * k + 1]));
-    const Tensor in = k == 0 ? xin : hs[k - 1].narrow(0, 0, B);
-    Tensor gW = grads[2 * k];
-    if (in.size(1) < NARROW) {
-      Tensor gWt = at::empty({in.size(1), d.size(1)}, d.options());
-      narrow_weight_grad(in, d, P(gWt));
-      gW.copy_(gWt.t());
-    } else {
-      product_into(gW, d.t(), in);
-    }
-    if (k > 0) d = product(d, online[2 * k]);
-  }
+  hidden_backward(d, x, hs, online, grads, L - 2, act);
   // clip_grad_norm_(max_grad_norm): the global L2 norm, every gradient scaled by min(1, max / (norm + 1e-6))
   double sq = 0.0;
   for (const Tensor& g : grads) {

@@ -7,7 +7,10 @@ trajectories per update, publishes the new weights, and stops the actors when do
 makes the actors wait for the newest weights every round (policy lag 0); ``mode="async"`` lets them
 run ahead, pulling weights every ``pull_every`` unrolls. The lag of every trajectory is kept in
 ``algo.lag`` (`LagStats`) and logged. Save/load, export and deploy are the other algorithms'
-(`Algorithm`): the networks are PPO's (a categorical or Gaussian actor and a value MLP).
+(`Algorithm`): the networks are PPO's (a categorical or Gaussian actor and a value MLP). ``policy_loss="clip"``
+replaces IMPALA's policy gradient by PPO's clipped surrogate on V-trace advantages (as asynchronous PPO); with
+`tinker_core.hierarchy.option_env.OptionEnv` around the env, the actors run a hierarchy's high level over scripted
+skills (configs/impala_skirmish.yaml).
 """
 
 from __future__ import annotations
@@ -27,10 +30,12 @@ from tinker_core.algos.actor_critic import ActorCritic
 from tinker_core.algos.networks import seq_forward
 from tinker_core.algos.vec_env import EpisodeInfo
 from tinker_core.algos.vtrace import vtrace
+from tinker_core.algos.hppo import clipped_surrogate
 from tinker_core.errors import ConfigError
 
 MODES = ("async", "sync")
 BACKENDS = ("local", "ray")
+POLICY_LOSSES = ("vtrace", "clip")
 
 
 @dataclass
@@ -72,6 +77,12 @@ class IMPALAConfig(AlgoConfig):
     """V-trace truncation of the importance weights in the policy-gradient advantages."""
     vtrace_lambda: float = 1.0
     """V-trace lambda (the paper's remark 5)."""
+    policy_loss: str = "vtrace"
+    """"vtrace": IMPALA's policy gradient, -log pi(a|x) times the V-trace advantages; "clip": PPO's clipped
+    surrogate on the ratio pi/mu to the behaviour policy, with the V-trace advantages r + gamma v' - V(x)
+    (standardized per batch), as in asynchronous PPO (APPO): one gradient step per batch."""
+    clip_range: float = 0.2
+    """PPO's ratio clipping with ``policy_loss: clip``."""
     vf_coef: float = 0.5
     """Value loss coefficient (on 0.5 * squared error)."""
     ent_coef: float = 0.01
@@ -103,6 +114,10 @@ class IMPALAConfig(AlgoConfig):
                 raise ConfigError(f"IMPALAConfig.{name}: expected > 0, got {getattr(self, name)!r}")
         if not 0.0 <= self.vtrace_lambda <= 1.0:
             raise ConfigError(f"IMPALAConfig.vtrace_lambda: expected 0..1, got {self.vtrace_lambda}")
+        if self.policy_loss not in POLICY_LOSSES:
+            raise ConfigError(f"IMPALAConfig.policy_loss: expected one of {POLICY_LOSSES}, got {self.policy_loss!r}")
+        if not self.clip_range > 0:
+            raise ConfigError(f"IMPALAConfig.clip_range: expected > 0, got {self.clip_range}")
         if self.normalize_obs:
             raise ConfigError("IMPALAConfig.normalize_obs: not supported (actors and learner would need one shared "
                               "running statistic); normalize in the env instead")
@@ -126,6 +141,16 @@ def _env_factory(src: Any, env_kwargs: dict) -> Callable[[], Any] | None:
     if callable(src) and not isinstance(src, tuple):
         return src
     return None
+
+
+def clip_advantages(vs: torch.Tensor, next_values: torch.Tensor, values: torch.Tensor, rewards: torch.Tensor,
+                    discounts: torch.Tensor, episode_ends: torch.Tensor) -> torch.Tensor:
+    """``r_t + gamma_t v'_t - V(x_t)`` (time-major ``[T, B]``): the V-trace advantage without its importance
+    weight (the clipped surrogate carries the ratio), ``v'_t`` = ``v_{t+1}`` inside an episode, ``V(x'_t)`` at an
+    end or at the window's last step."""
+    nxt = torch.cat([vs[1:], next_values[-1:]], 0)
+    nxt = torch.where(episode_ends > 0, next_values, nxt)
+    return rewards + discounts * nxt - values
 
 
 class IMPALA(ActorCritic, Algorithm):
@@ -239,7 +264,13 @@ class IMPALA(ActorCritic, Algorithm):
             vt = vtrace(tt(b.behaviour_log_probs), logp.detach().reshape(T, B), tt(b.rewards), values.detach(),
                         next_values, c.gamma * (1.0 - term), torch.maximum(term, trunc), rho_bar=c.rho_bar,
                         c_bar=c.c_bar, pg_rho_bar=c.pg_rho_bar, lambda_=c.vtrace_lambda)
-            pg_loss = -(logp.reshape(T, B) * vt.pg_advantages).mean()
+            if c.policy_loss == "clip":
+                pg_loss = clipped_surrogate(logp, tt(b.behaviour_log_probs).reshape(-1),
+                                            clip_advantages(vt.vs, next_values, values.detach(), tt(b.rewards),
+                                                            c.gamma * (1.0 - term), torch.maximum(term, trunc)
+                                                            ).reshape(-1), c.clip_range)
+            else:
+                pg_loss = -(logp.reshape(T, B) * vt.pg_advantages).mean()
             v_loss = 0.5 * (vt.vs - values).square().mean()
             entropy = ent.mean()
             loss = pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy

@@ -1,5 +1,6 @@
-// Kernels shared by the compiled steps (sac_native.cpp, ppo_native.cpp): an activation's backward, and
-// layers with few inputs, where a BLAS call costs several times a pass over the result.
+// Kernels shared by the compiled steps (sac_native.cpp, ppo_native.cpp, dqn_native.cpp): an activation's
+// backward, layers with few inputs (where a BLAS call costs several times a pass over the result), and the
+// backward pass through an MLP's hidden layers.
 
 #pragma once
 
@@ -7,6 +8,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
+
+namespace tinker_sac {  // sac_native.cpp: the products, through the BLAS or oneDNN (one choice per machine)
+void product_into(const at::Tensor& out, const at::Tensor& a, const at::Tensor& b);
+at::Tensor product(const at::Tensor& a, const at::Tensor& b);
+}  // namespace tinker_sac
 
 namespace tinker_native {
 
@@ -79,6 +86,28 @@ inline void narrow_weight_grad(const Tensor& x, const Tensor& d, float* gWt) {
 #pragma omp simd
       for (int64_t j = 0; j < m; ++j) g[j] += xv * dr[j];
     }
+  }
+}
+
+// Backward through hidden layers last..0 of an MLP (nn.Linear layouts: net[2k] = W_k [out, in], grads[2k],
+// grads[2k + 1] its weight and bias gradients). d [B, m] enters as the gradient at layer `last`'s output
+// (after its activation); each layer takes its activation's backward (bias gradient with it), its weight
+// gradient from its input (the first B rows of x for layer 0, else of hs[k - 1]) and hands d on through W_k.
+inline void hidden_backward(Tensor d, const Tensor& x, const std::vector<Tensor>& hs, const std::vector<Tensor>& net,
+                            const std::vector<Tensor>& grads, int64_t last, int64_t act) {
+  const int64_t B = d.size(0);
+  for (int64_t k = last; k >= 0; --k) {
+    act_back_(P(d), P(hs[k]), B, d.size(1), act, P(grads[2 * k + 1]));
+    const Tensor in = (k == 0 ? x : hs[k - 1]).narrow(0, 0, B);
+    Tensor gW = grads[2 * k];
+    if (in.size(1) < NARROW) {
+      Tensor gWt = at::empty({in.size(1), d.size(1)}, d.options());
+      narrow_weight_grad(in, d, P(gWt));
+      gW.copy_(gWt.t());
+    } else {
+      tinker_sac::product_into(gW, d.t(), in);
+    }
+    if (k > 0) d = tinker_sac::product(d, net[2 * k]);
   }
 }
 

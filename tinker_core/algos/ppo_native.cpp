@@ -22,12 +22,7 @@
 namespace tinker_ppo {
 
 using at::Tensor;
-using tinker_native::act_back_;
-using tinker_native::narrow_linear;
-using tinker_native::narrow_weight_grad;
-using tinker_native::NARROW;
-using tinker_native::P;
-using tinker_native::RELU;
+using namespace tinker_native;  // native_kernels.h
 
 struct Layer {
   Tensor W, b, gW, gb;  // W [out, in], b [out] and their gradients (contiguous views)

@@ -24,12 +24,7 @@
 namespace tinker_sac {
 
 using at::Tensor;
-using tinker_native::act_back_;
-using tinker_native::narrow_linear;
-using tinker_native::narrow_weight_grad;
-using tinker_native::NARROW;
-using tinker_native::P;
-using tinker_native::RELU;
+using namespace tinker_native;  // native_kernels.h
 
 constexpr float LOG_STD_MIN = -20.f, LOG_STD_MAX = 2.f;
 const float HALF_LOG_2PI = static_cast<float>(0.5 * std::log(2.0 * M_PI));
@@ -301,19 +296,7 @@ void actor_backward(const std::vector<Tensor>& actor, const std::vector<Tensor>&
       }
     }
   }
-  for (int64_t k = T - 1; k >= 0; --k) {
-    act_back_(P(d), P(hs[k]), B, d.size(1), act, P(grads[2 * k + 1]));
-    const Tensor in = k == 0 ? rows(x) : rows(hs[k - 1]);
-    Tensor gW = grads[2 * k];
-    if (in.size(1) < NARROW) {
-      Tensor gWt = at::empty({in.size(1), d.size(1)}, d.options());
-      narrow_weight_grad(in, d, P(gWt));
-      gW.copy_(gWt.t());
-    } else {
-      product_into(gW, d.t(), in);
-    }
-    if (k > 0) d = product(d, actor[2 * k]);
-  }
+  hidden_backward(d, x, hs, actor, grads, T - 1, act);
 }
 
 // ---- the step ----------------------------------------------------------------------------------

@@ -68,6 +68,9 @@ class LearnerConfig:
     """Checkpoint every this many updates (also on ``ctl checkpoint`` and on a clean stop); 0 only on request."""
     bundle_dir: str = "runs/learner/bundles"
     """Where published bundles are written (one sub-directory per version)."""
+    perception_bundle: str | None = None
+    """A bundle whose perception each published bundle keeps in front of the learned actor (a vision bundle:
+    its locator was trained apart; `tinker_deploy.splice`); None: the algorithm's own perception."""
     gate_episodes: int = 5
     """Episodes the candidate runs in simulation before it may be published."""
     gate_min_success: float = 0.0

@@ -30,7 +30,7 @@ from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
-from tinker.bringup import WITHOUT_SIM, camera_for_bundle, node_parameters
+from tinker.bringup import WITHOUT_SIM, node_parameters, sim_for_bundle
 
 NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
 """Every node the package installs (one console script each)."""
@@ -73,7 +73,7 @@ def _robot(context, namespace, own):
     observers = (VIEW_NODE,) if view or context.launch_configurations.get("record", "") else ()
     bundle = (own.get("bundle") if "bundle" in own else context.launch_configurations.get("bundle", "")) or \
         node_parameters(params_file, "perception").get("bundle", "")
-    camera = camera_for_bundle({"bundle": bundle}) if sim else {}  # the camera the bundle's model was trained on
+    camera = sim_for_bundle({"bundle": bundle}) if sim else {}  # the task and camera the bundle was trained on
     for name in NODES + observers:
         if name == "sim_robot" and not sim:
             continue
@@ -88,6 +88,8 @@ def _robot(context, namespace, own):
             params.append(camera)
         if name == "perception" and "camera_rate_hz" in camera:
             params.append({"camera_rate_hz": camera["camera_rate_hz"]})
+        if name == "experience_bridge" and bundle and not node_parameters(params_file, name).get("sensor_bundle"):
+            params.append({"sensor_bundle": bundle})  # reward_source sensors reads perception's features
         if name == VIEW_NODE:
             params.append({"serve": view})
         if own.get("nodes", {}).get(name):

@@ -58,18 +58,18 @@ WITHOUT_SIM = {"perception": {"task_synced": False}}
 launch file, ``Graph(sim=False)``): no per-state task terms, perception takes the newest ``goal``."""
 
 
-def camera_for_bundle(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The simulated robot's camera settings that perception's bundle needs (``params``: perception's
-    parameters): the views and size its model was trained on, and ``camera_rate_hz`` 0 (the frame of every state,
-    in line) for a model that finds its task in the image (`tinker.bundle_io.camera_settings`); ``{}`` for the
-    shipped default or a bundle that takes no image. `Graph` and the launch file apply them to sim_robot
-    (``camera_rate_hz`` to perception too)."""
+def sim_for_bundle(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The simulated robot's settings that perception's bundle needs (``params``: perception's parameters): the task
+    it was trained on (`tinker.bundle_io.task_settings`: a sorter's task and object slots), the camera views and size
+    its model was trained on, and ``camera_rate_hz`` 0 (the frame of every state, in line) for a model that finds its
+    task in the image (`tinker.bundle_io.camera_settings`); ``{}`` for the shipped default. `Graph` and the launch file
+    apply them to sim_robot (``camera_rate_hz`` to perception too); settings given explicitly win."""
     bundle = str(params.get("bundle") or "")
-    if not bundle or not (Path(bundle) / "manifest.json").is_file():
+    if not bundle or not ((Path(bundle) / "manifest.json").is_file() or (Path(bundle) / "hierarchy.json").is_file()):
         return {}  # the default, or no bundle there: perception says so when it loads it
-    from tinker.bundle_io import camera_settings
+    from tinker.bundle_io import camera_settings, task_settings
 
-    return camera_settings(bundle)
+    return {**task_settings(bundle), **({} if (Path(bundle) / "hierarchy.json").is_file() else camera_settings(bundle))}
 
 
 class BringupError(TinkerError):
@@ -181,14 +181,17 @@ class Graph:
             raise ConfigError(f"bringup overrides: unknown node(s) {bad}; known: {[*NODES, VIEW_NODE]}")
         if record:
             self.overrides.setdefault(RECORD_NODE, {})["record"] = str(Path(record).resolve())
-        if "sim_robot" in self.nodes:  # the camera the bundle's model was trained on; explicit overrides win
-            camera = camera_for_bundle(self.parameters("perception"))
+        if "sim_robot" in self.nodes:  # the task and camera the bundle was trained on; explicit overrides win
+            camera = sim_for_bundle(self.parameters("perception"))
             rate = camera.pop("camera_rate_hz", None)
             if camera:
                 self.overrides["sim_robot"] = {**camera, **self.overrides.get("sim_robot", {})}
             if rate is not None and not any("camera_rate_hz" in self.overrides.get(n, {})
                                             for n in ("/**", "sim_robot", "perception")):
                 self.overrides.setdefault("/**", {})["camera_rate_hz"] = rate  # sim_robot renders, perception waits
+        bridge = self.parameters("experience_bridge")  # the success sensor reads perception's features
+        if bridge.get("reward_source") == "sensors" and not bridge.get("sensor_bundle"):
+            self.overrides.setdefault("experience_bridge", {})["sensor_bundle"] = self.parameters("perception").get("bundle", "")
         if VIEW_NODE in self.nodes:
             self.overrides.setdefault(VIEW_NODE, {}).setdefault("serve", bool(view))
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="tinker-bringup-"))

@@ -3,12 +3,14 @@
 - `resolve_bundle`: "" means the shipped default policy (``pretrained/arm_reach/bundle``, as ``tinker eval``);
 - `open_perception`: the bundle's ``perception.onnx`` behind a `tinker_core.loop.perception.PerceptionCycle`
   (the observation assembled exactly as the sim env does, clip included: `tinker_core.loop.observation`);
-- `camera_settings`: the simulated camera a bundle's perception model was trained on (views, size);
+- `camera_settings`, `task_settings`: the simulated camera and task a bundle was trained on (views, size; task,
+  object slots);
 - `ActorRunner`: the bundle's actor behind hot swap; `PolicyBundle`: it with the action chain and the cycle.
 - A hierarchical policy (a directory with ``hierarchy.json``, `tinker_deploy.hierarchy`): perception passes the
   assembled observation on as the features (`ObservationFeatures`: the high level's layout), and the policy runs
   `tinker_deploy.hierarchy_runtime.HierarchicalOnnxPolicy` on them (`HierarchyRunner`: the high level only when
-  an option ends; a new episode starts with a fresh decision). No hot reload for these yet.
+  an option ends; a new episode starts with a fresh decision). A new export reading the same observation hot-reloads
+  (`tinker_deploy.hierarchy_hot_reload`) and goes live at the next episode start.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -72,13 +75,24 @@ def channel_outbox(manifest, says: ChannelSpec | None) -> ChannelOutbox | None:
 
 
 def _hierarchy_sha256(path: str | os.PathLike) -> str:
-    """sha256 of a hierarchy's ``hierarchy.json`` (which pins every level's manifest): its identity on the wire."""
+    """sha256 of a hierarchy's ``hierarchy.json`` (which pins every level's manifest): the export's identity."""
     import hashlib
 
     from tinker_deploy.hierarchy_runtime import HIERARCHY_FILE, read_hierarchy
 
     read_hierarchy(path)  # format and every level's manifest digest checked
     return hashlib.sha256((Path(path) / HIERARCHY_FILE).read_bytes()).hexdigest()
+
+
+def _observation_sha256(manifest) -> str:
+    """sha256 of the observation a hierarchy's high level reads (its spec and terms): the identity of the features
+    perception sends it. Two exports that read the same observation share it, so one can replace the other in the
+    policy node while perception runs on."""
+    import hashlib
+    import json
+
+    doc = {"obs_spec": manifest.obs_spec.to_dict(), "obs_terms": [repr(t) for t in manifest.obs_terms or []]}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
 class ObservationFeatures:
@@ -90,10 +104,10 @@ class ObservationFeatures:
         from tinker_deploy.runtime import OnnxPolicy
 
         doc = read_hierarchy(path)
-        self.sha256 = _hierarchy_sha256(path)
         self.high = OnnxPolicy.from_bundle(Path(path) / doc["levels"]["high"]["bundle"])
         if not self.manifest.obs_terms:
             raise BundleError(f"{path}: the high level records no observation terms; perception cannot assemble them")
+        self.sha256 = _observation_sha256(self.manifest)
 
     @property
     def manifest(self):
@@ -155,6 +169,39 @@ def camera_settings(path: str | os.PathLike) -> dict[str, object]:
                           f"(S, V*S, 3): V square RGB views side by side")
     return {"camera": True, "image_size": int(h), "camera_views": int(w // h),
             **({"camera_rate_hz": 0.0} if manifest.image_terms else {})}
+
+
+SIM_TASKS = {"tinker/ArmReach-v0": "reach", "tinker/ArmSort-v0": "sort"}
+"""sim_robot's task for each env id a bundle can be trained on. `tinker_sim.registration.ENV_IDS` says the same
+(tests/ros2/test_package.py checks), but importing tinker_sim pulls in torch, which a robot's launch has not."""
+
+
+def _top_manifest(path: str | os.PathLike):
+    """The manifest of bundle ``path``, or of a hierarchy's high level (which records the env it was trained on)."""
+    from tinker_deploy.manifest import Manifest
+
+    root = Path(path)
+    if (root / "hierarchy.json").is_file():
+        import json
+
+        root = root / json.loads((root / "hierarchy.json").read_text())["levels"]["high"]["bundle"]
+    f = root / "manifest.json"
+    if not f.is_file():
+        raise BundleError(f"bundle {path}: no manifest.json there")
+    return Manifest.from_json(f.read_bytes(), str(f))
+
+
+def task_settings(path: str | os.PathLike) -> dict[str, object]:
+    """The simulated robot's task for bundle ``path`` (flat or hierarchical), as the bundle was trained on:
+    ``{"task": "sort", "max_objects": M}`` for a sorter (its M object slots make its observation; how many objects
+    an episode has, ``num_objects``, stays the launch's choice), ``{"task": "reach"}`` for a reacher, ``{}`` for an
+    env the simulated robot does not run. Reads the manifest only."""
+    m = _top_manifest(path)
+    task = SIM_TASKS.get(m.env_id or (m.env or {}).get("id", ""))
+    if task is None:
+        return {}
+    kw = dict(((m.env or {}).get("kwargs") or {}).get("task_kwargs") or {})
+    return {"task": task, **({"max_objects": int(kw["max_objects"])} if task == "sort" and "max_objects" in kw else {})}
 
 
 def _providers_check(session, wanted: tuple[str, ...] = ("CPUExecutionProvider",)) -> list[str]:
@@ -259,37 +306,47 @@ class ActorRunner:
 
 class HierarchyRunner:
     """`ActorRunner`'s interface for a hierarchical policy: `HierarchicalOnnxPolicy` on the observation perception
-    passes on (`ObservationFeatures`); ``reset_episode()`` makes the next call a fresh high-level decision."""
-
-    rejected_reloads = 0
+    passes on (`ObservationFeatures`); ``reset_episode()`` makes the next call a fresh high-level decision.
+    Hot reload (`tinker_deploy.hierarchy_hot_reload.HotSwapHierarchy`): a new export reading the same observation
+    is validated in the background and goes live at the next episode start."""
 
     def __init__(self, path: str | os.PathLike):
         if not path:
             raise ConfigError("policy.bundle: no bundle path given (set the 'bundle' parameter)")
-        from tinker_deploy.hierarchy_runtime import HierarchicalOnnxPolicy
+        from tinker_deploy.hierarchy_hot_reload import HotSwapHierarchy
 
-        self.policy = HierarchicalOnnxPolicy(path)
-        self.perception_sha256 = self.actor_sha256 = _hierarchy_sha256(path)
-        m = self.manifest
-        if not m.joint_names:
+        self._hs = HotSwapHierarchy(path)
+        self.episodes = 0
+        self._bind(self._hs.policy, path)
+        if not self.joint_names:
             raise BundleError(f"{path}: the high level records no joint names; the policy node maps joints by name")
+
+    def _bind(self, policy, path: str | os.PathLike | None = None) -> None:
+        m = policy.high.manifest
+        self.policy = policy
         self.joint_names = list(m.joint_names)
         self.chain_config = chain_config(m)
         self.feature_size = int(np.prod(m.obs_spec.shape))
         self.version = int(m.policy_version)
-        self.providers = list(self.policy.high.session.get_providers())
-        self.episodes = 0
+        self.perception_sha256 = _observation_sha256(m)
+        self.actor_sha256 = _hierarchy_sha256(path if path is not None else policy.root)
+        self.providers = list(policy.high.session.get_providers())
 
     @property
     def manifest(self):
         return self.policy.high.manifest
 
+    @property
+    def rejected_reloads(self) -> int:
+        return len(self._hs.rejected)
+
     def request_reload(self, path: str | os.PathLike):
-        raise BundleError(f"policy.bundle {path}: hot reload of a hierarchical policy is not supported yet; restart "
-                          "the policy node (cleanup, configure) with the new bundle")
+        return self._hs.request_reload(path)
 
     def reset_episode(self) -> None:
-        self.policy.reset()
+        self._hs.reset()  # a validated new export goes live here
+        if self._hs.policy is not self.policy:
+            self._bind(self._hs.policy)
         self.episodes += 1
 
     def __call__(self, features: np.ndarray, perception_sha256: str | None = None) -> np.ndarray:
@@ -325,6 +382,7 @@ class HierarchyRunner:
         return float(np.percentile(a, 99)), float(a.max())
 
     def close(self) -> None:
+        self._hs.close()
         self.policy = None
 
 
@@ -351,14 +409,20 @@ class PolicyBundle:
         self.on_swap, self.reloads = on_swap, 0
         self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256
 
-    def reload(self, path: str | os.PathLike) -> None:
-        """Validate bundle ``path`` in the background and swap it in between two calls (`ActorRunner`); raises
-        BundleError at once where there is no bundle (the running one stays)."""
-        if isinstance(self.runner, HierarchyRunner):
-            self.runner.request_reload(path)
-        if not (Path(path) / "manifest.json").is_file():
+    def reload(self, path: str | os.PathLike) -> "Future[bool]":
+        """Validate bundle ``path`` in the background and swap it in between two calls (`ActorRunner`), or at the next
+        episode start (`HierarchyRunner`); raises BundleError at once where there is no bundle of the running kind
+        (the running one stays). The future says whether the bundle passed."""
+        from tinker_deploy.hierarchy_runtime import is_hierarchy
+
+        hierarchical = isinstance(self.runner, HierarchyRunner)
+        if is_hierarchy(path) != hierarchical:
+            raise BundleError(f"bundle {path}: a {'flat' if hierarchical else 'hierarchical'} policy cannot replace "
+                              f"the running {'hierarchical' if hierarchical else 'flat'} one while it runs (perception "
+                              "sends another observation); restart the graph with it; keeping the running bundle")
+        if not hierarchical and not (Path(path) / "manifest.json").is_file():
             raise BundleError(f"bundle {path}: no manifest.json there; keeping the running bundle")
-        self.runner.request_reload(str(path))
+        return self.runner.request_reload(str(path))
 
     def new_chain(self) -> ActionChain:
         """A fresh chain: its first command starts from the measured pose of the next cycle."""

@@ -67,24 +67,51 @@ class DemoConfig:
     """record every cycle to out/run.mcap"""
     view: bool = False
     """serve the live view (tinker.view: Foxglove WebSocket on :8765, the page on :8766)"""
+    reward: str = "sim"
+    """where the learner's rewards come from: "sim" (the simulator's true target: an oracle) or "sensors" (the
+    success sensor: the target the camera found and the measured joints; needs a vision bundle). The report's
+    success is the simulator's either way"""
 
     def __post_init__(self) -> None:
         for k in ("episodes_before", "finetune_episodes", "episodes_after", "episode_cycles"):
             if int(getattr(self, k)) < (0 if k == "finetune_episodes" else 1):
                 raise ConfigError(f"DemoConfig.{k}: expected a positive count, got {getattr(self, k)!r}")
+        if self.reward not in ("sim", "sensors"):
+            raise ConfigError(f"DemoConfig.reward: expected 'sim' or 'sensors', got {self.reward!r}")
 
 
 def prepare_out(cfg: DemoConfig) -> Path:
     """The output directory, checked inputs, and nothing an earlier demo in it left (a demo starts from the
     pretrained policy)."""
     out = Path(cfg.out).resolve()
-    out.mkdir(parents=True, exist_ok=True)
     for need, what in ((cfg.bundle, "bundle"), (cfg.checkpoint, "checkpoint"), (cfg.dynamics, "dynamics")):
         if not need or not Path(need).exists():
             raise ConfigError(f"demo {what}: {need or '(empty)'} does not exist")
+    if cfg.reward == "sensors":  # refused here, with the reason, rather than by the bridge node at start-up
+        from tinker.reward_source import sensor_outcome
+
+        sensor_outcome(cfg.bundle)
+    check_dynamics(cfg)
+    out.mkdir(parents=True, exist_ok=True)
     for stale in ("learner", "bundles", "received", "trace", "nodes"):
         shutil.rmtree(out / stale, ignore_errors=True)
     return out
+
+
+def check_dynamics(cfg: DemoConfig) -> None:
+    """Refuse a dynamics file with a key that cannot act on the demo's robot (ArmReach; a camera in the loop only
+    for a bundle whose perception takes an image) and policy (`tinker_sim.dynamics_check`), before anything starts."""
+    from tinker_deploy.bundle import resolve_bundle_dir
+    from tinker_deploy.manifest import Manifest
+    from tinker_sim.dynamics import DynamicsParams
+    from tinker_sim.dynamics_check import PolicyInputs, check_dynamics_act
+
+    path = resolve_bundle_dir(cfg.bundle) / "manifest.json"
+    manifest = Manifest.from_json(path.read_bytes(), str(path))
+    camera = _has_camera(cfg.bundle)
+    check_dynamics_act(DynamicsParams.load(cfg.dynamics), "tinker/ArmReach-v0",
+                       PolicyInputs(camera=camera, image_terms=tuple(manifest.image_terms)), source=str(cfg.dynamics),
+                       policy=f"the demo's policy {cfg.bundle}" + ("" if camera else " (its loop renders no camera)"))
 
 
 def learner_config(cfg: DemoConfig, out: Path) -> dict:
@@ -102,9 +129,18 @@ def learner_config(cfg: DemoConfig, out: Path) -> dict:
         # a policy that still brings the arm near its targets (mean return), not for sim success.
         "gate_min_success": 0.0, "gate_min_return": -10.0,
         "param_sync_every": 0, "seed": cfg.seed,
+        # a vision bundle keeps its locator: each published bundle puts it in front of the learned actor
+        "perception_bundle": str(Path(cfg.bundle).resolve()) if _has_camera(cfg.bundle) else None,
     }
     lconf.update(cfg.learner)
     return lconf
+
+
+def _has_camera(bundle: str) -> bool:
+    """Whether the bundle's perception takes a camera image (the graph then renders the views it was trained on)."""
+    from tinker.bundle_io import camera_settings
+
+    return bool(camera_settings(bundle))
 
 
 def graph_overrides(cfg: DemoConfig, out: Path, lconf: dict) -> dict:
@@ -113,10 +149,14 @@ def graph_overrides(cfg: DemoConfig, out: Path, lconf: dict) -> dict:
     return {
         "/**": {"control_period": cfg.control_period, "trace_dir": str(out / "trace")},
         "sim_robot": {"dynamics": str(Path(cfg.dynamics).resolve()), "episode_cycles": cfg.episode_cycles,
-                      "seed": cfg.seed, "camera": False},
+                      "seed": cfg.seed, **({} if _has_camera(cfg.bundle) else {"camera": False}),
+                      # from sensors, the episode ends on the success sensor or the time limit, not when the
+                      # simulator sees success (that reset would tell the learner what only the simulator knows)
+                      "end_on_success": cfg.reward == "sim"},
         "perception": {"bundle": bundle},
         "policy": {"bundle": bundle},
-        "experience_bridge": {"learner_endpoint": lconf["transitions_endpoint"],
+        "experience_bridge": {"reward_source": cfg.reward, "sensor_bundle": bundle,
+                              "learner_endpoint": lconf["transitions_endpoint"],
                               "weights_endpoint": lconf["weights_endpoint"],
                               "bundle_dir": str(out / "received")},
         "view": {"learner_control": lconf["control_endpoint"]},
@@ -173,7 +213,8 @@ class DemoPhases:
         self.progress(f"  final publish: {json.dumps({k: pub.get(k) for k in ('ok', 'version', 'gate', 'published') if k in pub}, default=str)[:300]}")
         want = int(self.learner.ctl("status").get("version", 0) or 0)
         end = time.monotonic() + 30
-        while want and int(self.monitor.policy_value("model_version", "0") or 0) < want and time.monotonic() < end:
+        # != rather than <: a vision bundle's own version is its training step (25000), the learner's count from 1
+        while want and int(self.monitor.policy_value("model_version", "0") or 0) != want and time.monotonic() < end:
             time.sleep(0.2)
 
     def reset_estop(self) -> None:
@@ -218,7 +259,7 @@ def collect_report(cfg: DemoConfig, out: Path, run: DemoPhases) -> dict:
     episodes = list(monitor.episodes)
     ingested = status.get("ingested")
     return {
-        "env_id": "tinker/ArmReach-v0", "dynamics": str(cfg.dynamics), "bundle": cfg.bundle,
+        "env_id": "tinker/ArmReach-v0", "dynamics": str(cfg.dynamics), "bundle": cfg.bundle, "reward_source": cfg.reward,
         "control_period": cfg.control_period, "wall_s": time.monotonic() - run.t_start,
         "before": phase_summary(episodes, "before"), "finetune": phase_summary(episodes, "finetune"),
         "after": phase_summary(episodes, "after"), "latency": latency_from_traces(out / "trace"),

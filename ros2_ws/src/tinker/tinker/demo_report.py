@@ -100,8 +100,14 @@ def format_report(r: dict) -> str:
         f"{r['learner'].get('version') or 0} gated versions published; newest gate: {gate}; "
         f"policy node reloads: {r['policy_reloads']}",
         f"transitions sent by the bridge: {r['bridge'].get('sent', '0')}, dropped: {r['bridge'].get('dropped', '0')}",
+        f"learner's rewards: {REWARD_SOURCES.get(r.get('reward_source', 'sim'), r.get('reward_source'))}; "
+        "the success above is the simulator's (true target)",
     ] + ([f"figure: {Path(r['plot']).name} (success per episode with the policy versions, the SafetyWrapper's "
           "interventions per second, the cycle latency histogram)"] if r.get("plot") else []))
+
+
+REWARD_SOURCES = {"sim": "the simulator's task topic (its true target)",
+                  "sensors": "the success sensor (the target the camera found, FK of the measured joints)"}
 
 
 def write_report(report: dict, interventions: Any, out: Path, progress: Callable[[str], None] = print) -> dict:

@@ -7,6 +7,10 @@ transition goes to the learner with `tinker_core.transport.TransitionSender` (dr
 blocks), each closed cycle to the MCAP recording (``record``). New bundles from the learner
 (`WeightsSubscriber`) are written atomically (`tinker.bundle_io.write_bundle`) and handed to the policy
 node by setting its ``bundle`` parameter (perception first when its model changed).
+Rewards come from ``reward_source`` (`tinker.reward_source`): ``sim``, the ``task`` topic's reward and success
+(the simulator's true target); ``sensors``, the success sensor of `tinker_core.loop.sensor_reward` on each state's
+features (the camera's target, forward kinematics of the measured joints), the ``task`` topic giving only cycle
+and episode counters.
 The five streams are watched inputs (`tinker.runtime.NodeRuntime.subscribe`): one silent longer than
 ``input_timeout`` is ERROR in /diagnostics (no cycle can close without it); the e-stop state is latched
 and published on change (its age only).
@@ -36,7 +40,7 @@ from std_srvs.srv import SetBool
 from tinker.bundle_io import write_bundle
 from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
 from tinker.wire import RECORD_QOS, meta_of, read_array, read_task, topic_params
-from tinker_core.errors import TinkerError, ValidationError
+from tinker_core.errors import ConfigError, TinkerError, ValidationError
 from tinker_core.loop.cycle_join import CycleJoiner
 from tinker_core.loop.episode_label import EpisodeLabels
 from tinker_core.loop.input_ages import RecentFaults
@@ -48,11 +52,19 @@ PARAMS = {
     "record": Param("", "RUN.mcap: record every cycle (empty: off)", read_only=True),
     "policy_node": Param("policy", "the policy node to hand bundles to (relative to the namespace)", read_only=True),
     "perception_node": Param("perception", "the perception node to hand a new perception model to", read_only=True),
+    "reward_source": Param("sim", "where the transitions' reward and episode end come from: 'sim' = the simulated "
+                                  "robot's task topic (its true target: an oracle); 'sensors' = the success sensor on "
+                                  "each state's features (target found by the camera, FK of the measured joints), the "
+                                  "task topic giving only cycle/episode counters", read_only=True),
+    "sensor_bundle": Param("", "reward_source 'sensors': the bundle whose features the sensor reads (its obs_terms; "
+                               "target_pos must be one of its image_terms)", read_only=True),
+    "sensor_env": Param("tinker/ArmReach-v0", "reward_source 'sensors': the env whose task gives the success rule "
+                                              "(success distance, bonus) and the time limit", read_only=True),
     **topic_params(task_topic="task", features_topic="features", raw_action_topic="raw_action",
                    joint_target_topic="joint_target", command_topic="command", estop_state_topic="estop_state",
                    intervened_topic="intervened"),
-    "urdf": Param("", "robot model for the joint limits of the action chain a person's target is inverted through "
-                      "(empty: kuka_iiwa/model.urdf from pybullet_data)", read_only=True),
+    "urdf": Param("", "robot model: forward kinematics for reward_source 'sensors', joint limits of the action chain a "
+                      "person's target is inverted through (empty: the KUKA iiwa, kuka_iiwa/model.urdf)", read_only=True),
     "label_window": Param(3.0, "s: a label_episode call applies to the episode that ended within this time, else to "
                                "the running one; each episode's last transition waits this long for a label",
                           (0.0, 60.0)),
@@ -77,6 +89,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.transitions = self.bundles_received = 0
         self.last_error, self.estopped = "", False
         self.drops, self._dropped_seen = RecentFaults(), 0  # WARN while transitions are being dropped
+        self.sensed = self._reward_source(g("reward_source"))
         self.labels = EpisodeLabels(*(g(n) for n in LABEL_PARAMS))
         self.add_post_set_parameters_callback(lambda _: self.labels.configure(*(self.param(n) for n in LABEL_PARAMS)))
         self.chain, self.chain_bundle, self.interventions, self._ticks = None, "", 0, 0
@@ -107,9 +120,27 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.create_service(SetBool, "~/label_episode", self._on_label)
         self.create_timer(0.2, self._tick)
 
+    def _reward_source(self, source: str):
+        """None for the simulator's rewards; the success sensor (`tinker.reward_source`) for 'sensors'."""
+        from tinker.reward_source import SOURCES, sensor_outcome
+
+        if source not in SOURCES:
+            raise ConfigError(f"experience_bridge.reward_source: expected one of {list(SOURCES)}, got {source!r}")
+        if source == "sim":
+            return None
+        self.join.info["reward_source"] = "sensors"
+        return sensor_outcome(self.param("sensor_bundle"), self.param("sensor_env"), self.param("urdf"))
+
+    def _sensed(self, o) -> None:
+        if o is not None:
+            self._emit(self.join.outcome(o.stamp, o.cycle, o.episode, o.reward, o.terminated, o.truncated))
+
     # --- message conversion: each stream into the joiner -----------------------------------------
     def _on_features(self, msg: Float32MultiArray) -> None:
-        self.join.features(_stamp(msg), np.asarray(msg.data, dtype=np.float32), time.time_ns())
+        values = np.asarray(msg.data, dtype=np.float32)
+        self.join.features(_stamp(msg), values, time.time_ns())
+        if self.sensed is not None:
+            self._sensed(self.sensed.features(_stamp(msg), values))
 
     def _on_raw(self, msg: Float64MultiArray) -> None:
         self.join.action(_stamp(msg), np.asarray(msg.data), meta_of(msg).get("version", ""), time.time_ns())
@@ -181,6 +212,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         except ValidationError as e:
             self.last_error = str(e)
             return
+        if self.sensed is not None:  # the simulator's reward and success never reach the learner: counters only
+            return self._sensed(self.sensed.counters(t.stamp_ns, t.cycle, int(t.episode)))
         self._emit(self.join.outcome(t.stamp_ns, t.cycle, int(t.episode), t.reward, terminated=t.success,
                                      truncated=t.done and not t.success))
 
@@ -232,7 +265,10 @@ class ExperienceBridgeNode(NodeRuntime, Node):
                 "recorded_cycles": self.recorder.count if self.recorder else 0,
                 "estopped": self.estopped, "last_error": self.last_error, "interventions": self.interventions,
                 "labels": self.labels.labels, "after_label": self.labels.after_label,
-                "chain_bundle": self.chain_bundle}
+                "chain_bundle": self.chain_bundle,
+                "reward_source": "sensors" if self.sensed is not None else "sim",
+                **({"sensor": self.sensed.sensor.config.name, "sensor_successes": self.sensed.successes}
+                   if self.sensed is not None else {})}
 
     def diagnostic_level(self):
         dropped = self.sender.dropped if self.sender is not None else 0

@@ -76,6 +76,14 @@ class SimRobotNode(NodeRuntime, Node):
         task_kwargs = {k: int(g(k)) for k in ("num_objects", "max_objects") if int(g(k)) > 0}
         if task_kwargs and g("task") != "sort":
             raise TinkerError(f"sim_robot.num_objects/max_objects: only the sort task has objects, task is {g('task')!r}")
+        if g("dynamics"):  # read-only, before the robot exists: a key it cannot act on is refused, not ignored
+            from tinker_sim.dynamics import DynamicsParams
+            from tinker_sim.dynamics_check import PolicyInputs, check_dynamics_act
+
+            camera = bool(g("camera"))
+            check_dynamics_act(DynamicsParams.load(g("dynamics")), g("task"), PolicyInputs(camera=camera),
+                               source=f"sim_robot.dynamics {g('dynamics')}",
+                               policy=f"a robot that {'publishes' if camera else 'renders no'} camera images")
         self.arm = RealTimeArm(task=g("task"), dynamics=g("dynamics") or None, task_kwargs=task_kwargs or None,
                                camera=bool(g("camera")) and camera_rate == 0,
                                image_size=int(g("image_size")), camera_views=int(g("camera_views")),
@@ -88,6 +96,7 @@ class SimRobotNode(NodeRuntime, Node):
         self.task_terms = [("ee_pos", 3)] + [(t["name"], int(t["size"])) for t in self.env.task.obs_terms()]
         self.terms_meta = ",".join(f"{n}:{k}" for n, k in self.task_terms)
         self.episode_cycles = int(g("episode_cycles"))
+        self.end_on_success = bool(g("end_on_success"))
         self.seed = int(g("seed"))
         self.camera = bool(g("camera"))
         self.js_pub = self.create_publisher(JointState, g("joint_states_topic"), JOINT_STATE_QOS)
@@ -166,6 +175,9 @@ class SimRobotNode(NodeRuntime, Node):
           read_only=False, lo=1, hi=1000)
         p("episode_cycles", 0, I, "> 0: a new episode (reset) after this many cycles or on success; 0 = never.",
           read_only=False, lo=0, hi=1_000_000)
+        p("end_on_success", True, B, "true: an episode also ends (reset) on the simulator's own success; false: only "
+                                     "after episode_cycles (a learner rewarded by a success sensor then learns nothing "
+                                     "from when the simulator resets).")
         p("command_type", "float64_array", S, "Command input: float64_array (Float64MultiArray in joint order) or "
                                               "joint_trajectory (JointTrajectory, first point, by joint name).")
         p("command_topic", "forward_position_controller/commands", S, "Topic of the joint position commands.")
@@ -320,7 +332,7 @@ class SimRobotNode(NodeRuntime, Node):
         js.velocity = array("d", qd.tobytes())
         ee = self.env.ee_position
         reward, success, info = self.env.task.evaluate(ee)
-        done = bool(success) or (self.episode_cycles > 0 and self.episode_step >= self.episode_cycles)
+        done = (bool(success) and self.end_on_success) or (self.episode_cycles > 0 and self.episode_step >= self.episode_cycles)
         values = np.concatenate([[float(reward), float(done), float(success), float(info.get("distance", 0.0))],
                                  ee, self.env.task.observe(ee)])
         # e2e starts before the first publish of the state: waking the subscribers (3 processes on 2 cores

@@ -1,0 +1,43 @@
+"""Where the experience bridge's rewards come from: the simulator's ``task`` topic, or a success sensor.
+
+``reward_source: sim``: the simulated robot's reward and success (its true target): what the demo always used,
+an oracle a real robot does not have. ``reward_source: sensors``: `tinker_core.loop.sensor_reward` computes
+them from the cycle's features (the target the camera found, the measured joints through the URDF's forward
+kinematics) with the env's own success rule and time limit; the ``task`` topic then gives only the state's
+cycle and episode counters (a real driver gives them with its state: the simulated one in the JointState's
+``frame_id``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tinker_core.errors import ConfigError
+from tinker_core.loop.sensor_reward import ReachSensor, SensorConfig, SensorOutcome
+
+SOURCES = ("sim", "sensors")
+"""the bridge's ``reward_source`` values"""
+
+
+def sensor_outcome(bundle: str, env_id: str = "tinker/ArmReach-v0", urdf: str = "") -> SensorOutcome:
+    """The success sensor for the features of ``bundle`` (its terms and image_terms) on ``env_id``'s task."""
+    from tinker_deploy.manifest import Manifest
+    from tinker_core.loop.kinematics import ForwardKinematics
+    from tinker_sim.registration import ENV_IDS
+    from tinker_sim.tasks.reach import success_rule
+
+    if not bundle:
+        raise ConfigError("experience_bridge.sensor_bundle: reward_source 'sensors' reads the features of a bundle; "
+                          "give its directory (the perception node's bundle)")
+    path = Path(bundle) / "manifest.json"
+    if not path.is_file():
+        raise ConfigError(f"experience_bridge.sensor_bundle: {path} does not exist")
+    reg = ENV_IDS.get(env_id)
+    if reg is None or reg.get("kwargs", {}).get("task") != "reach":
+        raise ConfigError(f"experience_bridge.sensor_env: the success sensor is written for the reach task "
+                          f"(tinker/ArmReach-v0); {env_id!r} has none yet")
+    m = Manifest.from_json(path.read_text(), str(path))
+    cfg = SensorConfig(**success_rule(reg["kwargs"].get("task_kwargs")),
+                       time_limit_cycles=int(reg["max_episode_steps"]))
+    fk = ForwardKinematics.from_urdf(urdf or None, m.joint_names).ee_position
+    return SensorOutcome(ReachSensor(cfg, m.obs_terms, m.image_terms, fk))

@@ -1,0 +1,80 @@
+"""``tinker benchmark sim2real --env tinker/ArmSort-v0``: the zero-shot stage per run, fine-tuning said to be missing,
+and the refusals (no ROS graph is started on any of these paths)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SORT = "tinker/ArmSort-v0"
+
+
+def tinker(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tinker_cli", *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_sort_runs_the_zero_shot_stage_once_per_run_and_says_fine_tuning_is_not_available(tmp_path):
+    out = tmp_path / "s2r"
+    p = tinker("benchmark", "sim2real", "--env", SORT, "--variants", "laggy", "--runs", "2", "--eval-episodes", "2",
+               "--out", str(out))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "fine-tune: not available for ArmSort (imitation policy; RL fine-tuning is issue #21 item 3)" in p.stdout
+    data = json.loads((out / "sim2real.json").read_text())
+    assert data["env"] == SORT and data["bundle"].endswith("pretrained/arm_sort/bundle")
+    rows = data["rows"]
+    assert [(r["variant"], r["run"]) for r in rows] == [("laggy", 0), ("laggy", 1)]
+    assert [r["zero_shot"]["seeds"] for r in rows] == [[1000, 1001], [1002, 1003]]  # each run its own episodes
+    for r in rows:
+        z = r["zero_shot"]
+        assert z["episodes"] == 2 and z["objects_total"] == 4 and 0 <= z["objects_sorted"] <= 4
+        assert r["fine_tuned"] is None and "not available for ArmSort" in r["fine_tune"]
+    md = (out / "sim2real.md").read_text()
+    assert md.count("| laggy |") == 2 and md.count("fine-tune: not available for ArmSort") == 2
+    assert (out / "sim2real.png").stat().st_size > 5_000
+    assert not list(out.glob("finetune_*")), "no fine-tuning may run for the sorter"
+
+
+def test_a_named_variant_with_a_key_the_sorter_cannot_feel_is_refused_before_anything_runs(tmp_path):
+    out = tmp_path / "s2r"
+    p = tinker("benchmark", "sim2real", "--env", SORT, "--variants", "laggy", "shifted_miscalibrated", "--out", str(out))
+    assert p.returncode == 2
+    assert "shifted_miscalibrated.yaml: 3 key(s) cannot act on tinker/ArmSort-v0" in p.stderr
+    assert "target_bias_x_m = 0.04: it biases the reach target the robot is told, and the sort task has none" in p.stderr
+    assert not out.exists()
+
+
+def test_the_default_variant_list_leaves_out_what_cannot_act_and_says_why():
+    from tinker_cli._compose import load_policy
+    from tinker_cli.benchmark import select_variants
+    from tinker_deploy.pretrained import default_bundle
+
+    for env_id, out, kept in ((SORT, {"shifted_camera", "shifted_miscalibrated"}, {"laggy", "worn_robot", "low_gain"}),
+                              ("tinker/ArmReach-v0", {"shifted_camera", "low_gain", "worn_robot"},
+                               {"laggy", "heavy_arm", "shifted_miscalibrated"})):
+        bundle = default_bundle(env_id)
+        chosen, left_out = select_variants(None, env_id, load_policy(bundle).manifest, bundle, REPO)
+        assert out <= set(left_out) and kept <= {n for n, _ in chosen}, (env_id, left_out)
+        assert not set(left_out) & {n for n, _ in chosen}
+        assert "no camera image" in left_out["shifted_camera"]
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    p = tinker("benchmark", "sim2real", "--env", SORT, "--train", "--out", str(tmp_path / "a"))
+    assert p.returncode == 2 and "--train: the protocol retrains only the ArmReach policy" in p.stderr
+    p = tinker("benchmark", "sim2real", "--env", SORT, "--runs", "0", "--out", str(tmp_path / "b"))
+    assert p.returncode == 2 and "--runs must be >= 1, got 0" in p.stderr
+    p = tinker("benchmark", "sim2real", "--env", "tinker/PlanarSort-v0", "--out", str(tmp_path / "c"))
+    assert p.returncode == 2 and "invalid choice" in p.stderr
+
+
+def test_the_demo_refuses_a_dynamics_key_its_robot_cannot_act_on_before_it_starts_anything(tmp_path):
+    out = tmp_path / "demo"
+    p = tinker("demo", "--dynamics", "sim/config/dynamics/worn_robot.yaml", "--out", str(out))
+    assert p.returncode == 2
+    assert "worn_robot.yaml: 2 key(s) cannot act on tinker/ArmReach-v0 with the demo's policy" in p.stderr
+    assert "object_mass_scale = 1.3: it scales the task's objects, and the reach task has none" in p.stderr
+    assert not out.exists()

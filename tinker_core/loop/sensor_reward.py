@@ -1,0 +1,181 @@
+"""The reach task's reward and success from what a real robot measures: a declared *success sensor*.
+
+`ReachSensor` computes, from one cycle's features (the policy input perception published), the reward the
+reach task gives (`tinker_sim.tasks.reach.ReachTask.evaluate`: ``-distance``, plus ``success_bonus`` within
+``success_distance``), with two inputs a real robot has instead of the simulator's state:
+
+- the end effector: forward kinematics (``fk``, from the URDF: `tinker_core.loop.kinematics`) of the measured
+  joint positions (the features' ``joint_pos`` term, unscaled: what perception read from ``joint_states``);
+- the target: where the camera sees it (the features' ``target_pos`` term, which the bundle's perception model
+  computes from the image: a term of its ``image_terms``), not where the simulator put it.
+
+So it equals the env's reward exactly when perception finds the true target, and is off by the perception's
+error otherwise: with a moved camera the sensor rewards reaching the *perceived* target (a bias fine-tuning from
+it cannot remove; human labels can). The success rule (distance, bonus) and the time limit are the env's, passed
+in by the composition root (this layer does not import the simulator).
+
+`SensorOutcome` turns readings into the outcome of each state the experience bridge joins: it pairs a state's
+counters (cycle, episode: what a real driver gives with its state) with the features of the same stamp, ends
+an episode on the sensor's success (terminated) or at the time limit (truncated), and keeps reporting that end
+for the episode's later states (the joiner starts no transition from them).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from tinker_core.errors import ConfigError, ValidationError
+
+
+def _field(t: Any, key: str) -> Any:
+    return t[key] if isinstance(t, Mapping) else getattr(t, key)
+
+
+@dataclass(frozen=True)
+class SensorConfig:
+    """The success sensor's settings; the rule's numbers come from the env's task (never a second constant)."""
+
+    success_distance: float
+    """m; success when the end effector is closer than this to the perceived target (the task's own)"""
+    success_bonus: float
+    """added to ``-distance`` on success (the task's own)"""
+    time_limit_cycles: int
+    """cycles per episode before it is truncated (the env's time limit, e.g. its ``max_episode_steps``)"""
+    name: str = "reach_perceived_target"
+    """the sensor's declared name (in the bridge's diagnostics and the transitions' info)"""
+    target_term: str = "target_pos"
+    """the features' term holding the perceived target (base frame, m); must be one of the bundle's image_terms"""
+    joint_term: str = "joint_pos"
+    """the features' term holding the measured joint positions (rad, the manifest's joint order)"""
+
+    def __post_init__(self) -> None:
+        if not self.success_distance > 0:
+            raise ConfigError(f"SensorConfig.success_distance: expected > 0 m, got {self.success_distance!r}")
+        if int(self.time_limit_cycles) < 1:
+            raise ConfigError(f"SensorConfig.time_limit_cycles: expected >= 1, got {self.time_limit_cycles!r}")
+
+
+@dataclass(frozen=True)
+class SensorReading:
+    """What the sensor read from one state."""
+
+    reward: float
+    success: bool
+    distance: float
+    """m, end effector (FK of the measured joints) to the perceived target"""
+    ee: np.ndarray
+    target: np.ndarray
+
+
+class ReachSensor:
+    """Reward and success of the reach task from one cycle's features (see the module docstring).
+
+    ``obs_terms``: the bundle's observation terms (the features' layout: name, size, scale, offset);
+    ``image_terms``: the names its perception model computes from the image; ``fk``: joint positions -> end
+    effector position (base frame, m).
+    """
+
+    def __init__(self, config: SensorConfig, obs_terms: Sequence[Any], image_terms: Sequence[str],
+                 fk: Callable[[np.ndarray], np.ndarray]):
+        self.config, self.fk = config, fk
+        slots, i = {}, 0
+        for t in obs_terms:
+            n = int(_field(t, "size"))
+            slots[str(_field(t, "name"))] = (slice(i, i + n), np.broadcast_to(np.asarray(_field(t, "scale"), np.float64), (n,)),
+                                             np.broadcast_to(np.asarray(_field(t, "offset"), np.float64), (n,)))
+            i += n
+        self.size = i
+        for term in (config.joint_term, config.target_term):
+            if term not in slots:
+                raise ConfigError(f"success sensor {config.name!r}: the features have no term {term!r} "
+                                  f"(terms: {list(slots)})")
+        if config.target_term not in image_terms:
+            raise ConfigError(f"success sensor {config.name!r}: the features' {config.target_term!r} does not come "
+                              f"from the camera (the bundle's image_terms are {list(image_terms)}); a sensor reward "
+                              f"needs a target the robot perceives, not one the simulator tells it")
+        if np.any(slots[config.target_term][1] == 0) or np.any(slots[config.joint_term][1] == 0):
+            raise ConfigError(f"success sensor {config.name!r}: a term with scale 0 cannot be read back")
+        self._q, self._target = slots[config.joint_term], slots[config.target_term]
+
+    @staticmethod
+    def _raw(features: np.ndarray, slot) -> np.ndarray:
+        s, scale, offset = slot
+        return features[s].astype(np.float64) / scale + offset
+
+    def read(self, features: np.ndarray) -> SensorReading:
+        """The reading of one cycle's features (the scaled policy input)."""
+        f = np.asarray(features).reshape(-1)
+        if f.shape[0] != self.size:
+            raise ValidationError(f"{self.config.name}.features", f"{self.size} values (the bundle's terms)",
+                                  f"{f.shape[0]} values")
+        ee = np.asarray(self.fk(self._raw(f, self._q)), dtype=np.float64)
+        target = self._raw(f, self._target)
+        d = float(np.linalg.norm(target - ee))
+        success = d < self.config.success_distance
+        return SensorReading(-d + (self.config.success_bonus if success else 0.0), bool(success), d, ee, target)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The outcome of reaching the state stamped ``stamp``, as `tinker_core.loop.cycle_join.CycleJoiner.outcome`
+    takes it."""
+
+    stamp: int
+    cycle: int
+    episode: int
+    reward: float
+    terminated: bool
+    truncated: bool
+
+
+class SensorOutcome:
+    """Pairs a state's counters and its features by stamp; gives each state's `Outcome` from the sensor."""
+
+    def __init__(self, sensor: ReachSensor, keep: int = 64):
+        self.sensor, self.keep = sensor, int(keep)
+        self._counters: OrderedDict[int, tuple[int, int]] = OrderedDict()
+        self._features: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._episode, self._first_cycle, self._ended = None, 0, None  # ended: (terminated, truncated)
+        self.successes = 0
+        """episodes the sensor declared successful"""
+        self.last: SensorReading | None = None
+
+    def counters(self, stamp: int, cycle: int, episode: int) -> Outcome | None:
+        """The state's cycle and episode counters; its outcome once its features are in too."""
+        feats = self._features.pop(stamp, None)
+        if feats is None:
+            self._put(self._counters, stamp, (int(cycle), int(episode)))
+            return None
+        return self._outcome(stamp, int(cycle), int(episode), feats)
+
+    def features(self, stamp: int, values: np.ndarray) -> Outcome | None:
+        """The state's features; its outcome once its counters are in too."""
+        cnt = self._counters.pop(stamp, None)
+        if cnt is None:
+            self._put(self._features, stamp, np.asarray(values))
+            return None
+        return self._outcome(stamp, cnt[0], cnt[1], values)
+
+    def _put(self, d: OrderedDict, stamp: int, value: Any) -> None:
+        d[stamp] = value
+        while len(d) > self.keep:
+            d.popitem(last=False)  # the other half never came: that state has no outcome
+
+    def _outcome(self, stamp: int, cycle: int, episode: int, features: np.ndarray) -> Outcome:
+        r = self.last = self.sensor.read(features)
+        if episode != self._episode:
+            self._episode, self._first_cycle, self._ended = episode, cycle, None
+        if self._ended is None:
+            if r.success:
+                self._ended = (True, False)
+                self.successes += 1
+            elif cycle - self._first_cycle + 1 >= self.sensor.config.time_limit_cycles:
+                self._ended = (False, True)
+            terminated, truncated = self._ended or (False, False)
+        else:
+            terminated, truncated = self._ended  # the episode ended: every later state says so
+        return Outcome(stamp, cycle, episode, r.reward, terminated, truncated)
