@@ -415,11 +415,11 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             rep = c.guard.report()
             vals["estop_cause"] = rep["estop_cause"] or ""
             vals["phase"] = rep["phase"]
+            for k, v in rep["counters"].items():
+                vals[f"interventions.{k}"] = v
         if c.takeover is not None:
             vals.update({f"teleop.{k}": v for k, v in c.takeover.counters().items()},
                         **{"teleop.engaged": c.takeover.engaged, "teleop.last_refusal": c.takeover.last_refusal})
-            for k, v in rep["counters"].items():
-                vals[f"interventions.{k}"] = v
         return vals
 
     def diagnostic_level(self):
