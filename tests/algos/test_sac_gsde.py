@@ -92,3 +92,17 @@ def test_use_sde_at_warmup_acts_with_the_policy():
         gap[warm] = float(np.abs(t["actions"][:40] - det).max())
     assert gap[False] > 0.5  # uniform in [-1, 1]
     assert gap[True] < 0.05
+
+
+def test_gsde_sac_reloads_and_deploys_its_mean(tmp_path):
+    algo = SAC("Pendulum-v1", SACConfig(use_sde=True, learning_starts=0, net_arch=[16, 16], batch_size=16, seed=0))
+    algo.learn(40, progress=False)
+    back = SAC.load(algo.save(tmp_path / "m"))
+    assert isinstance(back.actor, GSDESquashedActor) and back.config.use_sde
+    torch.testing.assert_close(back.actor.log_std, algo.actor.log_std)
+    obs = np.array([[0.3, -0.2, 0.5], [-1.0, 0.1, -2.0]], dtype=np.float32)
+    np.testing.assert_allclose(back.predict(obs), algo.predict(obs), rtol=1e-6, atol=1e-6)
+    perception, head = algo._deploy_modules()  # what the bundle exports: tanh of the clipped mean, in env units
+    with torch.no_grad():
+        np.testing.assert_allclose(head(perception(torch.from_numpy(obs))).numpy(), algo.predict(obs), rtol=1e-5,
+                                   atol=1e-5)
