@@ -106,3 +106,64 @@ def test_gsde_sac_reloads_and_deploys_its_mean(tmp_path):
     with torch.no_grad():
         np.testing.assert_allclose(head(perception(torch.from_numpy(obs))).numpy(), algo.predict(obs), rtol=1e-5,
                                    atol=1e-5)
+
+
+def test_gsde_train_step_is_sb3_sac_train():
+    """Same weights, same minibatch, same noise matrices: three gradient steps of tinker's SAC with gSDE leave the
+    actor (trunk, clipped mean, log_std), the critics and the target critics where SB3's ``SAC.train`` leaves them."""
+    from stable_baselines3 import SAC as SB3SAC
+    from stable_baselines3.common.logger import configure
+    from stable_baselines3.common.type_aliases import ReplayBufferSamples
+
+    from tinker_core.algos.buffers import ReplaySamples
+
+    kw = dict(learning_rate=1e-3, batch_size=32, gamma=0.99, tau=0.05, learning_starts=0)
+    ref = SB3SAC("MlpPolicy", "Pendulum-v1", ent_coef=0.1, use_sde=True, seed=0, device="cpu",
+                 policy_kwargs=dict(log_std_init=-2.0, net_arch=[16, 16]), **kw)
+    ref.set_logger(configure(folder=None, format_strings=[]))
+    ref._current_progress_remaining = 1.0
+    algo = SAC("Pendulum-v1", SACConfig(ent_coef="0.1", use_sde=True, log_std_init=-2.0, net_arch=[16, 16], seed=0,
+                                        **kw))
+    actor, sa = algo.actor, ref.actor
+    with torch.no_grad():
+        for t, s in [(actor.trunk[0], sa.latent_pi[0]), (actor.trunk[2], sa.latent_pi[2]), (actor.mu[0], sa.mu[0])]:
+            t.weight.copy_(s.weight)
+            t.bias.copy_(s.bias)
+        actor.log_std.copy_(sa.log_std)
+        for ens, nets in ((algo.critic, ref.critic.q_networks), (algo.critic_target, ref.critic_target.q_networks)):
+            for j, layer in enumerate(ens.layers):
+                for i, q in enumerate(nets):
+                    lin = q[2 * j]
+                    layer.weight[i].copy_(lin.weight.t())
+                    layer.bias[i, 0].copy_(lin.bias)
+
+    g = torch.Generator().manual_seed(1)
+    eps = [torch.randn(16, 1, generator=g) for _ in range(3)]
+    step = {"i": 0}
+
+    def sb3_noise(batch_size: int = 1) -> None:
+        d = sa.action_dist
+        d.exploration_mat = sa.log_std.exp() * eps[step["i"]]
+        d.exploration_matrices = d.exploration_mat.unsqueeze(0)
+
+    sa.reset_noise = sb3_noise
+    actor.draw = lambda n, gen: actor.log_std.exp() * eps[step["i"]].unsqueeze(0)  # type: ignore[method-assign]
+    n = 32
+    obs, nxt = torch.randn(n, 3, generator=g), torch.randn(n, 3, generator=g)
+    act = torch.rand(n, 1, generator=g) * 2 - 1
+    rew, done = torch.randn(n, generator=g), (torch.rand(n, generator=g) < 0.2).float()
+    ref.replay_buffer.sample = lambda *a, **k: ReplayBufferSamples(obs, act, nxt, done[:, None], rew[:, None])
+    for i in range(3):
+        step["i"] = i
+        ref.train(gradient_steps=1, batch_size=n)
+        algo._train_step(ReplaySamples(obs, act, nxt, rew, done))
+    tol = dict(rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(actor.log_std, sa.log_std, **tol)
+    for t, s in [(actor.trunk[0], sa.latent_pi[0]), (actor.trunk[2], sa.latent_pi[2]), (actor.mu[0], sa.mu[0])]:
+        torch.testing.assert_close(t.weight, s.weight, **tol)
+        torch.testing.assert_close(t.bias, s.bias, **tol)
+    for ens, nets in ((algo.critic, ref.critic.q_networks), (algo.critic_target, ref.critic_target.q_networks)):
+        for j, layer in enumerate(ens.layers):
+            for i, q in enumerate(nets):
+                torch.testing.assert_close(layer.weight[i], q[2 * j].weight.t(), **tol)
+    assert not torch.allclose(actor.log_std, torch.full_like(actor.log_std, -2.0))  # the steps moved it
