@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import logging
 import os
 import typing
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ from typing import Any, Mapping
 
 from tinker_core.errors import ConfigError
 
-log = logging.getLogger("tinker.train")
 
 ACTIVATIONS = {"ReLU": "relu", "Tanh": "tanh", "ELU": "elu", "SiLU": "silu"}
 """torch.nn activation classes tinker's MLPs have, by class name"""
