@@ -92,8 +92,7 @@ TASKS: dict[str, Task] = {t.name: t for t in (
 
 # What each runner cannot apply, and so drops (recorded per task in the result).
 NOT_APPLIED: dict[str, dict[str, str]] = {
-    "tinker": {"sac:use_sde": "tinker's SAC has no gSDE (a difference of settings: its Gaussian policy explores instead)",
-               "sac:policy_kwargs.log_std_init": "only meaningful with gSDE"},
+    "tinker": {},
     "sbx": {"sac:use_sde": "sbx's SAC has no gSDE", "sac:policy_kwargs.log_std_init": "only meaningful with gSDE",
             "ppo:use_sde": "sbx's PPO has no gSDE", "ppo:sde_sample_freq": "sbx's PPO has no gSDE"},
     "sb3": {},

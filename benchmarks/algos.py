@@ -14,9 +14,9 @@ gradient step asks for (``_suite.update_flops``, the same count for every librar
 taken, over the seconds spent inside the library's update method, against the machine's measured float32
 matrix-product peak (torch at the run's thread count; JAX's measured in the sbx venv).
 
-Settings a library cannot apply are dropped and recorded per task (``not_applied``): tinker's SAC and sbx have
-no gSDE, so on MountainCarContinuous SAC (whose RL Zoo entry uses gSDE) they run without it, a difference of
-settings, not of implementation. tinker's update path (compiled C++ step, Python step, autograd) is recorded
+Settings a library cannot apply are dropped and recorded per task (``not_applied``): sbx has no gSDE, so on
+MountainCarContinuous (whose RL Zoo entries use gSDE) it runs without it, a difference of settings, not of
+implementation (tinker's SAC with gSDE trains on its autograd path, a logged fallback). tinker's update path (compiled C++ step, Python step, autograd) is recorded
 per seed; a fallback off the compiled step is logged once by tinker and listed under ``fallbacks``.
 
     bash benchmarks/competitors_venv.sh                 # once: /work/venv-sbx with sbx, jax (torch pinned)

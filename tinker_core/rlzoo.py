@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import logging
 import os
 import typing
 from dataclasses import dataclass, field
@@ -21,7 +20,6 @@ from typing import Any, Mapping
 
 from tinker_core.errors import ConfigError
 
-log = logging.getLogger("tinker.train")
 
 ACTIVATIONS = {"ReLU": "relu", "Tanh": "tanh", "ELU": "elu", "SiLU": "silu"}
 """torch.nn activation classes tinker's MLPs have, by class name"""
@@ -118,11 +116,8 @@ def policy_kwargs_to_fields(policy_kwargs: Mapping | str, algo: str, key: str = 
                 raise ConfigError(f"{where}: {leaf} is not one of tinker's activations "
                                   f"{sorted(ACTIVATIONS)}; write activation_fn=nn.ReLU (or Tanh, ELU, SiLU)")
             out["activation"] = ACTIVATIONS[leaf]
-        elif k == "log_std_init" and algo == "ppo":
-            out["log_std_init"] = float(v)
-        elif k == "log_std_init" and algo == "sac":
-            # SB3's SAC reads log_std_init only with gSDE, which tinker's SAC refuses (use_sde)
-            log.info("%s=%s: no effect on SAC without gSDE (as in SB3)", where, v)
+        elif k == "log_std_init" and algo in ("ppo", "sac"):
+            out["log_std_init"] = float(v)  # SAC reads it with use_sde only, as SB3's
         elif k == "ortho_init" and algo == "ppo":
             out["ortho_init"] = bool(v)
         elif k == "n_critics" and algo == "sac":
@@ -134,7 +129,7 @@ def policy_kwargs_to_fields(policy_kwargs: Mapping | str, algo: str, key: str = 
         else:
             raise ConfigError(f"{where}={_show(v)}: not a setting tinker's {algo.upper()} has; policy_kwargs may "
                               "hold net_arch, activation_fn" + (", log_std_init, ortho_init" if algo == "ppo" else "")
-                              + (", n_critics" if algo == "sac" else ""))
+                              + (", log_std_init, n_critics" if algo == "sac" else ""))
     return out
 
 
@@ -144,10 +139,6 @@ def _show(v: Any) -> str:
 
 # -- the entry ------------------------------------------------------------------------------------
 _REFUSED = {
-    "use_sde": {"sac": "tinker's SAC has no gSDE: it explores with its squashed Gaussian policy; remove use_sde "
-                       "(and sde_sample_freq, use_sde_at_warmup, policy_kwargs log_std_init)"},
-    "use_sde_at_warmup": {"sac": "tinker's SAC has no gSDE; remove use_sde_at_warmup"},
-    "sde_sample_freq": {"sac": "tinker's SAC has no gSDE; remove sde_sample_freq"},
     "target_kl": {"ppo": "tinker's PPO has no early stop on KL; remove target_kl (watch train/approx_kl)"},
     "callback": {"*": "RL Zoo callbacks are SB3 classes; in tinker use tinker_core.training.callbacks from Python "
                       "or --checkpoint-every on the command line"},

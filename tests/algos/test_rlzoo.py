@@ -13,8 +13,8 @@ from tinker_core.errors import ConfigError
 from tinker_core.rlzoo import Ref, from_rlzoo, parse_literal, policy_kwargs_to_fields
 
 ZOO = Path(__file__).resolve().parents[2] / "configs" / "rlzoo"
-REFUSED = {("sac", "MountainCarContinuous-v0")}
-"""entries that ask for what tinker's algorithm lacks (SAC with gSDE); refused with a message, pinned below"""
+REFUSED: set[tuple[str, str]] = set()
+"""entries that ask for what tinker's algorithm lacks; refused with a message (none since SAC has gSDE)"""
 
 
 def _entries():
@@ -27,7 +27,7 @@ def _entries():
 def test_every_rlzoo_entry_loads_into_a_config(algo, env_id, entry):
     cls = ALGOS[algo]
     if (algo, env_id) in REFUSED:
-        with pytest.raises(ConfigError, match="use_sde=True: tinker's SAC has no gSDE"):
+        with pytest.raises(ConfigError):
             from_rlzoo(entry, algo, cls.config_class, env_id)
         return
     z = from_rlzoo(entry, algo, cls.config_class, env_id)
@@ -109,9 +109,6 @@ REFUSALS = [
      "\"{'norm_obs': True, 'norm_reward': False}\""),
     ("ppo", {"normalize": "{'norm_obs': True, 'clip_obs': 5.0}"},
      "x.normalize: clip_obs=5.0: tinker's normalization uses clip_obs=10.0; remove clip_obs"),
-    ("sac", {"use_sde": True},
-     "x.use_sde=True: tinker's SAC has no gSDE: it explores with its squashed Gaussian policy; remove use_sde (and "
-     "sde_sample_freq, use_sde_at_warmup, policy_kwargs log_std_init)"),
     ("dqn", {"callback": "rl_zoo3.callbacks.ParallelTrainCallback"},
      "x.callback='rl_zoo3.callbacks.ParallelTrainCallback': RL Zoo callbacks are SB3 classes; in tinker use "
      "tinker_core.training.callbacks from Python or --checkpoint-every on the command line"),
@@ -178,3 +175,14 @@ def test_frame_stack_and_env_wrapper_become_gymnasium_wrappers():
     obs, _ = env.reset(seed=0)
     assert obs.shape == (4, 3)
     assert env.spec.max_episode_steps == 7
+
+
+def test_sac_gsde_entry_is_applied():
+    """RL Zoo's SAC MountainCarContinuous entry: gSDE and its log_std_init reach tinker's SAC (no longer dropped)."""
+    entry = read_yaml(ZOO / "sac.yml")["MountainCarContinuous-v0"]
+    z = from_rlzoo(entry, "sac", ALGOS["sac"].config_class, "MountainCarContinuous-v0")
+    c = load_config(ALGOS["sac"].config_class, z.section)
+    assert c.use_sde is True and c.log_std_init == pytest.approx(-3.67)
+    z = from_rlzoo({"use_sde": True, "sde_sample_freq": 8, "use_sde_at_warmup": True}, "sac",
+                   ALGOS["sac"].config_class, "x")
+    assert z.section == {"use_sde": True, "sde_sample_freq": 8, "use_sde_at_warmup": True}

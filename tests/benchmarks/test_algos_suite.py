@@ -45,14 +45,14 @@ def test_each_task_is_well_formed_and_loads_into_tinker(name):
         parse_kwargs(t.entry["policy_kwargs"])
 
 
-def test_sac_on_mountaincar_records_that_tinker_has_no_gsde():
+def test_sac_on_mountaincar_applies_gsde_for_tinker_and_records_sbx_without():
     t = TASKS["sac_mountaincar"]
-    dropped = not_applied(t, "tinker")
-    assert set(dropped) == {"use_sde", "policy_kwargs.log_std_init"}
+    assert not_applied(t, "tinker") == {}  # tinker's SAC and PPO have gSDE
     e = entry_without(t, "tinker")
-    assert "use_sde" not in e and e["policy_kwargs"] == {"net_arch": [64, 64]}
-    assert not_applied(TASKS["ppo_mountaincar"], "tinker") == {}  # tinker's PPO has gSDE
+    assert e["use_sde"] is True and "log_std_init" in str(e["policy_kwargs"])
+    assert not_applied(TASKS["ppo_mountaincar"], "tinker") == {}
     assert not_applied(t, "sb3") == {}
+    assert set(not_applied(t, "sbx")) == {"use_sde", "policy_kwargs.log_std_init"}
 
 
 def test_mlp_flops_of_a_known_mlp():

@@ -89,9 +89,11 @@ def test_an_rlzoo_entry_pasted_into_a_config_trains(tmp_path, capsys):
                  "--out", str(tmp_path / "zoo"), "--no-progress"]) == 0
     algo = load_algorithm(tmp_path / "zoo" / "final")
     assert algo.algo_name == "sac" and algo.config.learning_rate == 1e-3 and algo.num_timesteps == 60
-    assert main(["train", "--rlzoo", str(zoo), "--env", "MountainCarContinuous-v0", "--out", str(tmp_path / "no"),
-                 "--no-progress"]) == 2
-    assert "use_sde=True: tinker's SAC has no gSDE" in capsys.readouterr().err
+    # the gSDE entry is applied as written (SAC with use_sde trains on the autograd path)
+    assert main(["train", "--rlzoo", str(zoo), "--env", "MountainCarContinuous-v0", "--total-timesteps", "64",
+                 "--out", str(tmp_path / "sde"), "--no-progress"]) == 0
+    algo = load_algorithm(tmp_path / "sde" / "final")
+    assert algo.config.use_sde and algo.config.log_std_init == -3.67 and algo.update_path == "autograd"
 
 
 def test_env_errors_name_the_key_and_the_value(tmp_path, capsys):

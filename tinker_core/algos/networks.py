@@ -113,6 +113,76 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(self.mu(self.trunk(feat)))
 
 
+class GSDESquashedActor(nn.Module):
+    """SAC's actor with gSDE (Raffin et al. 2021), as Stable-Baselines3's SAC ``use_sde`` with its defaults (full_std,
+    no expln, latent features learned, mean clipped to [-2, 2], tanh squashing).
+
+    The pre-tanh action is ``mean + latent @ M`` with ``M ~ N(0, exp(log_std)^2)`` of shape [latent, act_dim]:
+    ``M`` is held while acting (see `SAC`) and drawn anew, reparameterized, at each gradient step (so the actor
+    loss reaches ``log_std`` through the noise too). Its log-density is the Gaussian's of std
+    ``sqrt((latent^2) @ exp(log_std)^2 + 1e-6)`` minus tanh's ``log(1 - a^2 + 1e-6)``.
+    """
+
+    SDE_EPS = 1e-6
+    CLIP_MEAN = 2.0
+
+    def __init__(self, d_in: int, hidden: list[int], act_dim: int, act: str = "relu", log_std_init: float = -3.0):
+        super().__init__()
+        self.trunk = mlp(d_in, hidden, None, act)
+        d = hidden[-1] if hidden else d_in
+        self.mu = nn.Sequential(nn.Linear(d, act_dim), nn.Hardtanh(-self.CLIP_MEAN, self.CLIP_MEAN))
+        self.log_std = nn.Parameter(torch.full((d, act_dim), float(log_std_init)))
+        self.act_matrices: torch.Tensor | None = None
+        """the exploration matrices while acting, [n_envs, latent, act_dim]"""
+        self.train_matrix: torch.Tensor | None = None
+        """this gradient step's matrix [latent, act_dim], a function of log_std"""
+
+    def draw(self, n: int, gen: torch.Generator | None) -> torch.Tensor:
+        """``n`` matrices ``exp(log_std) * eps`` (differentiable in ``log_std``), [n, latent, act_dim]."""
+        eps = torch.randn((n, *self.log_std.shape), generator=gen).to(self.log_std.device)
+        return self.log_std.exp() * eps
+
+    def reset_acting_noise(self, n: int, gen: torch.Generator | None) -> None:
+        with torch.no_grad():
+            self.act_matrices = self.draw(n, gen)
+
+    def reset_train_noise(self, gen: torch.Generator | None) -> None:
+        """One matrix for the whole minibatch (SB3's ``reset_noise()`` before each gradient step)."""
+        self.train_matrix = self.draw(1, gen)[0]
+
+    def latent_mean(self, feat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = seq_forward(self.trunk, feat)
+        return h, seq_forward(self.mu, h)
+
+    def log_prob(self, latent: torch.Tensor, mean: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """log pi(tanh(u) | s) for pre-tanh actions ``u``."""
+        var = torch.addmm(_as_tensor(self.SDE_EPS, latent), latent.square(), torch.exp(2.0 * self.log_std))
+        logp = (-0.5 * (u - mean).square() / var - 0.5 * torch.log(var) - 0.5 * math.log(2 * math.pi)).sum(-1)
+        return logp - torch.log1p(-torch.tanh(u).square() + 1e-6).sum(-1)
+
+    def sample(self, feat: torch.Tensor, gen: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A training sample in [-1, 1] with this step's matrix (`reset_train_noise`) and its log-probability."""
+        if self.train_matrix is None:
+            self.reset_train_noise(gen)
+        latent, mean = self.latent_mean(feat)
+        u = mean + latent @ self.train_matrix  # type: ignore[operator]
+        return torch.tanh(u), self.log_prob(latent, mean, u)
+
+    def sample_action(self, feat: torch.Tensor, gen: torch.Generator | None) -> torch.Tensor:
+        """An exploring action with the held acting matrices (one per row when there are as many)."""
+        n = feat.shape[0]
+        if self.act_matrices is None:
+            self.reset_acting_noise(n, gen)
+        latent, mean = self.latent_mean(feat)
+        m = self.act_matrices
+        noise = (torch.bmm(latent.unsqueeze(1), m).squeeze(1) if m.shape[0] == n and n > 1  # type: ignore[union-attr]
+                 else latent @ m[0])  # type: ignore[index]
+        return torch.tanh(mean + noise)
+
+    def deterministic(self, feat: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.latent_mean(feat)[1])
+
+
 class GaussianActor(nn.Module):
     """PPO's continuous actor: state-dependent mean, Gaussian noise (env units).
 

@@ -125,6 +125,10 @@ class OffPolicyAlgorithm(Algorithm):
     def _after_train(self, idx: Any, td: torch.Tensor) -> None:
         pass
 
+    def _explore_at_warmup(self) -> bool:
+        """Act with the policy instead of uniform random actions before ``learning_starts``."""
+        return False
+
     def _on_added(self, start: int, n: int) -> None:
         pass
 
@@ -165,7 +169,7 @@ class OffPolicyAlgorithm(Algorithm):
     def _iteration(self) -> None:
         c, vec = self.config, self.vec_env
         obs = self._last_obs
-        if self.num_timesteps < c.learning_starts:
+        if self.num_timesteps < c.learning_starts and not self._explore_at_warmup():
             actions = self._random_actions(vec.n)  # type: ignore[union-attr]
         else:
             actions = self._act_raw(obs, deterministic=False)

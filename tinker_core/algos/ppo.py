@@ -131,6 +131,7 @@ class PPO(ActorCritic, Algorithm):
         self._stream: list[Transition] = []
         self.sde = bool(c.use_sde) and not self.discrete
         self._sde_calls = 0
+        self._counted_obs: Any = None  # the last observation batch added to the normalizer's statistics
         if self.sde:
             self._reset_noise(ne)
 
@@ -291,17 +292,17 @@ class PPO(ActorCritic, Algorithm):
         nets = self._numpy_nets()
         with torch.no_grad():
             for t in range(c.n_steps):
+                self._count_obs(self._last_obs)  # after a reset (learn, load): the first observations
                 if nets is not None:
                     x = np.asarray(self._last_obs)
                     if self.obs_norm is not None:
-                        self.obs_norm.rms.update(x)
                         x = self.obs_norm.normalize_np(x)
                     x = x.reshape(x.shape[0], -1).astype(np.float32, copy=False)
                     a_np, logp_np, v_np = self._step_numpy(nets, x)
                     self.buf_obs.numpy()[t] = x.reshape(self.buf_obs.shape[1:])  # type: ignore[union-attr]
                     env_a = self._env_action_np(a_np)
                 else:
-                    obs_t = self._obs_to_tensor(self._last_obs, update_norm=True)
+                    obs_t = self._obs_to_tensor(self._last_obs)
                     feat = self.perception(obs_t)
                     a, logp = self._sample_logp(feat)
                     a_np, logp_np = a.cpu().numpy(), logp.cpu().numpy()  # type: ignore[union-attr]
@@ -309,6 +310,9 @@ class PPO(ActorCritic, Algorithm):
                     _put(self.buf_obs, t, self._stored_obs(obs_t))
                     env_a = self._to_env(a)
                 next_obs, rew, term, trunc, final = vec.step(env_a)  # type: ignore[union-attr]
+                # as VecNormalize: the statistics take the new observations as they arrive, before the
+                # bootstrap values below and the last value of the rollout normalize them
+                self._count_obs(next_obs)
                 rew = self.reward_norm(rew, term | trunc) if self.reward_norm is not None else rew
                 rews[t] = rew
                 boot = np.flatnonzero(trunc & ~term)
@@ -325,6 +329,12 @@ class PPO(ActorCritic, Algorithm):
         adv, ret = self._gae(self.buf_rewards, self.buf_values, self.buf_starts, last_v,
                              torch.from_numpy(self._episode_starts))
         self._update(self.buf_obs, self.buf_actions, self.buf_values, self.buf_logp, adv, ret)
+
+    def _count_obs(self, obs: Any) -> None:
+        """Add ``obs`` (one batch from the vec env) to the observation statistics, once."""
+        if self.obs_norm is not None and obs is not self._counted_obs:
+            self.obs_norm.update(obs)
+            self._counted_obs = obs
 
     def _values(self, nets: tuple[NumpyMLP, NumpyMLP] | None, obs: Any, stacked: bool = False) -> np.ndarray:
         """V(obs) as float32 numpy for raw observations (a list of them, or a batch if ``stacked``)."""
@@ -548,8 +558,11 @@ class PPO(ActorCritic, Algorithm):
         super()._diagnose(m)  # entropy and value loss (ActorCritic)
 
     def _extra_state(self) -> tuple[dict, dict[str, np.ndarray]]:
-        return {"episode_starts": self._episode_starts.tolist()}, {}
+        counted = self._last_obs is not None and self._last_obs is self._counted_obs
+        return {"episode_starts": self._episode_starts.tolist(), "last_obs_counted": counted}, {}
 
     def _load_extra_state(self, meta: dict, tensors: Any) -> None:
         if "episode_starts" in meta and len(meta["episode_starts"]) == len(self._episode_starts):
             self._episode_starts = np.asarray(meta["episode_starts"], dtype=np.float32)
+        if meta.get("last_obs_counted"):  # already in the restored statistics: not added a second time
+            self._counted_obs = self._last_obs

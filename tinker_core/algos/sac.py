@@ -20,7 +20,8 @@ from torch import nn
 from tinker_core.algos import native as native_mod
 from tinker_core.algos.optim import make_adam
 from tinker_core.algos.buffers import ReplaySamples
-from tinker_core.algos.networks import LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, ScaledTanhHead, SquashedGaussianActor
+from tinker_core.algos.networks import (LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, GSDESquashedActor, ScaledTanhHead,
+                                        SquashedGaussianActor)
 from tinker_core.algos.np_mlp import NumpyMLP
 from tinker_core.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from tinker_core.algos.sac_native import NativeSACUpdate
@@ -43,6 +44,15 @@ class SACConfig(OffPolicyConfig):
     """Critics in the ensemble; the target takes their minimum."""
     critic_precision: str = "fp32"
     """Critic compute precision: fp32, bf16, fp16 (CUDA) or auto (fp16 on CUDA, bf16 on CPU); the actor stays fp32."""
+    use_sde: bool = False
+    """Generalized state-dependent exploration (gSDE), as SB3's SAC ``use_sde``: the actor's noise is ``latent @ M``
+    with M held while acting (see sde_sample_freq); trains on the autograd path (a logged fallback)."""
+    sde_sample_freq: int = -1
+    """Env steps between two acting-noise draws with gSDE (-1: once per collection, i.e. after each training)."""
+    use_sde_at_warmup: bool = False
+    """With gSDE, act with the gSDE policy instead of uniform random actions before learning_starts."""
+    log_std_init: float = -3.0
+    """Initial log std of gSDE's noise-matrix entries (SB3's SAC default; only used with use_sde)."""
     compiled_step: bool = True
     """On the CPU, run the MLP step compiled (sac_native.py; built once per machine) where it applies;
     False, or no compiler, runs the same step in Python."""
@@ -59,6 +69,8 @@ class SACConfig(OffPolicyConfig):
                 raise ConfigError(f"ent_coef: expected >= 0, got {v}")
         if self.n_critics < 1:
             raise ConfigError(f"n_critics: expected >= 1, got {self.n_critics}")
+        if self.sde_sample_freq == 0 or self.sde_sample_freq < -1:
+            raise ConfigError(f"sde_sample_freq: expected -1 (once per collection) or >= 1, got {self.sde_sample_freq}")
 
 
 class SAC(OffPolicyAlgorithm):
@@ -75,7 +87,13 @@ class SAC(OffPolicyAlgorithm):
         kind = self._perception_kind()
         self.actor_perception = build_perception(self.obs_spec, kind)
         self.critic_perception = build_perception(self.obs_spec, kind)
-        self.actor = SquashedGaussianActor(self.actor_perception.features_dim, c.net_arch, self.act_dim, c.activation)
+        self.sde = bool(c.use_sde)
+        self._sde_steps, self._sde_due = 0, True
+        if self.sde:
+            self.actor: SquashedGaussianActor | GSDESquashedActor = GSDESquashedActor(
+                self.actor_perception.features_dim, c.net_arch, self.act_dim, c.activation, c.log_std_init)
+        else:
+            self.actor = SquashedGaussianActor(self.actor_perception.features_dim, c.net_arch, self.act_dim, c.activation)
         self.critic = EnsembleQ(c.n_critics, self.critic_perception.features_dim + self.act_dim, c.net_arch, c.activation)
         self.critic_perception_target = copy.deepcopy(self.critic_perception)
         self.critic_target = copy.deepcopy(self.critic)
@@ -88,7 +106,9 @@ class SAC(OffPolicyAlgorithm):
         self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
         plain = type(self.actor_perception) is Flatten and type(self.critic_perception) is Flatten
         self._update: SACUpdate | NativeSACUpdate | None = None
-        why = ("the perception is not a plain Flatten (image or encoder observations)" if not plain else
+        why = ("gSDE (use_sde): its noise matrix is drawn per gradient step and differentiated, which only the "
+               "autograd step does" if self.sde else
+               "the perception is not a plain Flatten (image or encoder observations)" if not plain else
                "the networks are not what the written-out step supports (an MLP of Linear layers "
                "with ReLU or Tanh)" if not SACUpdate.supports(self.actor, self.critic) else "")
         if not why:
@@ -167,13 +187,37 @@ class SAC(OffPolicyAlgorithm):
 
     def _act(self, obs: Any, deterministic: bool) -> np.ndarray:
         feat = self.actor_perception(obs)
+        if not deterministic and self.sde:
+            self._sde_acting_noise(feat.shape[0])
         a = self.actor.deterministic(feat) if deterministic else self.actor.sample_action(feat, self.gen)
         return self._env_action(self._scale_action(a))
+
+    def _sde_acting_noise(self, n: int) -> None:
+        """Draw the acting matrices as SB3's SAC does: at the start of each collection (after each training)
+        and every ``sde_sample_freq`` steps of it."""
+        freq = self.config.sde_sample_freq
+        a = self.actor
+        if (self._sde_due or a.act_matrices is None or a.act_matrices.shape[0] != n  # type: ignore[union-attr]
+                or (freq > 0 and self._sde_steps % freq == 0)):
+            if self._sde_due:
+                self._sde_steps = 0
+            a.reset_acting_noise(n, self.gen)  # type: ignore[union-attr]
+            self._sde_due = False
+        self._sde_steps += 1
+
+    def _train(self, gradient_steps: int) -> None:
+        super()._train(gradient_steps)
+        self._sde_due = True  # SB3 draws new acting noise at the start of the next collection
+
+    def _explore_at_warmup(self) -> bool:
+        return self.sde and self.config.use_sde_at_warmup
 
     def _train_step(self, s: ReplaySamples, weights: torch.Tensor | None = None) -> torch.Tensor:
         if self._update is not None and not self.critic_amp.enabled:
             return self._train_step_mlp(s, weights)
         c = self.config
+        if self.sde:  # a new matrix per gradient step (log_std changed), one for the whole minibatch
+            self.actor.reset_train_noise(self.gen)  # type: ignore[union-attr]
         feat = self.actor_perception(s.obs)
         a_pi, logp_pi = self.actor.sample(feat, self.gen)
         # the coefficient of this step is the one before its own update (as in SB3); its loss is
@@ -204,6 +248,8 @@ class SAC(OffPolicyAlgorithm):
         else:
             actor_loss.backward()
         self.actor_opt.step()
+        if self.sde:
+            self.actor.train_matrix = None  # type: ignore[union-attr]  # its graph is spent
         self._end_update({"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
                           "ent_coef": ent_coef.squeeze(), "entropy": -logp_pi.detach().mean(),
                           "q_mean": q.detach().mean()})
