@@ -24,12 +24,11 @@ minutes. Numpy only, microseconds a step.
 
 from __future__ import annotations
 
-from typing import Any
-
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from tinker_core.curriculum import count_level
 from tinker_core.errors import ConfigError
 
 MAX_OBJECTS = 6
@@ -65,7 +64,7 @@ class PlanarSortEnv(gym.Env):
                  speed_gain_range: tuple[float, float] = (0.8, 1.2), action_noise_range: tuple[float, float] = (0.0, 0.05),
                  grip_radius_range: tuple[float, float] = (0.08, 0.12), shaping: float = 0.5,
                  wrong_bin_penalty: float = 0.5):
-        self._check_num_objects(num_objects, "num_objects")
+        count_level(num_objects, MAX_OBJECTS, "PlanarSortEnv.num_objects")
         if speed <= 0:
             raise ConfigError(f"PlanarSortEnv.speed: expected > 0, got {speed}")
         if steps_per_object < 1:
@@ -90,18 +89,12 @@ class PlanarSortEnv(gym.Env):
         self._t = 0
         self._gain, self._noise, self._radius = 1.0, 0.0, 0.1
 
-    @staticmethod
-    def _check_num_objects(n: Any, where: str) -> None:
-        if not (float(n) == int(float(n)) and 1 <= int(float(n)) <= MAX_OBJECTS):
-            raise ConfigError(f"PlanarSortEnv.{where}: expected an integer 1..{MAX_OBJECTS}, got {n!r}")
-
     # -- curriculum ---------------------------------------------------------------------------------
     def set_curriculum(self, param: str, value: float) -> None:
         """``num_objects`` (from the next reset); any other name is an error naming the ones there are."""
         if param != "num_objects":
             raise ConfigError(f"PlanarSortEnv.set_curriculum: unknown parameter {param!r}; expected 'num_objects'")
-        self._check_num_objects(value, "set_curriculum('num_objects')")
-        self._next_num_objects = int(float(value))
+        self._next_num_objects = count_level(value, MAX_OBJECTS, "PlanarSortEnv.set_curriculum('num_objects')")
 
     @property
     def max_steps(self) -> int:

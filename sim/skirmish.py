@@ -27,12 +27,11 @@ on the busy 2-core machine here.
 
 from __future__ import annotations
 
-from typing import Any
-
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from tinker_core.curriculum import count_level
 from tinker_core.errors import ConfigError
 
 SQUAD_SIZE = 5
@@ -76,7 +75,7 @@ class SkirmishEnv(gym.Env):
                  shot_cost: float = 0.01, step_cost: float = 0.01,
                  opponent_speed_gain_range: tuple[float, float] = (0.9, 1.1),
                  damage_gain_range: tuple[float, float] = (0.9, 1.1)):
-        self._check_n(num_opponents, "num_opponents")
+        count_level(num_opponents, MAX_OPPONENTS, "SkirmishEnv.num_opponents")
         if int(max_steps) < 1:
             raise ConfigError(f"SkirmishEnv.max_steps: expected >= 1, got {max_steps}")
         for name, v in (("unit_speed", unit_speed), ("unit_range", unit_range), ("unit_damage", unit_damage),
@@ -108,18 +107,12 @@ class SkirmishEnv(gym.Env):
         self.damage_taken = 0.0
         self._opp_gain, self._dmg_gain = 1.0, 1.0
 
-    @staticmethod
-    def _check_n(n: Any, where: str) -> None:
-        if not (float(n) == int(float(n)) and 1 <= int(float(n)) <= MAX_OPPONENTS):
-            raise ConfigError(f"SkirmishEnv.{where}: expected an integer 1..{MAX_OPPONENTS}, got {n!r}")
-
     # -- curriculum ---------------------------------------------------------------------------------
     def set_curriculum(self, param: str, value: float) -> None:
         """``num_opponents`` (from the next reset); any other name is an error naming the one there is."""
         if param != "num_opponents":
             raise ConfigError(f"SkirmishEnv.set_curriculum: unknown parameter {param!r}; expected 'num_opponents'")
-        self._check_n(value, "set_curriculum('num_opponents')")
-        self._next_n = int(float(value))
+        self._next_n = count_level(value, MAX_OPPONENTS, "SkirmishEnv.set_curriculum('num_opponents')")
 
     # -- gymnasium ----------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:

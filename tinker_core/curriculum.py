@@ -129,3 +129,15 @@ def apply_env_param(env: Any, param: str, value: float) -> None:
         u.set_curriculum(param, value)
     else:
         setattr(u, param, value)
+
+
+def count_level(value: Any, high: int, where: str, low: int = 1) -> int:
+    """``value`` as a whole count in ``low..high`` (a curriculum level arrives as a float, e.g. 3.0); anything else
+    is a ConfigError naming ``where``. For envs whose curriculum sets how many objects or opponents an episode has."""
+    try:
+        ok = float(value) == int(float(value)) and low <= int(float(value)) <= high
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{where}: expected an integer {low}..{high}, got {value!r}")
+    return int(float(value))
