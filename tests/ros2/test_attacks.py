@@ -255,6 +255,30 @@ def test_a_foreign_publisher_on_the_command_topic_is_not_executed(g, ros2):
     ros2.wait_until(lambda: any(x["level"] == OK for x in _diags(g, "sim_robot", t0)), 10, "sim_robot OK again")
 
 
+def test_a_publisher_on_the_intervention_topic_takes_nothing_over_by_default(g, ros2):
+    """The takeover is opt-in (``safety.intervention_topic`` empty in the shipped YAML): a stranger publishing
+    teleop targets on ``intervention`` steers nothing (tests/ros2/test_human_in_loop.py turns it on)."""
+    from sensor_msgs.msg import JointState
+
+    from tinker.wire import SENSOR_QOS
+
+    since = time.time_ns()
+    pub = g.probe.publisher(JointState, f"/{NS}/intervention", SENSOR_QOS)
+    names = [f"lbr_iiwa_joint_{i}" for i in range(1, 8)]
+    end = time.monotonic() + 1.5
+    while time.monotonic() < end:
+        q = _true_q(g)
+        q[0] += 0.5 if q[0] < 0 else -0.5
+        msg = JointState(name=names, position=q.tolist())
+        msg.header.stamp = g.probe.node.get_clock().now().to_msg()
+        pub.publish(msg)
+        time.sleep(0.05)
+    g.probe.node.destroy_publisher(pub)
+    cmds = [m for t, m in list(g.probe.commands) if t >= since]
+    assert len(cmds) > 10 and not any(_meta(m).get("intervention") == "1" for m in cmds)
+    assert not any(k.startswith("teleop.") for k in _diag(g, "safety"))
+
+
 def test_parameters_are_described_and_a_change_takes_effect_or_is_refused_with_the_reason(g, ros2):
     from rcl_interfaces.srv import DescribeParameters, ListParameters, SetParameters
     from rclpy.parameter import Parameter

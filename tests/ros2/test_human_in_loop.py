@@ -41,7 +41,8 @@ def g(ros2, bundles, tmp_path_factory):
     learner = TransitionReceiver("tcp://127.0.0.1:0")
     graph = Graph(namespace=NS, run_dir=tmp / "logs", env=ros2.graph_env(domain),
                   overrides={"perception": {"bundle": b}, "policy": {"bundle": b},
-                             "safety": {"config": str(tmp / "safety.yaml"), "intervention_max_age": 0.3},
+                             "safety": {"config": str(tmp / "safety.yaml"), "intervention_max_age": 0.3,
+                                        "intervention_topic": "intervention"},  # off by default
                              "sim_robot": {"episode_cycles": 30},
                              "experience_bridge": {"learner_endpoint": learner.endpoint, "label_window": 1.0,
                                                    "label_success_reward": 7.0, "record": str(tmp / "bridge.mcap")},

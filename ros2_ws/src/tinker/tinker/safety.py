@@ -72,7 +72,7 @@ PARAMS = {
         ("command_topic", "forward_position_controller/commands", "safe commands to the robot"),
         ("joint_states_topic", "joint_states", "the robot's measured state"),
         ("estop_state_topic", "safety/estop_state", "latched e-stop state"),
-        ("intervention_topic", "intervention", "a person's teleop joint targets (sensor_msgs/JointState)"),
+        ("intervention_topic", "", "a person's teleop joint targets (sensor_msgs/JointState); empty: no takeover"),
         ("intervened_topic", "safety/intervened", "each cycle served from teleop: target and measured pose"),
         ("policy_node", "policy", "the policy lifecycle node (its transition_event tells a deactivated policy "
                                   "from a dead one)"))},
@@ -193,9 +193,10 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                                                   *(g(n) for n in GATE_PARAMS)))
             self.names = list(guard.limits.names)
             self.jmap = JointMap(self.names, "safety.joint_states")
+            teleop = g("intervention_topic")  # empty: nothing on the graph can take over from the policy
             self.tmap = JointMap(self.names, "safety.intervention")
-            self.cycle.takeover = Takeover(len(self.names), self.resolve_topic_name(g("intervention_topic")),
-                                           *(g(n) for n in TAKEOVER_PARAMS))
+            self.cycle.takeover = Takeover(len(self.names), self.resolve_topic_name(teleop),
+                                           *(g(n) for n in TAKEOVER_PARAMS)) if teleop else None
             if self._estop_carry:  # an e-stop latched before cleanup stays latched: only ~/reset clears it
                 guard.estop(f"latched before cleanup ({self._estop_carry})")
             watch = self.watch_subscription
@@ -205,8 +206,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                 watch(JointState, g("joint_states_topic"), self._on_joints, SENSOR_QOS),
                 watch(TransitionEvent, f"{g('policy_node')}/transition_event", self._on_policy_transition,
                       TRANSITION_QOS, None),
-                watch(JointState, g("intervention_topic"), self._on_intervention, SENSOR_QOS, None)]
-            self._js_sub, self._teleop_sub = self._subs[1], self._subs[3]
+                *([watch(JointState, teleop, self._on_intervention, SENSOR_QOS, None)] if teleop else [])]
+            self._js_sub, self._teleop_sub = self._subs[1], (self._subs[3] if teleop else None)
             self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
                           self.create_service(Trigger, "~/reset", self._on_reset)]
             self._wd_timer = self.create_timer(self._deadline_s(), self._on_deadline)
