@@ -49,6 +49,9 @@ class FineTune:
     keep_pretrain: int = 0
     """transitions of the checkpoint's own (simulation) replay kept beside the new ones (0: only new data)"""
     eval_episodes: int = 30
+    """deterministic evaluation episodes before and after"""
+    eval_seed: int = EVAL_SEED
+    """first evaluation episode seed"""
 
 
 def make_env():
@@ -59,13 +62,13 @@ def make_env():
     return compose_env(ENV_ID, dynamics=str(DYNAMICS), action_chain=manifest["action_chain"], safety=True)
 
 
-def evaluate_on_shifted(algo, episodes: int):
-    """The deterministic policy on seeds EVAL_SEED.. (`tinker_core.evaluate.evaluate`, as ``tinker eval``)."""
+def evaluate_on_shifted(algo, episodes: int, seed: int = EVAL_SEED):
+    """The deterministic policy on seeds ``seed``.. (`tinker_core.evaluate.evaluate`, as ``tinker eval``)."""
     from tinker_core.evaluate import evaluate
 
     env = make_env()
     try:
-        return evaluate(env, lambda o: algo.predict(o, deterministic=True), episodes, seed=EVAL_SEED)
+        return evaluate(env, lambda o: algo.predict(o, deterministic=True), episodes, seed=seed)
     finally:
         env.close()
 
@@ -100,14 +103,15 @@ def run(cfg: FineTune, before: float | None = None) -> dict:
     algo = load(cfg)
     updates0 = algo.num_updates
     if before is None:
-        before = evaluate_on_shifted(algo, cfg.eval_episodes).success_rate
+        before = evaluate_on_shifted(algo, cfg.eval_episodes, cfg.eval_seed).success_rate
     t0 = time.perf_counter()
     if cfg.steps:
         algo.learn(cfg.steps, progress=False, tensorboard=False)
     t_train = time.perf_counter() - t0
-    after = evaluate_on_shifted(algo, cfg.eval_episodes)
+    after = evaluate_on_shifted(algo, cfg.eval_episodes, cfg.eval_seed)
     return {"steps": cfg.steps, "seed": cfg.seed, "lr": cfg.learning_rate, "keep_pretrain": cfg.keep_pretrain,
-            "before": before, "after": after.success_rate, "gain": after.success_rate - before,
+            "eval_seed": cfg.eval_seed, "eval_episodes": cfg.eval_episodes, "before": before,
+            "after": after.success_rate, "gain": after.success_rate - before,
             "after_estops": after.safety_estops, "after_unsafe_states": after.safety_violations,
             "updates": algo.num_updates - updates0, "train_s": round(t_train, 1),
             "total_s": round(time.perf_counter() - t0, 1)}
@@ -144,12 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--keep-pretrain", type=int, default=0)
     p.add_argument("--eval-episodes", type=int, default=30)
+    p.add_argument("--eval-seed", type=int, default=EVAL_SEED)
     a = p.parse_args(argv)
     before = None
     for steps in a.steps:
         for seed in a.seeds:
             r = run(FineTune(steps=steps, seed=seed, learning_rate=a.lr, keep_pretrain=a.keep_pretrain,
-                             eval_episodes=a.eval_episodes), before)
+                             eval_episodes=a.eval_episodes, eval_seed=a.eval_seed), before)
             before = r["before"]
             print(json.dumps(r), flush=True)
     return 0
