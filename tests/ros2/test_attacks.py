@@ -106,6 +106,17 @@ def _true_q(g) -> np.ndarray:
     return np.asarray(next(js.position for _, js in reversed(list(g.probe.joints)) if js.header.frame_id.startswith("cycle=")))
 
 
+def _publish_off_pose(g, pub, make_msg, offset: float, seconds: float) -> None:
+    """For ``seconds``, every 50 ms: ``make_msg(q)`` on ``pub``, q the robot's true pose with joint 0 moved
+    ``offset`` rad towards the middle of its range."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        q = _true_q(g)
+        q[0] += offset if q[0] < 0 else -offset
+        pub.publish(make_msg(q))
+        time.sleep(0.05)
+
+
 def _estops_since(g, since_ns: int) -> list[str]:
     return [s.message for t, s in list(g.probe.estop) if t >= since_ns and s.level == s.ERROR]
 
@@ -241,12 +252,8 @@ def test_a_foreign_publisher_on_the_command_topic_is_not_executed(g, ros2):
     since = time.time_ns()
     pub = g.probe.publisher(JointTrajectory, f"/{NS}/forward_position_controller/commands", COMMAND_QOS)
     names = [f"lbr_iiwa_joint_{i}" for i in range(1, 8)]
-    end = time.monotonic() + 2.0
-    while time.monotonic() < end:
-        q = _true_q(g)
-        q[0] += 2.0 if q[0] < 0 else -2.0  # 2 rad from the measured pose: 4x what safety would allow
-        pub.publish(JointTrajectory(joint_names=names, points=[JointTrajectoryPoint(positions=q.tolist())]))
-        time.sleep(0.05)
+    _publish_off_pose(g, pub, lambda q: JointTrajectory(joint_names=names, points=[JointTrajectoryPoint(
+        positions=q.tolist())]), 2.0, 2.0)  # 2 rad from the measured pose: 4x what safety would allow
     d = [x for x in _diags(g, "sim_robot", since) if x["level"] == ERROR]
     assert d and "publishers" in d[-1]["message"] and "forward_position_controller/commands" in d[-1]["message"]
     g.probe.node.destroy_publisher(pub)
@@ -265,14 +272,13 @@ def test_a_publisher_on_the_intervention_topic_takes_nothing_over_by_default(g, 
     since = time.time_ns()
     pub = g.probe.publisher(JointState, f"/{NS}/intervention", SENSOR_QOS)
     names = [f"lbr_iiwa_joint_{i}" for i in range(1, 8)]
-    end = time.monotonic() + 1.5
-    while time.monotonic() < end:
-        q = _true_q(g)
-        q[0] += 0.5 if q[0] < 0 else -0.5
+
+    def teleop(q):
         msg = JointState(name=names, position=q.tolist())
         msg.header.stamp = g.probe.node.get_clock().now().to_msg()
-        pub.publish(msg)
-        time.sleep(0.05)
+        return msg
+
+    _publish_off_pose(g, pub, teleop, 0.5, 1.5)
     g.probe.node.destroy_publisher(pub)
     cmds = [m for t, m in list(g.probe.commands) if t >= since]
     assert len(cmds) > 10 and not any(_meta(m).get("intervention") == "1" for m in cmds)
