@@ -69,7 +69,7 @@ def sim_for_bundle(params: Mapping[str, Any]) -> dict[str, Any]:
         return {}  # the default, or no bundle there: perception says so when it loads it
     from tinker.bundle_io import camera_settings, task_settings
 
-    return {**task_settings(bundle), **({} if (Path(bundle) / "hierarchy.json").is_file() else camera_settings(bundle))}
+    return {**task_settings(bundle), **camera_settings(bundle)}
 
 
 class BringupError(TinkerError):

@@ -146,19 +146,15 @@ def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) ->
 
 
 def camera_settings(path: str | os.PathLike) -> dict[str, object]:
-    """The simulated robot's camera for bundle ``path``: ``{"camera": True, "image_size": S, "camera_views": V}``
-    when its perception takes an image (S x V*S x 3: V square views side by side, as `tinker_sim.camera.Camera`
-    renders them), else ``{}``. A bundle whose model computes terms from the image (``image_terms``: the target
-    a locator finds) needs the frame of each state, as in training: ``camera_rate_hz: 0.0`` then (the simulator
+    """The simulated robot's camera for bundle ``path`` (flat, or a hierarchy's high level):
+    ``{"camera": True, "image_size": S, "camera_views": V}`` when its perception takes an image (S x V*S x 3: V square
+    views side by side, as `tinker_sim.camera.Camera` renders them), else ``{}``. A bundle whose model computes
+    terms from the image (``image_terms``: the target a locator finds) needs the frame of each state, as in training: ``camera_rate_hz: 0.0`` then (the simulator
     renders in line; a camera process at 20 Hz and background priority fell to 8 frames/s on the shared 2-core
     machine, frames 0.17-0.3 s old, and the watchdog latched). Reads the manifest only."""
     from tinker_core.spec import DictSpec
-    from tinker_deploy.manifest import Manifest
 
-    f = Path(path) / "manifest.json"
-    if not f.is_file():
-        raise BundleError(f"bundle {path}: no manifest.json there")
-    manifest = Manifest.from_json(f.read_bytes(), str(f))
+    manifest = _top_manifest(path)
     spec = manifest.obs_spec
     images = [s.shape for _, s in spec.items() if len(s.shape) == 3] if isinstance(spec, DictSpec) else []
     if not images:
