@@ -3,19 +3,28 @@ stand-in for a StarCraft II micro scenario, not StarCraft II), trained with a cu
 (5 -> 10 -> 15 -> 20, promoted at 80% wins over 20 episodes), then its win rate at 20 opponents against the
 scripted opponents, beside scripted high levels.
 
-    python benchmarks/skirmish.py [--quick] [--steps N] [--only METHOD] [--add]
+    python benchmarks/skirmish.py [--quick] [--steps N] [--only METHOD] [--seeds S ...] [--add]
+    python benchmarks/skirmish.py --only hppo_impala --seeds 0 1 2 --add      # HPPO on IMPALA's Ray actors
 
 Runs, one after the other in this process, each with its own curriculum and the same env-step budget:
 - ``hppo``: synchronous HPPO (`tinker_core.algos.hppo`), its 4 envs in this process, options = the 4 skills of
   the set ``skirmish`` for 5 steps each; PPO's clipped surrogate on the semi-MDP;
 - ``impala``: the same hierarchy's high level trained by IMPALA (`tinker_core.algos.impala`): 2 actor threads
   (4 envs each) step ``OptionEnv`` (one step = one skill for 5 env steps), asynchronous, V-trace corrects the lag;
-  its loss is IMPALA's V-trace actor-critic, not PPO's clipped surrogate. The budget counts the skirmish env's
-  steps the actors made (the learner consumes a little less: the queue holds some);
+  its loss is IMPALA's V-trace actor-critic, not PPO's clipped surrogate, one gradient step per batch;
 - ``impala_clip``: ``impala`` with ``policy_loss: clip``: PPO's clipped surrogate on the ratio to the behaviour
   policy with V-trace advantages (as asynchronous PPO, APPO), one gradient step per batch: hierarchical PPO on
   IMPALA's actors, for the high level (the low level is the scripted skills);
-- ``hppo_no_curriculum``: ``hppo`` at 20 opponents from the start (does the curriculum matter here?).
+- ``hppo_no_curriculum``: ``hppo`` at 20 opponents from the start (does the curriculum matter here?);
+- ``hppo_impala``: hierarchical PPO on IMPALA: ``impala_clip`` with HPPO's several passes per batch (10 epochs in
+  minibatches of 32 decisions, ``IMPALAConfig.n_epochs`` / ``minibatch_size``), on 2 **Ray** actors (a local Ray
+  of 2 CPUs, shut down after the run; ``RAY_TMPDIR`` names its temp dir).
+
+The IMPALA methods count their budget as the skirmish env steps behind the decisions the learner learned from
+(``IMPALA.inner_env_steps``, counted by the actors' OptionEnvs); runs recorded before that counted the steps the
+actors made (``env_steps_collected``, a little more: the queue holds some). Each run records its commit, its start
+time and the load average at its start and end; ``--add`` merges by (method, seed), under a lock, so one process
+per seed can run at once.
 
 Baselines (no training), the same evaluation: always ``attack_nearest``, always ``focus_weakest``, a hand-written
 kiting rule (``retreat`` when an opponent is within 0.1 of the squad, else ``focus_weakest``), a uniformly random
