@@ -212,7 +212,7 @@ def plot(runs: list[dict], base: dict, path) -> None:
     colors = {"hppo": "tab:green", "impala": "tab:purple", "impala_clip": "tab:orange", "hppo_no_curriculum": "tab:olive",
               "hppo_impala": "tab:blue"}
     seen: dict[str, int] = {}
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 9), gridspec_kw={"height_ratios": [1, 1.6]})
     for r in runs:
         c = colors[r["method"]]
         ls = ("-", "--", ":", "-.")[seen.get(r["method"], 0) % 4]
@@ -231,13 +231,16 @@ def plot(runs: list[dict], base: dict, path) -> None:
             ax2.axvline(p["env_step"], color=c, ls=ls, alpha=0.3, lw=0.8)
     for (name, ev), ls in zip(base.items(), (":", "--", "-.", (0, (1, 4)))):
         ax2.axhline(ev["win_rate"], color="gray", ls=ls, lw=1, label=f"{name} at 20: {ev['win_rate']:.0%}")
+    last = max([p["env_step"] for r in runs for p in r["promotions"]] + [0])
+    ax1.set_xlim(0, max(2 * last, 1000))  # the stages are passed early: the top panel shows that span only
+    ax1.set_xlabel("skirmish env steps (the curriculum's span)")
     ax1.set_ylabel("curriculum: opponents")
     ax1.set_ylim(3, 22)
     ax1.legend(loc="lower right", fontsize=7)
     ax2.set_ylabel("training win rate\n(last 50 episodes, at the current level)")
     ax2.set_xlabel("skirmish env steps")
     ax2.set_ylim(-0.02, 1.12)
-    ax2.legend(loc="lower left", fontsize=7)
+    ax2.legend(loc="lower right", fontsize=6.5, ncol=2)
     ax1.set_title("tinker/Skirmish-v0 (a stand-in, not StarCraft II): hierarchy over 4 scripted squad skills,\n"
                   "curriculum 5 -> 20 opponents (vertical lines: promotions); grey: scripted high levels at 20",
                   fontsize=9)
