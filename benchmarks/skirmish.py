@@ -3,19 +3,28 @@ stand-in for a StarCraft II micro scenario, not StarCraft II), trained with a cu
 (5 -> 10 -> 15 -> 20, promoted at 80% wins over 20 episodes), then its win rate at 20 opponents against the
 scripted opponents, beside scripted high levels.
 
-    python benchmarks/skirmish.py [--quick] [--steps N] [--only METHOD] [--add]
+    python benchmarks/skirmish.py [--quick] [--steps N] [--only METHOD] [--seeds S ...] [--add]
+    python benchmarks/skirmish.py --only hppo_impala --seeds 0 1 2 --add      # HPPO on IMPALA's Ray actors
 
 Runs, one after the other in this process, each with its own curriculum and the same env-step budget:
 - ``hppo``: synchronous HPPO (`tinker_core.algos.hppo`), its 4 envs in this process, options = the 4 skills of
   the set ``skirmish`` for 5 steps each; PPO's clipped surrogate on the semi-MDP;
 - ``impala``: the same hierarchy's high level trained by IMPALA (`tinker_core.algos.impala`): 2 actor threads
   (4 envs each) step ``OptionEnv`` (one step = one skill for 5 env steps), asynchronous, V-trace corrects the lag;
-  its loss is IMPALA's V-trace actor-critic, not PPO's clipped surrogate. The budget counts the skirmish env's
-  steps the actors made (the learner consumes a little less: the queue holds some);
+  its loss is IMPALA's V-trace actor-critic, not PPO's clipped surrogate, one gradient step per batch;
 - ``impala_clip``: ``impala`` with ``policy_loss: clip``: PPO's clipped surrogate on the ratio to the behaviour
   policy with V-trace advantages (as asynchronous PPO, APPO), one gradient step per batch: hierarchical PPO on
   IMPALA's actors, for the high level (the low level is the scripted skills);
-- ``hppo_no_curriculum``: ``hppo`` at 20 opponents from the start (does the curriculum matter here?).
+- ``hppo_no_curriculum``: ``hppo`` at 20 opponents from the start (does the curriculum matter here?);
+- ``hppo_impala``: hierarchical PPO on IMPALA: ``impala_clip`` with HPPO's several passes per batch (10 epochs in
+  minibatches of 32 decisions, ``IMPALAConfig.n_epochs`` / ``minibatch_size``), on 2 **Ray** actors (a local Ray
+  of 2 CPUs, shut down after the run; ``RAY_TMPDIR`` names its temp dir).
+
+The IMPALA methods count their budget as the skirmish env steps behind the decisions the learner learned from
+(``IMPALA.inner_env_steps``, counted by the actors' OptionEnvs); runs recorded before that counted the steps the
+actors made (``env_steps_collected``, a little more: the queue holds some). Each run records its commit, its start
+time and the load average at its start and end; ``--add`` merges by (method, seed), under a lock, so one process
+per seed can run at once.
 
 Baselines (no training), the same evaluation: always ``attack_nearest``, always ``focus_weakest``, a hand-written
 kiting rule (``retreat`` when an opponent is within 0.1 of the squad, else ``focus_weakest``), a uniformly random
@@ -28,14 +37,16 @@ run records its own commit, time and load).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
 import sys
 import time
 
 import numpy as np
 
-from _common import ROOT, arg_parser, header, machine, result_path, write_result
+from _common import ROOT, arg_parser, header, machine, result_path, utc_now, write_result
 
 sys.path.insert(0, str(ROOT))
 
@@ -55,6 +66,10 @@ GAMMA = 0.99
 CURVE_EVERY = 5000
 SKILLS = ["skirmish"]
 KITE_DISTANCE = 0.1
+SKILL_NAMES = ["attack_nearest", "focus_weakest", "retreat", "regroup"]
+HPPO_ON_IMPALA = dict(policy_loss="clip", n_epochs=10, minibatch_size=32, backend="ray", actor_cpus=1.0)
+"""``hppo_impala``: HPPO's update (PPO's clipped surrogate, 10 epochs over each batch in minibatches of 32 decisions)
+on IMPALA's 2 Ray actors, V-trace for the targets; every other setting as ``impala`` (docs/hierarchy/README.md: why)."""
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -92,6 +107,8 @@ def evaluate(choose, episodes: int, n_opponents: int = 20) -> dict:
 class Recorder:
     """The learn callback: drives the curriculum and records the curve against a step counter."""
 
+    INSTRUMENTS = ("entropy", "value_loss", "rho_mean", "lag_mean", "clip_fraction", "high_entropy", "high_value_loss")
+
     def __init__(self, env_steps, levels: list[int] = LEVELS) -> None:
         self.cur = Curriculum(CurriculumConfig(param="num_opponents", levels=levels, promote_at=0.8, window=20))
         self.env_steps = env_steps
@@ -108,8 +125,14 @@ class Recorder:
                 self.promotions.append({"env_step": steps, "num_opponents": int(self.cur.value)})
         del self.recent[:-50]
         while steps >= self.next_point:
-            self.curve.append({"env_step": self.next_point, "num_opponents": int(self.cur.value),
-                               "win_rate_last50": float(np.mean(self.recent)) if self.recent else 0.0})
+            m = info.get("metrics") or {}
+            point = {"env_step": self.next_point, "num_opponents": int(self.cur.value),
+                     "win_rate_last50": float(np.mean(self.recent)) if self.recent else 0.0,
+                     **{k: round(float(m[k]), 4) for k in self.INSTRUMENTS if k in m}}
+            for prefix in ("action_frac_", "greedy_frac_"):  # the skills sampled / the most probable skill, per skill
+                if f"{prefix}0" in m:
+                    point[prefix.rstrip("_")] = [round(float(m[f"{prefix}{i}"]), 3) for i in range(len(SKILL_NAMES))]
+            self.curve.append(point)
             self.next_point += CURVE_EVERY
 
 
@@ -129,48 +152,47 @@ def run_hppo(steps: int, seed: int, episodes: int, levels: list[int] = LEVELS) -
             "eval_20": ev}
 
 
-def actor_env_steps(algo) -> int:
-    pool = algo.pool
-    if pool is None:
-        return 0
-    return sum(int(e.get_wrapper_attr("env_steps")) for a in pool.actors for e in a.vec.envs)
-
-
-def run_impala(steps: int, seed: int, episodes: int, policy_loss: str = "vtrace") -> dict:
+def run_impala(steps: int, seed: int, episodes: int, policy_loss: str = "vtrace", method: str | None = None,
+               **overrides) -> dict:
+    """IMPALA over OptionEnv until the learner has learned from ``steps`` skirmish env steps (its
+    ``inner_env_steps``: the primitive steps behind the decisions it took from the queue)."""
     env = EnvConfig(ENV, {}, ["tinker_sim"], [{"tinker_core.hierarchy.option_env.OptionEnv":
                                                 {"skills": SKILLS, "max_duration": DURATION, "gamma": GAMMA}}])
-    cfg = IMPALAConfig(seed=seed, gamma=GAMMA ** DURATION, num_actors=2, envs_per_actor=4, unroll_length=20,
-                       batch_trajectories=2, queue_size=4, mode="async", backend="local", learning_rate=5e-4,
-                       ent_coef=0.01, torch_threads=1, log_interval=10**9, policy_loss=policy_loss)
-    algo = IMPALA(env, cfg)
-    seen = {"env_steps": 0}
+    kw = dict(seed=seed, gamma=GAMMA ** DURATION, num_actors=2, envs_per_actor=4, unroll_length=20,
+              batch_trajectories=2, queue_size=4, mode="async", backend="local", learning_rate=5e-4,
+              ent_coef=0.01, torch_threads=1, log_interval=10**9, policy_loss=policy_loss)
+    kw.update(overrides)
+    ray_run = kw["backend"] == "ray"
+    if ray_run:
+        import ray
 
-    def env_steps(a) -> int:
-        seen["env_steps"] = max(seen["env_steps"], actor_env_steps(a))
-        return seen["env_steps"]
-
-    rec = Recorder(env_steps)
+        # RAY_TMPDIR (if set) names Ray's temp dir; 2 CPUs: one per actor (the learner is this process)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    algo = IMPALA(env, IMPALAConfig(**kw))
+    rec = Recorder(lambda a: a.inner_env_steps)
     rec.cur.bind(algo)
-
-    stop = {"at": None}
 
     def callback(a, info):
         rec(a, info)
-        if seen["env_steps"] >= steps and stop["at"] is None:
-            stop["at"] = int(a.num_timesteps)
-            return False
-        return None
+        return False if a.inner_env_steps >= steps else None
 
-    t0 = time.perf_counter()
-    algo.learn(steps, progress=False, callback=callback)  # option steps; the callback stops it at `steps` env steps
-    wall = time.perf_counter() - t0
-    with torch.no_grad():
-        ev = evaluate(lambda o: int(algo.predict(o, deterministic=True)), episodes)
-    out = {"method": "impala" if policy_loss == "vtrace" else f"impala_{policy_loss}", "seed": seed, "env_steps_collected": seen["env_steps"],
-           "option_steps_learned": int(algo.num_timesteps), "updates": int(algo.num_updates), "wall_s": round(wall, 1),
-           "level_reached_num_opponents": int(rec.cur.value), "promotions": rec.promotions, "curve": rec.curve,
-           "policy_lag": algo.lag.summary(), "actors": algo.actor_stats, "eval_20": ev}
-    algo.close()
+    try:
+        t0 = time.perf_counter()
+        algo.learn(10**9, progress=False, callback=callback)  # decisions; the callback stops it at `steps` env steps
+        wall = time.perf_counter() - t0
+        with torch.no_grad():
+            ev = evaluate(lambda o: int(algo.predict(o, deterministic=True)), episodes)
+        out = {"method": method or ("impala" if policy_loss == "vtrace" else f"impala_{policy_loss}"), "seed": seed,
+               "env_steps": int(algo.inner_env_steps),
+               "env_steps_collected": int(sum(s.get("inner_env_steps", 0) for s in algo.actor_stats)),
+               "option_steps_learned": int(algo.num_timesteps), "updates": int(algo.num_updates),
+               "wall_s": round(wall, 1), "impala": {k: kw[k] for k in sorted(kw) if k not in ("log_interval",)},
+               "level_reached_num_opponents": int(rec.cur.value), "promotions": rec.promotions, "curve": rec.curve,
+               "policy_lag": algo.lag.summary(), "actors": algo.actor_stats, "eval_20": ev}
+    finally:
+        algo.close()
+        if ray_run:
+            ray.shutdown()
     return out
 
 
@@ -187,30 +209,38 @@ def plot(runs: list[dict], base: dict, path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"hppo": "tab:green", "impala": "tab:purple", "impala_clip": "tab:orange", "hppo_no_curriculum": "tab:olive"}
-    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    colors = {"hppo": "tab:green", "impala": "tab:purple", "impala_clip": "tab:orange", "hppo_no_curriculum": "tab:olive",
+              "hppo_impala": "tab:blue"}
+    seen: dict[str, int] = {}
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 9), gridspec_kw={"height_ratios": [1, 1.6]})
     for r in runs:
         c = colors[r["method"]]
+        ls = ("-", "--", ":", "-.")[seen.get(r["method"], 0) % 4]
+        seen[r["method"]] = seen.get(r["method"], 0) + 1
+        name = f"{r['method']} s{r['seed']}"
         xs = [p["env_step"] for p in r["curve"]]
         end = xs[-1] if xs else 0
         lx = [0] + [p["env_step"] for p in r["promotions"]] + [end]
         ly = [r["curve"][0]["num_opponents"] if not r["promotions"] else LEVELS[0]] + \
             [p["num_opponents"] for p in r["promotions"]]
         stages = ", ".join(f"{p['num_opponents']} @ {p['env_step']:,}" for p in r["promotions"]) or "none (20 from the start)"
-        ax1.step(lx, ly + ly[-1:], where="post", color=c, label=f"{r['method']}: promotions {stages}")
-        ax2.plot(xs, [p["win_rate_last50"] for p in r["curve"]], color=c,
-                 label=f"{r['method']} (eval at 20: {r['eval_20']['win_rate']:.0%})")
+        ax1.step(lx, ly + ly[-1:], where="post", color=c, ls=ls, label=f"{name}: promotions {stages}")
+        ax2.plot(xs, [p["win_rate_last50"] for p in r["curve"]], color=c, ls=ls,
+                 label=f"{name} (eval at 20: {r['eval_20']['win_rate']:.0%})")
         for p in r["promotions"]:
-            ax2.axvline(p["env_step"], color=c, alpha=0.3, lw=0.8)
+            ax2.axvline(p["env_step"], color=c, ls=ls, alpha=0.3, lw=0.8)
     for (name, ev), ls in zip(base.items(), (":", "--", "-.", (0, (1, 4)))):
         ax2.axhline(ev["win_rate"], color="gray", ls=ls, lw=1, label=f"{name} at 20: {ev['win_rate']:.0%}")
+    last = max([p["env_step"] for r in runs for p in r["promotions"]] + [0])
+    ax1.set_xlim(0, max(2 * last, 1000))  # the stages are passed early: the top panel shows that span only
+    ax1.set_xlabel("skirmish env steps (the curriculum's span)")
     ax1.set_ylabel("curriculum: opponents")
     ax1.set_ylim(3, 22)
     ax1.legend(loc="lower right", fontsize=7)
     ax2.set_ylabel("training win rate\n(last 50 episodes, at the current level)")
     ax2.set_xlabel("skirmish env steps")
     ax2.set_ylim(-0.02, 1.12)
-    ax2.legend(loc="lower left", fontsize=7)
+    ax2.legend(loc="lower right", fontsize=6.5, ncol=2)
     ax1.set_title("tinker/Skirmish-v0 (a stand-in, not StarCraft II): hierarchy over 4 scripted squad skills,\n"
                   "curriculum 5 -> 20 opponents (vertical lines: promotions); grey: scripted high levels at 20",
                   fontsize=9)
@@ -221,7 +251,9 @@ def plot(runs: list[dict], base: dict, path) -> None:
 
 METHODS = {"hppo": run_hppo, "impala": run_impala,
            "impala_clip": lambda steps, seed, episodes: run_impala(steps, seed, episodes, "clip"),
-           "hppo_no_curriculum": lambda steps, seed, episodes: run_hppo(steps, seed, episodes, [LEVELS[-1]])}
+           "hppo_no_curriculum": lambda steps, seed, episodes: run_hppo(steps, seed, episodes, [LEVELS[-1]]),
+           "hppo_impala": lambda steps, seed, episodes: run_impala(steps, seed, episodes, method="hppo_impala",
+                                                                   **HPPO_ON_IMPALA)}
 
 
 def main() -> None:
@@ -231,7 +263,7 @@ def main() -> None:
     ap.add_argument("--only", choices=list(METHODS), default=None, help="run one method only")
     ap.add_argument("--add", action="store_true", help="merge into the existing result file (see the module doc)")
     ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from the existing result file, run nothing")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0], help="one run per seed and method (default 0)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     if args.plot_only:
@@ -244,7 +276,7 @@ def main() -> None:
     episodes = args.eval_episodes or (10 if args.quick else 50)
     cmd = "python benchmarks/skirmish.py" + (" --quick" if args.quick else "") + \
         (f" --steps {args.steps}" if args.steps else "") + (f" --only {args.only}" if args.only else "") + \
-        (f" --seed {args.seed}" if args.seed else "") + (" --add" if args.add else "")
+        (f" --seeds {' '.join(map(str, args.seeds))}" if args.seeds != [0] else "") + (" --add" if args.add else "")
     head = header("skirmish", args.quick, machine(("torch",), load_key="load_avg_start"), cmd)
     runs = []
     for method, fn in METHODS.items():
@@ -252,18 +284,43 @@ def main() -> None:
             continue
         if not args.only and method in ("impala_clip", "hppo_no_curriculum"):
             continue  # added later with --only METHOD --add
-        r = {**fn(steps, args.seed, episodes), "commit": head["commit"], "when": head["when"],
-             "load_avg_start": head["machine"]["load_avg_start"], "command": cmd}
-        print(f"{method}: level {r['level_reached_num_opponents']} opponents, eval at 20 {r['eval_20']}, "
-              f"{r['wall_s']} s", flush=True)
-        runs.append(r)
+        for seed in args.seeds:
+            load0 = load_avg()
+            r = {**fn(steps, seed, episodes), "commit": head["commit"], "when": utc_now(),
+                 "load_avg_start": load0, "load_avg_end": load_avg(), "command": cmd}
+            print(f"{method} seed {seed}: level {r['level_reached_num_opponents']} opponents, eval at 20 "
+                  f"{r['eval_20']}, {r['wall_s']} s", flush=True)
+            runs.append(r)
+    with result_lock(args.quick):  # parallel `--add` runs (one seed each) merge one at a time
+        write_all(args, runs, head, steps, episodes, cmd)
+
+
+def load_avg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+@contextlib.contextmanager
+def result_lock(quick: bool):
+    import fcntl
+    import tempfile
+    from pathlib import Path
+
+    with open(Path(tempfile.gettempdir()) / f"tinker_skirmish{'.quick' if quick else ''}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def write_all(args, runs: list[dict], head: dict, steps: int, episodes: int, cmd: str) -> None:
     old = json.loads(result_path("skirmish", args.quick).read_text()) if args.add else None
     if old is not None:
-        done = {r["method"] for r in runs}
+        done = {(r["method"], r["seed"]) for r in runs}
         first = old.get("first_run") or {k: old[k] for k in ("when", "commit", "command")}
         kept = [{"commit": first["commit"], "when": first["when"], "command": first["command"], **r}
-                for r in old["runs"] if r["method"] not in done]
-        runs = sorted(kept + runs, key=lambda r: list(METHODS).index(r["method"]))
+                for r in old["runs"] if (r["method"], r["seed"]) not in done]
+        runs = sorted(kept + runs, key=lambda r: (list(METHODS).index(r["method"]), r["seed"]))
         base = old["baselines"]
         head = {**head, "first_run": first}
     else:
@@ -273,11 +330,12 @@ def main() -> None:
     png = result_path("skirmish", True, ".png") if args.quick else ROOT / "docs" / "hierarchy" / "skirmish.png"
     plot(runs, base, png)
     out = write_result("skirmish", args.quick, {
-        **head, "settings": {"env": ENV, "env_steps_per_run": steps, "seed": args.seed, "curriculum_levels": LEVELS,
+        **head, "settings": {"env": ENV, "env_steps_per_run": steps, "seeds": sorted({r["seed"] for r in runs}),
+                             "curriculum_levels": LEVELS,
                              "promote_at": 0.8, "window": 20, "option_duration": DURATION, "gamma": GAMMA,
                              "eval_episodes_at_20": episodes, "eval_seeds": [10_000, 10_000 + episodes - 1]},
-        "figures": {**{f"{r['method']}_win_rate_at_20": r["eval_20"]["win_rate"] for r in runs},
-                    **{f"{r['method']}_wall_s": r["wall_s"] for r in runs},
+        "figures": {**{f"{r['method']}_seed{r['seed']}_win_rate_at_20": r["eval_20"]["win_rate"] for r in runs},
+                    **{f"{r['method']}_seed{r['seed']}_wall_s": r["wall_s"] for r in runs},
                     **{f"{k}_win_rate_at_20": v["win_rate"] for k, v in base.items()}},
         "runs": runs, "baselines": base,
         "goals": {"hppo_win_rate_at_20": "> always_attack_nearest_win_rate_at_20"}})

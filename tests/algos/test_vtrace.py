@@ -169,3 +169,22 @@ def test_clip_advantages_are_the_vtrace_advantages_without_their_weight(seed):
                        1.0, 1.0, 1.3)
     assert torch.allclose(adv * ratio.clamp(max=1.3), torch.tensor(ref, dtype=torch.float64), atol=1e-9)
     assert not torch.allclose(adv, out.pg_advantages)  # the weights differ from 1 in this case
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.95, 0.5])
+def test_on_policy_targets_are_hppos_semi_mdp_returns(lam):
+    """On-policy (pi == mu), V-trace's v_s is the semi-MDP lambda-return HPPO's high level learns from
+    (`tinker_core.hierarchy.smdp.smdp_gae`, advantages + values): with OptionEnv's rewards (discounted sums over
+    each option of 5 steps) and IMPALA's discount gamma^5, across terminations (no bootstrap), truncations
+    (bootstrap from the cut episode's last observation) and the window's end."""
+    from tinker_core.hierarchy.smdp import smdp_gae
+
+    case = random_case(4)
+    case["tlp"] = [row[:] for row in case["blp"]]
+    step_gamma = case["gamma"] ** (1 / 5)  # a decision lasts 5 env steps: gamma_decision = step_gamma ** 5
+    out = vtrace(**tensors(case), lambda_=lam)
+    T, B = len(case["r"]), len(case["r"][0])
+    for b in range(B):
+        col = lambda k: [case[k][t][b] for t in range(T)]  # noqa: E731
+        _, ret = smdp_gae(col("r"), [5] * T, col("v"), col("nv"), col("term"), col("ends"), step_gamma, lam)
+        assert torch.allclose(out.vs[:, b], torch.tensor(ret, dtype=torch.float64), atol=1e-9)

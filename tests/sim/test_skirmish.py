@@ -208,7 +208,37 @@ def test_impala_trains_the_high_level_on_option_envs_and_the_curriculum_reaches_
     assert all(s["env_params"].get("num_opponents") in (2.0, 4.0) for s in algo.actor_stats)
     assert algo.env_params == {"num_opponents": 4.0}
     assert np.isfinite(algo._metrics["policy_loss"]) and algo._metrics["lag_max"] >= 0
+    # the budget in skirmish env steps: 1..5 per decision learned from (an option ends early only with its episode)
+    assert algo.num_timesteps < algo.inner_env_steps <= 5 * algo.num_timesteps
+    assert sum(s["inner_env_steps"] for s in algo.actor_stats) >= algo.inner_env_steps
     algo.close()
+
+
+def test_impala_actor_counts_the_skirmish_steps_behind_its_decisions():
+    """A trajectory of T decisions in N OptionEnvs carries the primitive env steps behind them: 5 T N when no
+    episode ends (20 opponents start far from the squad: nothing ends within 20 steps), as each env's own clock."""
+    from tinker_core.impala.actor import ImpalaActor
+    from tinker_core.impala.params import ParamStore
+    from tinker_core.impala.queue import LocalQueue
+
+    env = EnvConfig("tinker/Skirmish-v0", {"num_opponents": 20}, ["tinker_sim"],
+                    [{"tinker_core.hierarchy.option_env.OptionEnv": {"skills": ["skirmish"], "max_duration": 5}}])
+    cfg = IMPALAConfig(seed=0, gamma=0.99 ** 5, envs_per_actor=3, unroll_length=4, torch_threads=1)
+    learner = IMPALA(env, cfg)
+    params = ParamStore()
+    params.publish(0, learner.actor_payload())
+    actor = ImpalaActor(learner.env_factory, (learner.obs_spec, learner.action_spec), cfg, 0, LocalQueue(2), params,
+                        sync=False)
+    actor.run(max_unrolls=1)
+    traj = LocalQueue.get_batch(actor.queue, 1)[0]
+    assert not traj.terminated.any() and not traj.truncated.any()
+    assert traj.env_steps == 5 * 4 * 3 == traj.inner_steps
+    assert [e.unwrapped.t for e in actor.vec.envs] == [20, 20, 20]
+    assert actor.stats()["inner_env_steps"] == 60 and actor.stats()["steps"] == 12
+    learner.update_from_trajectories([traj])
+    assert learner.inner_env_steps == 60 and learner.num_timesteps == 12
+    actor.close()
+    learner.close()
 
 
 @pytest.mark.parametrize("config", ["configs/hppo_skirmish.yaml", "configs/impala_skirmish.yaml"])

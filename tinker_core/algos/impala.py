@@ -83,6 +83,12 @@ class IMPALAConfig(AlgoConfig):
     (standardized per batch), as in asynchronous PPO (APPO): one gradient step per batch."""
     clip_range: float = 0.2
     """PPO's ratio clipping with ``policy_loss: clip``."""
+    n_epochs: int = 1
+    """Passes over each batch of trajectories (PPO's epochs; 1: IMPALA's one gradient step per batch). The V-trace
+    targets and advantages are computed once per batch, with the weights the update starts from."""
+    minibatch_size: int = 0
+    """Steps per gradient step within a pass (0: the whole batch, ``unroll_length * envs_per_actor *
+    batch_trajectories`` steps, in one step)."""
     vf_coef: float = 0.5
     """Value loss coefficient (on 0.5 * squared error)."""
     ent_coef: float = 0.01
@@ -101,12 +107,14 @@ class IMPALAConfig(AlgoConfig):
         if self.backend not in BACKENDS:
             raise ConfigError(f"IMPALAConfig.backend: expected one of {BACKENDS}, got {self.backend!r}")
         for name in ("num_actors", "envs_per_actor", "unroll_length", "batch_trajectories", "queue_size",
-                     "pull_every", "publish_every"):
+                     "pull_every", "publish_every", "n_epochs"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"IMPALAConfig.{name}: expected >= 1, got {getattr(self, name)!r}")
         if self.mode == "sync" and self.batch_trajectories % self.num_actors:
             raise ConfigError(f"IMPALAConfig.batch_trajectories: sync mode needs a multiple of num_actors="
                               f"{self.num_actors} (each actor gives the same share per round), got {self.batch_trajectories}")
+        if int(self.minibatch_size) < 0:
+            raise ConfigError(f"IMPALAConfig.minibatch_size: expected >= 0 (0: the whole batch), got {self.minibatch_size}")
         if self.actor_cpus < 0:
             raise ConfigError(f"IMPALAConfig.actor_cpus: expected >= 0, got {self.actor_cpus}")
         for name in ("rho_bar", "c_bar", "pg_rho_bar"):
@@ -171,6 +179,9 @@ class IMPALA(ActorCritic, Algorithm):
         self.pool: Any = None
         self.actor_stats: list[dict] = []
         self.env_params: dict[str, float] = {}
+        self.inner_env_steps = 0
+        """Steps of the envs inside the actors' envs in the trajectories learned from (`Trajectory.inner_steps`:
+        with OptionEnv, the primitive env steps behind the decisions in ``num_timesteps``)."""
 
     def _build_networks(self) -> None:
         self._build_actor_critic()
@@ -235,56 +246,94 @@ class IMPALA(ActorCritic, Algorithm):
         self.pool.publish(self.num_updates, self.actor_payload())
 
     def update_from_trajectories(self, trajs: list) -> dict:
-        """One V-trace actor-critic update from trajectories (`tinker_core.impala.Trajectory`)."""
+        """One learner update from trajectories (`tinker_core.impala.Trajectory`): V-trace targets and advantages
+        with the current weights, then ``n_epochs`` passes over the batch in minibatches of ``minibatch_size``."""
         from tinker_core.impala.trajectory import TrajectoryBatch
 
         c = self.config
         b = TrajectoryBatch.of(trajs)
         T, B = b.shape
+        n = T * B
         lags = self.num_updates - b.policy_versions
         self.lag.add([self.num_updates - t.policy_version for t in trajs])
-        flat = lambda x: (({k: v.reshape(T * B, *v.shape[2:]) for k, v in x.items()}) if isinstance(x, dict)
-                          else x.reshape(T * B, *x.shape[2:]))
+        flat = lambda x: (({k: v.reshape(n, *v.shape[2:]) for k, v in x.items()}) if isinstance(x, dict)
+                          else x.reshape(n, *x.shape[2:]))
         obs = self._obs_to_tensor(flat(b.obs))
         nxt = self._obs_to_tensor(flat(b.next_obs))
         dev = self.device
         if self.discrete:
-            act = torch.as_tensor(b.actions.reshape(T * B), dtype=torch.long, device=dev)
+            act = torch.as_tensor(b.actions.reshape(n), dtype=torch.long, device=dev)
         else:
-            act = torch.as_tensor(b.actions.reshape(T * B, -1), dtype=torch.float32, device=dev)
+            act = torch.as_tensor(b.actions.reshape(n, -1), dtype=torch.float32, device=dev)
         tt = lambda x: torch.as_tensor(np.asarray(x, np.float32), device=dev)
         term, trunc = tt(b.terminated), tt(b.truncated)
+        mu_logp = tt(b.behaviour_log_probs)
+        with torch.no_grad():  # the targets, once per batch (as PPO's GAE once per rollout)
+            feat = self.perception(obs)
+            logp0, _ = self.pi.log_prob_entropy(feat, act)
+            values0 = seq_forward(self.vf, feat).reshape(T, B)
+            next_values = seq_forward(self.vf, self.perception(nxt)).reshape(T, B)
+            vt = vtrace(mu_logp, logp0.reshape(T, B), tt(b.rewards), values0, next_values, c.gamma * (1.0 - term),
+                        torch.maximum(term, trunc), rho_bar=c.rho_bar, c_bar=c.c_bar, pg_rho_bar=c.pg_rho_bar,
+                        lambda_=c.vtrace_lambda)
+            if c.policy_loss == "clip":
+                adv = clip_advantages(vt.vs, next_values, values0, tt(b.rewards), c.gamma * (1.0 - term),
+                                      torch.maximum(term, trunc)).reshape(-1)
+            else:
+                adv = vt.pg_advantages.reshape(-1)
+            targets = vt.vs.reshape(-1)
+            greedy = self._greedy_fractions(feat)
+        mb = n if c.minibatch_size <= 0 else min(int(c.minibatch_size), n)
+        sums = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_fraction": 0.0}
+        steps = 0
         self.train(True)
         with backward_in_caller_thread():
-            feat = self.perception(obs)
-            logp, ent = self.pi.log_prob_entropy(feat, act)
-            values = seq_forward(self.vf, feat).reshape(T, B)
-            with torch.no_grad():
-                next_values = seq_forward(self.vf, self.perception(nxt)).reshape(T, B)
-            vt = vtrace(tt(b.behaviour_log_probs), logp.detach().reshape(T, B), tt(b.rewards), values.detach(),
-                        next_values, c.gamma * (1.0 - term), torch.maximum(term, trunc), rho_bar=c.rho_bar,
-                        c_bar=c.c_bar, pg_rho_bar=c.pg_rho_bar, lambda_=c.vtrace_lambda)
-            if c.policy_loss == "clip":
-                pg_loss = clipped_surrogate(logp, tt(b.behaviour_log_probs).reshape(-1),
-                                            clip_advantages(vt.vs, next_values, values.detach(), tt(b.rewards),
-                                                            c.gamma * (1.0 - term), torch.maximum(term, trunc)
-                                                            ).reshape(-1), c.clip_range)
-            else:
-                pg_loss = -(logp.reshape(T, B) * vt.pg_advantages).mean()
-            v_loss = 0.5 * (vt.vs - values).square().mean()
-            entropy = ent.mean()
-            loss = pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy
-            self.opt.zero_grad(set_to_none=True)
-            loss.backward()
-            gn = torch.nn.utils.clip_grad_norm_(self.parameters(), c.max_grad_norm)
-            self.opt.step()
+            for _ in range(int(c.n_epochs)):
+                order = torch.randperm(n, generator=self.gen).to(dev) if mb < n else torch.arange(n, device=dev)
+                for s in range(0, n, mb):
+                    i = order[s:s + mb]
+                    feat = self.perception(obs[i] if not isinstance(obs, dict) else {k: v[i] for k, v in obs.items()})
+                    logp, ent = self.pi.log_prob_entropy(feat, act[i])
+                    values = seq_forward(self.vf, feat).reshape(-1)
+                    if c.policy_loss == "clip":
+                        pg_loss = clipped_surrogate(logp, mu_logp.reshape(-1)[i], adv[i], c.clip_range)
+                        with torch.no_grad():
+                            ratio = (logp - mu_logp.reshape(-1)[i]).exp()
+                            sums["clip_fraction"] += float(((ratio - 1.0).abs() > c.clip_range).float().mean())
+                    else:
+                        pg_loss = -(logp * adv[i]).mean()
+                    v_loss = 0.5 * (targets[i] - values).square().mean()
+                    entropy = ent.mean()
+                    loss = pg_loss + c.vf_coef * v_loss - c.ent_coef * entropy
+                    self.opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    gn = torch.nn.utils.clip_grad_norm_(self.parameters(), c.max_grad_norm)
+                    self.opt.step()
+                    for k, v in (("policy_loss", pg_loss), ("value_loss", v_loss), ("entropy", entropy), ("grad_norm", gn)):
+                        sums[k] += float(v.detach())
+                    steps += 1
         self.num_updates += 1
-        self.num_timesteps += T * B
-        self._metrics = {"policy_loss": float(pg_loss.detach()), "value_loss": float(v_loss.detach()),
-                         "entropy": float(entropy.detach()),
-                         "grad_norm": float(gn), "rho_mean": float(vt.rhos.mean()),
-                         "lag_mean": float(lags.mean()), "lag_max": float(lags.max())}
-        return dict(self._metrics)
+        self.num_timesteps += n
+        self.inner_env_steps += sum(t.inner_steps for t in trajs)
+        m = {k: v / steps for k, v in sums.items()}
+        if c.policy_loss != "clip":
+            del m["clip_fraction"]
+        m.update({"rho_mean": float(vt.rhos.mean()), "lag_mean": float(lags.mean()), "lag_max": float(lags.max()),
+                  "gradient_steps": float(steps), "return_target_mean": float(targets.mean()), **greedy})
+        if self.discrete:
+            counts = np.bincount(b.actions.reshape(-1).astype(np.int64), minlength=self.n_actions)
+            m.update({f"action_frac_{a}": float(x) for a, x in enumerate(counts / n)})
+        self._metrics = m
+        return dict(m)
+
+    def _greedy_fractions(self, feat: torch.Tensor) -> dict[str, float]:
+        """Discrete actions: the share of the batch's states where each action is the most probable one (what a
+        deterministic policy would do there); {} for continuous actions."""
+        if not self.discrete:
+            return {}
+        logits = seq_forward(self.pi.logits, feat)
+        counts = torch.bincount(logits.argmax(-1).reshape(-1), minlength=logits.shape[-1]).float()
+        return {f"greedy_frac_{a}": float(x) for a, x in enumerate(counts / counts.sum())}
 
     # -- the learn loop -----------------------------------------------------------------------------
     def start_actors(self) -> Any:
@@ -339,10 +388,11 @@ class IMPALA(ActorCritic, Algorithm):
     # -- deploy, checkpoints ------------------------------------------------------------------------
     def _extra_state(self) -> tuple[dict, dict[str, np.ndarray]]:
         return {"lag_histogram": {str(k): int(v) for k, v in self.lag.counts.items()},
-                "env_params": dict(self.env_params)}, {}
+                "env_params": dict(self.env_params), "inner_env_steps": int(self.inner_env_steps)}, {}
 
     def _load_extra_state(self, meta: dict, tensors: Any) -> None:
         self.env_params = {str(k): float(v) for k, v in meta.get("env_params", {}).items()}
+        self.inner_env_steps = int(meta.get("inner_env_steps", 0))
         self.lag.counts.clear()
         self.lag.counts.update({int(k): int(v) for k, v in meta.get("lag_histogram", {}).items()})
 

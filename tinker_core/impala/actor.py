@@ -50,7 +50,7 @@ class ImpalaActor:
         self.version = -2
         self.env_params: dict[str, float] = {}
         self._stop = threading.Event()
-        self.steps = self.unrolls = self.sent = 0
+        self.steps = self.unrolls = self.sent = self.inner_steps = 0
         self.blocked_s = self.wait_params_s = 0.0
 
     # -- weights -------------------------------------------------------------------------------
@@ -82,6 +82,7 @@ class ImpalaActor:
     def unroll(self) -> Trajectory:
         """``unroll_length`` steps of every env with the held weights."""
         T = self.unroll_length
+        inner0 = self._inner_steps()
         obs_l, next_l, act_l, logp_l = [], [], [], []
         rew = np.zeros((T, self.vec.n), np.float32)
         term = np.zeros((T, self.vec.n), bool)
@@ -101,8 +102,17 @@ class ImpalaActor:
             self._obs = nxt
         self.steps += T * self.vec.n
         eps = [(e.ret, e.length, e.success) for e in self.vec.pop_finished()]
+        inner = None if inner0 is None else self._inner_steps() - inner0  # type: ignore[operator]
+        self.inner_steps += T * self.vec.n if inner is None else inner
         return Trajectory(stack_obs(obs_l), np.stack(act_l), rew, term, trunc, np.stack(logp_l).astype(np.float32),
-                          stack_obs(next_l), self.version, self.actor_id, eps)
+                          stack_obs(next_l), self.version, self.actor_id, eps, inner)
+
+    def _inner_steps(self) -> int | None:
+        """The envs' own step counters summed (a wrapper's ``env_steps``, e.g. OptionEnv's), None without one."""
+        try:
+            return sum(int(e.get_wrapper_attr("env_steps")) for e in self.vec.envs)
+        except AttributeError:
+            return None
 
     def _put(self, traj: Trajectory) -> bool:
         """Put into the queue, blocking while it is full; False when stopped first."""
@@ -141,7 +151,8 @@ class ImpalaActor:
         self._stop.set()
 
     def stats(self) -> dict:
-        return {"actor": self.actor_id, "steps": self.steps, "unrolls": self.unrolls, "sent": self.sent,
+        return {"actor": self.actor_id, "steps": self.steps, "inner_env_steps": self.inner_steps,
+                "unrolls": self.unrolls, "sent": self.sent,
                 "version": self.version, "blocked_s": round(self.blocked_s, 3),
                 "wait_params_s": round(self.wait_params_s, 3), "env_params": dict(self.env_params)}
 

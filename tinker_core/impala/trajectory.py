@@ -52,6 +52,9 @@ class Trajectory:
     actor_id: int = 0
     episodes: list[tuple[float, int, bool | None]] = field(default_factory=list)
     """(return, length, success) of the episodes that ended in this unroll."""
+    env_steps: int | None = None
+    """Steps of the envs inside the actor's envs during this unroll, where a wrapper counts them (``env_steps``,
+    as `tinker_core.hierarchy.option_env.OptionEnv`'s primitive steps); None: no such counter (one per step)."""
 
     def __len__(self) -> int:
         return int(self.rewards.shape[0])
@@ -59,6 +62,11 @@ class Trajectory:
     @property
     def steps(self) -> int:
         return int(self.rewards.size)
+
+    @property
+    def inner_steps(self) -> int:
+        """``env_steps`` where counted, else `steps`."""
+        return self.steps if self.env_steps is None else int(self.env_steps)
 
 
 @dataclass
