@@ -170,3 +170,14 @@ def test_the_policy_cycle_sends_the_message_part_and_chains_only_the_action():
                                                                           np.full(2, 2.0)))
     plain.on_state(5, np.zeros(2))
     assert plain.on_features(5, np.zeros(3)).message is None
+
+
+def test_the_inboxs_diagnostics_name_each_channels_age_and_publishers():
+    inbox = ChannelInbox((VOICE, BEEP))
+    inbox.deliver("voice", [0.25, -0.5], 100 * MS, "speaker")
+    inbox.deliver("voice", [0.1, 0.2, 0.3], 110 * MS, "speaker")  # refused: size
+    values = inbox.values(130 * MS, {"voice": 2}, extra_publishers_seen=3)
+    assert values["channels.voice.age_ms"] == "30" and values["channels.beep.age_ms"] == "none"
+    assert values["channels.voice.publishers"] == 2 and values["channels.beep.publishers"] == 0
+    assert values["channels.accepted"] == 1 and values["channels.refused.size"] == 1
+    assert values["channels.extra_publishers_seen"] == 3 and "expected 2 values" in values["channels.last_refusal"]

@@ -73,6 +73,15 @@ class InputAges:
         """What a quiet ``topic`` means from now on (an input the running model needs, or no longer needs)."""
         self._inputs[topic].stale = None if stale is None else Level(stale)
 
+    def expect(self, topic: str, flowing: bool, arrived: bool) -> None:
+        """An input that must flow only at times (a policy's commands while it is active): ``flowing`` makes a
+        quiet ``topic`` an ERROR, else its age is only reported; ``flowing`` without a message ``arrived``
+        waits for it again (its grace starts now)."""
+        if flowing and not arrived:
+            self.declare(topic, Level.ERROR)
+        else:
+            self.set_stale_level(topic, Level.ERROR if flowing else None)
+
     def forget(self, topic: str) -> None:
         """Stop watching ``topic`` (its subscription is gone)."""
         self._inputs.pop(topic, None)

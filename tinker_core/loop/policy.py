@@ -6,7 +6,8 @@ tag of the features changes) or a new action chain restarts the chain from that 
 episode also calls ``on_episode`` before the actor runs (a hierarchical actor starts it with a fresh decision).
 A robot that sends on a channel (``outbox``, `tinker_core.multiagent.channel_edge.ChannelOutbox`) splits the
 actor's output: the action part goes through the chain, the message (checked, clipped) is the step's
-``message`` and never reaches the chain, safety or the robot.
+``message`` and never reaches the chain, safety or the robot. `CommandGate`: whether a node's step goes out
+(active, within its budget) and the node's level.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from typing import Any, Callable
 import numpy as np
 
 from tinker_core.action_chain import ActionChain
+from tinker_core.errors import ConfigError
+from tinker_core.loop.input_ages import Level, RecentFaults
 
 
 @dataclass(slots=True)
@@ -79,3 +82,60 @@ class PolicyCycle:
             self._episode = episode
             self.chain.reset(q)
         return PolicyStep(stamp_ns, cycle, raw, self.chain(raw[: self.chain.dof], q), message)
+
+
+ON_OVERRUN = ("hold", "stop")
+"""what a policy node does with a cycle over its budget: drop that command, or stop commanding"""
+
+
+def check_on_overrun(value: object) -> str:
+    """``value`` as an ``on_overrun`` setting; raises ConfigError naming the choices."""
+    if value not in ON_OVERRUN:
+        raise ConfigError(f"policy.on_overrun: expected 'hold' or 'stop', got {value!r}")
+    return str(value)
+
+
+class CommandGate:
+    """Whether a policy node's step goes out, and the node's level (no ROS).
+
+    The node commands only while active (its lifecycle: `activate`, `deactivate`). A step over the cycle's budget
+    is never sent (safety holds that cycle): ``on_overrun`` ``hold`` drops just that command, ``stop`` also stops
+    commanding until the next activation, an ERROR until then. Refused inputs are a WARN while they go on.
+    """
+
+    def __init__(self) -> None:
+        self.active = False
+        self.stopped_by_overrun = False
+        self.refusals = RecentFaults()
+        self.last_error = ""
+        """why the last configure failed ('' = it did not)"""
+
+    def activate(self) -> None:
+        self.active, self.stopped_by_overrun = True, False
+
+    def deactivate(self) -> None:
+        self.active = False
+
+    def overran(self, on_overrun: str) -> None:
+        """A step took longer than its budget: it is not sent; ``stop`` stops commanding."""
+        if on_overrun == "stop":
+            self.active, self.stopped_by_overrun = False, True
+
+    def level(self, version: object | None, crowded: str = "") -> tuple[Level, str]:
+        """``version``: the running bundle's (None: unconfigured); ``crowded``: a second publisher on this robot's
+        channel, named ('' = none)."""
+        if self.stopped_by_overrun:
+            return Level.ERROR, "stopped after an overrun (on_overrun: stop)"
+        if version is None or not self.active:
+            return Level.WARN, "unconfigured" if version is None else "inactive: not commanding"
+        level, message = self.refusals.level()  # WARN while inputs are being refused, OK once they stop
+        if level:
+            return Level.WARN, message
+        if crowded:
+            return Level.WARN, f"a second publisher on this robot's channel: {crowded}"
+        return Level.OK, f"commanding with bundle v{version}"
+
+    @staticmethod
+    def stop_meta(version: object) -> dict[str, object]:
+        """The metadata of the stop: a hold at the measured pose, which the safety node passes through its guard."""
+        return {"stamp_ns": 0, "cycle": 0, "version": version, "stop": 1}

@@ -146,6 +146,19 @@ class ChannelInbox:
         return {"accepted": self.accepted, "stale_reads": self.stale_reads,
                 **{f"refused.{r}": int(self.refused.get(r, 0)) for r in REFUSALS}}
 
+    def values(self, now_ns: int, publishers: Mapping[str, int], extra_publishers_seen: int) -> dict[str, object]:
+        """The receiver's /diagnostics values (``channels.*``): the counters, each channel's newest message's age
+        (ms; ``none``) and its publisher count (``publishers``: by channel name, as the host counts them on the
+        graph), how often a second publisher was seen, the last refusal."""
+        out: dict[str, object] = {f"channels.{k}": v for k, v in self.counters().items()}
+        for ch in self.heard:
+            age = self.age_ns(ch.name, now_ns)
+            out[f"channels.{ch.name}.age_ms"] = "none" if age is None else f"{age / 1e6:.0f}"
+            out[f"channels.{ch.name}.publishers"] = publishers.get(ch.name, 0)
+        out["channels.extra_publishers_seen"] = extra_publishers_seen
+        out["channels.last_refusal"] = self.last_refusal
+        return out
+
 
 def agent_channels(channels: Sequence[ChannelSpec], agent: str) -> tuple[ChannelSpec | None, tuple[ChannelSpec, ...]]:
     """(the channel ``agent`` sends on or None, the channels it hears in declaration order)."""

@@ -152,3 +152,25 @@ def test_refusals_warn_while_recent_and_clear_once_they_stop(clock):
     faults.note("again")
     assert faults.level()[1].startswith("refused 1 input(s)")  # a new run counts from 1
     assert faults.level("rejected", "command")[1].startswith("rejected 1 command(s), last 0.0 s ago: again")
+
+
+def test_an_input_that_must_flow_only_at_times_is_judged_only_then(clock):
+    """A policy's commands: ERROR when quiet while it is active, age only while it is not; waited for again on
+    re-activation (its grace starts then)."""
+    ages = InputAges(timeout_s=0.5, startup_grace_s=2.0, clock=clock)
+    ages.declare("/cmd", Level.ERROR)
+    ages.seen("/cmd")
+    ages.expect("/cmd", flowing=False, arrived=False)
+    clock.advance(3.0)
+    assert ages.level()[0] == Level.OK  # not expected: its silence is no fault
+    ages.expect("/cmd", flowing=True, arrived=False)
+    clock.advance(1.0)
+    level, message = ages.level()
+    assert level == Level.WARN and "waiting for /cmd" in message  # within the new grace
+    clock.advance(1.5)
+    assert ages.level()[0] == Level.ERROR
+    ages.seen("/cmd")
+    ages.expect("/cmd", flowing=True, arrived=True)
+    assert ages.level()[0] == Level.OK
+    clock.advance(0.6)
+    assert ages.level()[0] == Level.ERROR and "/cmd" in ages.level()[1]

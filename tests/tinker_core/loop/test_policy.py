@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tinker_core.action_chain import ActionChain, ActionChainConfig
 from tinker_core.loop.policy import PolicyCycle
@@ -53,3 +54,37 @@ def test_a_new_episode_calls_on_episode_before_the_actor_and_the_chain_takes_the
         assert step.raw.shape == (3,) and step.target.shape == (2,)
     assert calls == ["episode", "actor", "actor", "episode", "actor"]
     np.testing.assert_allclose(step.target, [0.05, -0.05])  # delta mode: q + action * max_delta (0.1 rad)
+
+
+def test_on_overrun_takes_hold_or_stop_and_names_both_otherwise():
+    from tinker_core.errors import ConfigError
+    from tinker_core.loop.policy import check_on_overrun
+
+    assert check_on_overrun("stop") == "stop"
+    with pytest.raises(ConfigError, match="policy.on_overrun: expected 'hold' or 'stop', got 'panic'"):
+        check_on_overrun("panic")
+
+
+def test_the_gate_commands_only_while_active_and_an_overrun_stop_lasts_until_the_next_activation():
+    from tinker_core.loop.input_ages import Level
+    from tinker_core.loop.policy import CommandGate
+
+    g = CommandGate()
+    assert g.level(None) == (Level.WARN, "unconfigured")
+    assert g.level(3) == (Level.WARN, "inactive: not commanding")
+    g.activate()
+    assert g.active and g.level(3) == (Level.OK, "commanding with bundle v3")
+    g.overran("hold")  # that command is dropped; commanding goes on
+    assert g.active
+    assert g.level(3, crowded="/tinker/channels/voice: 2 publishers") == (
+        Level.WARN, "a second publisher on this robot's channel: /tinker/channels/voice: 2 publishers")
+    g.refusals.note("policy.features: 3 values")
+    level, message = g.level(3)
+    assert level == Level.WARN and "policy.features: 3 values" in message
+    g.overran("stop")
+    assert not g.active and g.level(3) == (Level.ERROR, "stopped after an overrun (on_overrun: stop)")
+    g.deactivate()
+    assert g.stopped_by_overrun  # an ERROR until the next activation
+    g.activate()
+    assert g.active and not g.stopped_by_overrun
+    assert g.stop_meta(3) == {"stamp_ns": 0, "cycle": 0, "version": 3, "stop": 1}

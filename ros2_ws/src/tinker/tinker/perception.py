@@ -1,26 +1,15 @@
 """`perception`: joint state + task terms or goal (+ camera image) -> feature vector, with onnxruntime.
 
-An adapter: the cycle is `tinker_core.loop.perception.PerceptionCycle` (which inputs make a cycle, the
-observation assembled exactly as the sim env does, clip included), the model the bundle's
-``perception.onnx`` (`tinker.bundle_io.open_perception`); topics as declared in `tinker.wire.TOPICS`.
-Joints are mapped BY NAME with the manifest's joint names: a robot without them stops this node at
-start-up with a message naming the missing and extra joints. ``task_synced`` (the simulated robot's
-``task`` topic, a state's terms under its stamp) or not: the newest ``goal`` (geometry_msgs/PointStamped)
-or ``task`` terms serve every ``joint_states`` message, and ``ee_pos`` comes from forward kinematics
-of ``urdf`` (a ros2_control robot publishes only joint_states). A bundle's ``image_terms`` (what its model
-computes from the camera image, e.g. a located target) are never taken from ``task`` or ``goal``;
-``hold_estimate`` keeps their values of each episode's first cycle for the episode
-(`tinker_core.loop.held_estimate.EstimateHold`, as ``tinker eval --hold-estimate``).
-
-Inputs watched for staleness (`tinker.runtime.NodeRuntime.subscribe`): ``joint_states`` (ERROR when
-silent), ``task`` (ERROR when ``task_synced``, else age only), the camera image (ERROR when the model
-takes one, else age only), ``policy/raw_action`` (WARN: the last action of an inactive policy),
-``goal`` (published on change: age only), each channel heard (age only: a silent sender is zero-filled).
-
-Channels (`tinker.channel_io`): a robot that hears declared channels (``channels``/``agent`` parameters, set by
-`tinker.fleet`) subscribes each one's topic; its inbox (`tinker_core.multiagent.channel_edge.ChannelInbox`)
-checks every message against the channel's spec, refuses a wrong one (counted, logged, WARN) and fills the
-bundle's ``channel/NAME`` slots with the newest good message, or zeros (none yet, or older than ``max_age``).
+An adapter: the cycle is `tinker_core.loop.perception.PerceptionCycle` (which inputs make a cycle, synced task
+terms or the newest goal with ``ee_pos`` from forward kinematics of ``urdf``, camera frames and their age,
+``image_terms`` and ``hold_estimate``, the observation assembled exactly as the sim env does), the model the
+bundle's ``perception.onnx`` (`tinker.bundle_io.open_perception`); topics as declared in `tinker.wire.TOPICS`.
+Joints are mapped BY NAME with the manifest's joint names: a robot without them stops this node at start-up
+with a message naming the missing and extra joints. Inputs watched for staleness
+(`tinker.runtime.NodeRuntime.subscribe`): ``joint_states`` (ERROR when silent), ``task`` (ERROR when
+``task_synced``), the camera image (ERROR when the model takes one), ``policy/raw_action`` (WARN), ``goal`` and
+each channel (age only). Channels (`tinker.channel_io`, set by `tinker.fleet`): each heard channel's topic feeds
+the inbox (`tinker_core.multiagent.channel_edge.ChannelInbox`: checked, refused with a WARN, newest or zeros).
 """
 
 from __future__ import annotations
@@ -38,7 +27,8 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray
 from tinker.bundle_io import open_perception, resolve_bundle
 from tinker.channel_io import CHANNEL_PARAMS, CHANNEL_QOS, PublisherWatch, declared, read_channel_msg, topic
 from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
-from tinker.wire import GOAL_TERM, JointMap, array_msg, read_array, read_task, stamp_ns, state_cycle, topic_params
+from tinker.wire import (GOAL_TERM, JointMap, array_msg, read_array, read_image, read_task, stamp_ns, state_cycle,
+                         topic_params)
 from tinker_core.errors import TinkerError, ValidationError
 from tinker_core.loop.input_ages import Level, RecentFaults
 from tinker_core.multiagent.channel_edge import ChannelInbox
@@ -141,10 +131,10 @@ class PerceptionNode(NodeRuntime, Node):
         self._run(lambda: self.cycle.on_state(stamp_ns(msg.header), q, qd, state_cycle(msg)))
 
     def _on_image(self, msg: Image) -> None:
-        if msg.encoding != "rgb8" or len(msg.data) != msg.height * msg.width * 3:
-            return self._refuse(ValidationError("perception.image", "rgb8 with height*width*3 bytes",
-                                                f"{msg.encoding} with {len(msg.data)} bytes"))
-        img = np.frombuffer(msg.data, dtype=np.uint8).reshape(msg.height, msg.width, 3)
+        try:
+            img = read_image(msg, "perception.image")
+        except ValidationError as e:
+            return self._refuse(e)
         self._run(lambda: self.cycle.on_frame(stamp_ns(msg.header), img))
 
     def _on_task(self, msg: Float64MultiArray) -> None:
@@ -182,22 +172,12 @@ class PerceptionNode(NodeRuntime, Node):
         self.span(out.cycle, t_wall, dur, since_state_us=(t_wall - out.stamp_ns) // 1000, **out.extra)
 
     def diagnostic_values(self) -> dict[str, object]:
+        w = self.channel_watch
         return {"model_version": self.model.version, "perception_sha256": self.sha,
                 "frame_age_ms": f"{self.cycle.frame_age_ns / 1e6:.1f}", "refused_inputs": self.refusals.count,
-                "last_error": self.refusals.last, **self._channel_values()}
-
-    def _channel_values(self) -> dict[str, object]:
-        if self.inbox is None:
-            return {}
-        now = time.time_ns()
-        out: dict[str, object] = {f"channels.{k}": v for k, v in self.inbox.counters().items()}
-        for ch in self.inbox.heard:
-            age = self.inbox.age_ns(ch.name, now)
-            out[f"channels.{ch.name}.age_ms"] = "none" if age is None else f"{age / 1e6:.0f}"
-            out[f"channels.{ch.name}.publishers"] = self.channel_watch.counts[topic(ch)]
-        out["channels.extra_publishers_seen"] = self.channel_watch.extra_seen
-        out["channels.last_refusal"] = self.inbox.last_refusal
-        return out
+                "last_error": self.refusals.last,
+                **({} if self.inbox is None else self.inbox.values(
+                    time.time_ns(), {ch.name: w.counts[topic(ch)] for ch in self.inbox.heard}, w.extra_seen))}
 
     def diagnostic_level(self):
         """WARN while inputs are being refused (the last within `RecentFaults.memory_s`), OK once they stop."""

@@ -27,10 +27,10 @@ from std_srvs.srv import Trigger
 
 from tinker.bundle_io import PolicyBundle, resolve_bundle
 from tinker.channel_io import CHANNEL_PARAMS, CHANNEL_QOS, PublisherWatch, channel_msg, declared, topic
-from tinker.runtime import ERROR, OK, WARN, NodeRuntime, Param, main_for
+from tinker.runtime import NodeRuntime, Param, main_for
 from tinker.wire import JointMap, array_msg, read_array, stamp_ns, topic_params
 from tinker_core.errors import TinkerError, ValidationError
-from tinker_core.loop.input_ages import RecentFaults
+from tinker_core.loop.policy import CommandGate, check_on_overrun
 
 PARAMS = {
     "bundle": Param("", "deploy bundle directory (actor.onnx runs here); empty: the shipped default policy"),
@@ -48,8 +48,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         super().__init__("policy", **kwargs)
         self._init_runtime("policy", PARAMS)
         self.core: PolicyBundle | None = None
-        self.active = self.stopped_by_overrun = False
-        self.refusals, self.last_error, self._entities = RecentFaults(), "", []
+        self.gate, self._entities = CommandGate(), []
         self.agent, self.says, self.say_pub, self.channel_watch = "", None, None, None
         self.add_on_set_parameters_callback(self._on_params)
 
@@ -57,15 +56,14 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         if not self.param("bundle"):  # param get shows the bundle that runs
             self.set_parameters([Parameter("bundle", value=str(resolve_bundle("")))])
         try:
-            if self.param("on_overrun") not in ("hold", "stop"):
-                raise TinkerError(f"policy.on_overrun: expected 'hold' or 'stop', got {self.param('on_overrun')!r}")
+            check_on_overrun(self.param("on_overrun"))
             self.agent, self.says, _ = declared(self)
             self.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period, self.get_logger().info,
                                      says=self.says)
             self.jmap = JointMap(self.core.runner.joint_names, "policy.joint_states")
             p99, mx = self.core.runner.warmup(int(self.param("warmup_iterations")))
         except TinkerError as e:
-            self.last_error, self.core = str(e), None
+            self.gate.last_error, self.core = str(e), None
             self.get_logger().error(f"configure failed: {e}")
             return TransitionCallbackReturn.FAILURE
         self.get_logger().info(f"bundle {self.param('bundle')} v{self.core.version} verified; actor p99 {p99:.1f} us, "
@@ -83,15 +81,15 @@ class PolicyNode(NodeRuntime, LifecycleNode):
 
     def on_activate(self, state) -> TransitionCallbackReturn:
         self.core.cycle.restart(self.core.new_chain())  # its first command starts from the first cycle's pose
-        self.active, self.stopped_by_overrun = True, False
+        self.gate.activate()
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state) -> TransitionCallbackReturn:
-        self.active = False
+        self.gate.deactivate()
         return TransitionCallbackReturn.SUCCESS
 
     def on_cleanup(self, state) -> TransitionCallbackReturn:
-        self.active = False
+        self.gate.deactivate()
         self.destroy_entities(self._entities)
         if self.core is not None:
             self.core.runner.close()
@@ -105,8 +103,8 @@ class PolicyNode(NodeRuntime, LifecycleNode):
             for prm in params:
                 if prm.name == "bundle" and self.core is not None:
                     self.core.reload(str(prm.value))
-                if prm.name == "on_overrun" and prm.value not in ("hold", "stop"):
-                    raise TinkerError(f"policy.on_overrun: expected 'hold' or 'stop', got {prm.value!r}")
+                if prm.name == "on_overrun":
+                    check_on_overrun(prm.value)
         except TinkerError as e:
             return SetParametersResult(successful=False, reason=str(e))
         return SetParametersResult(successful=True)
@@ -120,7 +118,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         return response
 
     def _refuse(self, err: Exception) -> None:
-        self.refusals.note(str(err))
+        self.gate.refusals.note(str(err))
         self.get_logger().warning(f"input refused, cycle held: {err}", throttle_duration_sec=1.0)
 
     def _on_joints(self, msg: JointState) -> None:
@@ -132,7 +130,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         self._send(self.core.cycle.on_state(stamp_ns(msg.header), q), t_wall, t0)  # features that waited for it
 
     def _on_features(self, msg: Float32MultiArray) -> None:
-        if not self.active or self.core is None:
+        if not self.gate.active or self.core is None:
             return
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
         try:
@@ -144,15 +142,13 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         self._send(out, t_wall, t0)
 
     def _send(self, out, t_wall: int, t0: int) -> None:
-        if out is None or not self.active:
+        if out is None or not self.gate.active:
             return
         dur = time.perf_counter_ns() - t0
         if self.stats.record(dur):  # counted in /diagnostics: no log per cycle
             self.get_logger().warning(f"cycle {out.cycle} overran its budget ({dur / 1e6:.2f} ms > {self.period * 1e3:.0f}"
                                       f" ms): {self.param('on_overrun')}", throttle_duration_sec=1.0)
-            if self.param("on_overrun") == "stop":
-                self.active, self.stopped_by_overrun = False, True
-            return  # a late command is not sent: safety holds this cycle
+            return self.gate.overran(self.param("on_overrun"))  # a late command is not sent: safety holds this cycle
         out_meta = {"stamp_ns": out.stamp_ns, "cycle": out.cycle, "version": self.core.version}
         self.cmd_pub.publish(array_msg(out.target, out_meta))
         self.raw_pub.publish(array_msg(out.raw, out_meta))
@@ -160,36 +156,31 @@ class PolicyNode(NodeRuntime, LifecycleNode):
             self.say_pub.publish(channel_msg(out.message, self.agent, out.stamp_ns, out.cycle))
         self.span(out.cycle, t_wall, time.perf_counter_ns() - t0, since_state_us=(t_wall - out.stamp_ns) // 1000)
 
+    @property
+    def active(self) -> bool:
+        return self.gate.active
+
     def diagnostic_values(self) -> dict[str, object]:
-        r = self.core.runner if self.core else None
-        return {"active": self.active, "model_version": self.core.version if self.core else None,
+        r, g, w = (self.core.runner if self.core else None), self.gate, self.channel_watch
+        return {"active": g.active, "model_version": self.core.version if self.core else None,
                 "actor_sha256": r.actor_sha256 if r else "", "perception_sha256": r.perception_sha256 if r else "",
                 "reloads": self.core.reloads if self.core else 0, "reload_rejections": r.rejected_reloads if r else 0,
-                "refused_inputs": self.refusals.count, "last_error": self.last_error or self.refusals.last,
-                **({} if self.channel_watch is None else {
+                "refused_inputs": g.refusals.count, "last_error": g.last_error or g.refusals.last,
+                **({} if w is None else {
                     "channels.says": self.says.name, "channels.clipped": self.core.cycle.outbox.clipped if self.core else 0,
-                    "channels.publishers": self.channel_watch.counts[topic(self.says)],
-                    "channels.extra_publishers_seen": self.channel_watch.extra_seen}),
+                    "channels.publishers": w.counts[topic(self.says)], "channels.extra_publishers_seen": w.extra_seen}),
                 **(r.diagnostic_values() if hasattr(r, "diagnostic_values") else {})}
 
     def diagnostic_level(self):
-        if self.stopped_by_overrun:
-            return ERROR, "stopped after an overrun (on_overrun: stop)"
-        if self.core is None or not self.active:
-            return WARN, "unconfigured" if self.core is None else "inactive: not commanding"
-        level, message = self.refusals.level()  # WARN while inputs are being refused, OK once they stop
-        if level:
-            return WARN, message
-        if self.channel_watch is not None and self.channel_watch.crowded:
-            return WARN, f"a second publisher on this robot's channel: {self.channel_watch.last}"
-        return OK, f"commanding with bundle v{self.core.version}"
+        crowded = self.channel_watch.last if self.channel_watch is not None and self.channel_watch.crowded else ""
+        return self.gate.level(self.core.version if self.core else None, crowded)
 
     def on_exit(self) -> None:
         """Stop: hold at the measured position (a command the safety node passes through its guard)."""
         q = self.core.cycle.q_latest if self.core else None
-        if self.active and q is not None and self._entities:
-            self.cmd_pub.publish(array_msg(q, {"stamp_ns": 0, "cycle": 0, "version": self.core.version, "stop": 1}))
-        self.active = False
+        if self.gate.active and q is not None and self._entities:
+            self.cmd_pub.publish(array_msg(q, self.gate.stop_meta(self.core.version)))
+        self.gate.deactivate()
 
 
 main = main_for(PolicyNode)

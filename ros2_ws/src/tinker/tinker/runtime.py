@@ -46,6 +46,7 @@ from tinker.priority import lower_priority, set_realtime
 from tinker.quiet_gc import QUIET_GC
 from tinker_core.errors import TinkerError
 from tinker_core.loop.input_ages import InputAges, Level
+from tinker_core.loop.namesake import NamesakeWatch
 from tinker_core.tracer import Tracer
 
 OK, WARN, ERROR, STALE = DiagnosticStatus.OK, DiagnosticStatus.WARN, DiagnosticStatus.ERROR, DiagnosticStatus.STALE
@@ -244,12 +245,49 @@ class NodeRuntime:
         t = TOPICS[role]
         return self.create_publisher(t.type, self.param(param), t.qos)
 
+    name_watch: NamesakeWatch | None = None
+
+    def watch_namesake(self, log_while_present: bool = False) -> None:
+        """One node per name (`tinker_core.loop.namesake.NamesakeWatch`): a namesake seen while starting sets
+        ``fatal`` (exit 3), one seen later is `namesake` (ERROR in /diagnostics), logged when it appears (and,
+        ``log_while_present``, at most every 5 s while it stays)."""
+        self.name_watch = NamesakeWatch(self.get_fully_qualified_name())
+        self._log_namesake = log_while_present
+        self._name_timer = self.create_timer(0.5, self.check_namesake)
+
+    @property
+    def namesake(self) -> str:
+        """Why this node has a namesake on the domain ('' = none, or not watched)."""
+        return self.name_watch.message if self.name_watch is not None else ""
+
+    def check_namesake(self) -> None:
+        """Count the nodes with this node's name on the domain, when the watch says it is due."""
+        w = self.name_watch
+        if not w.due():
+            return
+        me = (self.get_name(), self.get_namespace())
+        appeared = w.update(sum(1 for n, ns in self.get_node_names_and_namespaces() if (n, ns) == me))
+        self.fatal = self.fatal or w.fatal
+        if appeared or (self._log_namesake and w.message and not w.fatal):
+            self.get_logger().error(w.message, throttle_duration_sec=5.0)
+
     # --- overridden by nodes -------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
         return {}
 
-    def diagnostic_level(self) -> tuple[bytes, str]:
+    def diagnostic_level(self) -> tuple[bytes | Level, str]:
+        """The node's own level (diagnostic_msgs' bytes, or tinker_core's `Level`) and its message."""
         return OK, "running"
+
+    def log(self, level: str, message: str) -> None:
+        """``level``: info, warning (throttled to one per 2 s) or error."""
+        # one call site per severity: rclpy's logger refuses a call site whose severity changes
+        if level == "error":
+            self.get_logger().error(message)
+        elif level == "warning":
+            self.get_logger().warning(message, throttle_duration_sec=2.0)
+        else:
+            self.get_logger().info(message)
 
     def on_exit(self) -> None:
         """Called once on SIGINT/SIGTERM while the context is alive: commanding nodes publish their stop."""
@@ -306,6 +344,8 @@ class NodeRuntime:
     def _level(self) -> tuple[bytes, str]:
         """The node's own level and its inputs', the worse one's message (both where they are equal)."""
         level, message = self.diagnostic_level()
+        if isinstance(level, Level):
+            level = _MSG_LEVELS[level]
         if self.callback_errors:
             level, message = ERROR, (f"{self.callback_errors} message callback(s) failed, last {self.last_callback_error}; "
                                      f"{message}")

@@ -297,3 +297,58 @@ def safety_counters(values: Mapping[str, str]) -> dict[str, object]:
         out[name] = int(v) if str(v).lstrip("-").isdigit() else 0
     out["estops"] = estops
     return out
+
+
+def trajectory_msg(names: Sequence[str], q: np.ndarray, meta: Mapping[str, object], period_s: float):
+    """A JointTrajectory for joint_trajectory_controller: one point, ``q``, reached in one period; ``meta`` in
+    ``header.frame_id`` (header.stamp 0: start now)."""
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    msg = JointTrajectory(joint_names=list(names))
+    msg.header.frame_id = encode_meta(meta)
+    pt = JointTrajectoryPoint(positions=np.asarray(q, dtype=np.float64).tolist())
+    pt.time_from_start.sec, pt.time_from_start.nanosec = divmod(int(period_s * 1e9), 1_000_000_000)
+    msg.points = [pt]
+    return msg
+
+
+def read_trajectory(msg, jmap: JointMap, where: str) -> np.ndarray:
+    """The first point's positions of a JointTrajectory in ``jmap``'s order (by joint name); raises
+    ValidationError without a point, or with a wrong length or non-finite values."""
+    if not msg.points:
+        raise ValidationError(f"{where}.points", "at least one point", "none")
+    idx = jmap.index(msg.joint_names)
+    pos = np.asarray(msg.points[0].positions, dtype=np.float64)
+    if pos.shape[0] != len(msg.joint_names) or not np.isfinite(pos).all():
+        raise ValidationError(f"{where}.points[0].positions", f"{len(msg.joint_names)} finite values",
+                              f"{pos.tolist()}")
+    return pos[idx]
+
+
+def image_msg(img: np.ndarray, stamp: int, cycle: int) -> Image:
+    """An rgb8 Image stamped with the state it shows (``cycle=N`` in frame_id)."""
+    m = Image()
+    set_stamp(m.header, stamp)
+    m.header.frame_id = f"cycle={cycle}"
+    m.height, m.width = int(img.shape[0]), int(img.shape[1])
+    m.encoding = "rgb8"
+    m.step = m.width * 3
+    m.data = np.ascontiguousarray(img, dtype=np.uint8).tobytes()
+    return m
+
+
+def read_image(msg: Image, where: str) -> np.ndarray:
+    """An rgb8 Image as a (height, width, 3) uint8 view; raises ValidationError on another encoding or size."""
+    if msg.encoding != "rgb8" or len(msg.data) != msg.height * msg.width * 3:
+        raise ValidationError(where, "rgb8 with height*width*3 bytes", f"{msg.encoding} with {len(msg.data)} bytes")
+    return np.frombuffer(msg.data, dtype=np.uint8).reshape(msg.height, msg.width, 3)
+
+
+def estop_msg(node_name: str, reason: str) -> DiagnosticStatus:
+    """The safety node's latched e-stop state: ERROR with ``reason`` while latched ('' = clear)."""
+    from diagnostic_msgs.msg import KeyValue
+
+    st = DiagnosticStatus(level=DiagnosticStatus.ERROR if reason else DiagnosticStatus.OK, name=f"{node_name}/estop",
+                          message=f"e-stop latched: {reason}" if reason else "e-stop clear", hardware_id=node_name)
+    st.values = [KeyValue(key="estopped", value=str(bool(reason)).lower())]
+    return st

@@ -1,0 +1,78 @@
+"""The parameter tables of the nodes with long ones: name -> `tinker.runtime.Param` (default, description, range,
+read-only; the type is the default's). `tinker.runtime.NodeRuntime` declares them with ParameterDescriptors; the
+launch YAML (config/bringup.yaml) holds the values that run."""
+
+from __future__ import annotations
+
+from tinker.runtime import Param
+
+_RECONF = " Changed only while unconfigured; takes effect at the next configure."
+_FIXED = " Fixed at start-up."
+
+SAFETY_PARAMS = {
+    "urdf": Param("", "Robot URDF path; '' = kuka_iiwa/model.urdf from pybullet_data." + _RECONF),
+    "config": Param("", "Safety YAML (safety.config.SafetyConfig); '' = safety/config/kuka_iiwa.yaml. Its "
+                        "watchdog_misses_to_estop is the number of missed cycles in a row that latch the e-stop." + _RECONF),
+    **{name: Param(default, f"Topic or node name: {what}." + _FIXED, read_only=True) for name, default, what in (
+        ("policy_command_topic", "policy/joint_target", "joint targets from the policy"),
+        ("command_topic", "forward_position_controller/commands", "safe commands to the robot"),
+        ("joint_states_topic", "joint_states", "the robot's measured state"),
+        ("estop_state_topic", "safety/estop_state", "latched e-stop state"),
+        ("intervention_topic", "", "a person's teleop joint targets (sensor_msgs/JointState); empty: no takeover"),
+        ("intervened_topic", "safety/intervened", "each cycle served from teleop: target and measured pose"),
+        ("policy_node", "policy", "the policy lifecycle node (its transition_event tells a deactivated policy "
+                                  "from a dead one)"))},
+    "command_type": Param("float64_array", "Command message: float64_array (Float64MultiArray, "
+                                           "forward_command_controller) or joint_trajectory (JointTrajectory, "
+                                           "joint_trajectory_controller)." + _FIXED, read_only=True),
+    "hold_deadline": Param(0.6, "Fraction of the control period after a state before the hold goes out (a missed "
+                                "cycle). Takes effect at the next state.", (0.05, 0.95)),
+    "max_state_age": Param(0.5, "s: a JointState stamped further in the past than this (node clock) is refused and "
+                                "the robot held. Takes effect at the next state.", (0.01, 10.0)),
+    "max_state_future": Param(0.1, "s: a JointState stamped further in the future than this (node clock) is "
+                                   "refused and the robot held.", (0.0, 10.0)),
+    "state_jump_tolerance": Param(0.2, "rad beyond the URDF velocity limit times the time between two states' "
+                                       "arrivals; a larger jump is an implausible state.", (0.0, 3.0)),
+    "state_quarantine": Param(0.5, "s: two implausible states within this time refuse every state for this long "
+                                   "(two interleaved sources).", (0.0, 60.0)),
+    "intervention_max_age": Param(0.2, "s: a teleop target (intervention topic) replaces the policy's while its stamp "
+                                       "is at most this old (node clock); older ones are refused, and control "
+                                       "returns to the policy this long after the person stops.", (0.01, 5.0)),
+    "intervention_max_future": Param(0.1, "s: a teleop target stamped further in the future than this (node clock) "
+                                          "is refused.", (0.0, 10.0)),
+}
+"""`tinker.safety.SafetyNode`"""
+
+SIM_ROBOT_PARAMS = {
+    "task": Param("reach", "Task: reach or sort (sim.tasks)." + _FIXED, read_only=True),
+    "dynamics": Param("", "A sim DynamicsParams YAML (domain randomization); '' = nominal." + _FIXED, read_only=True),
+    "camera": Param(True, "Publish camera images." + _FIXED, read_only=True),
+    "image_size": Param(64, "Camera image width and height, px." + _FIXED, (8, 1024), True),
+    "camera_views": Param(1, "Camera views side by side in one image: 1, or 2 (and its mirror from the "
+                             "front-left)." + _FIXED, (1, 2), True),
+    "camera_rate_hz": Param(20.0, "Camera frames per s, rendered off the control path; 0 = every cycle, in line."
+                            + _FIXED, (0.0, 1000.0), True),
+    "seed": Param(0, "Seed of the first episode (episode k uses seed + k)." + _FIXED, (0, 2**31 - 1), True),
+    "hold_after_cycles": Param(3, "Cycles without a fresh command before the arm holds its measured pose.",
+                               (1, 1000)),
+    "episode_cycles": Param(0, "> 0: a new episode (reset) after this many cycles or on success; 0 = never.",
+                            (0, 1_000_000)),
+    "end_on_success": Param(True, "true: an episode also ends (reset) on the simulator's own success; false: only "
+                                  "after episode_cycles (a learner rewarded by a success sensor then learns nothing "
+                                  "from when the simulator resets)." + _FIXED, read_only=True),
+    "command_type": Param("float64_array", "Command input: float64_array (Float64MultiArray in joint order) or "
+                                           "joint_trajectory (JointTrajectory, first point, by joint name)." + _FIXED,
+                          read_only=True),
+    **{name: Param(default, what + _FIXED, read_only=True) for name, default, what in (
+        ("command_topic", "forward_position_controller/commands", "Topic of the joint position commands."),
+        ("joint_states_topic", "joint_states", "Topic of the measured joint state."),
+        ("image_topic", "camera/image_raw", "Topic of the camera images."),
+        ("task_topic", "task", "Topic of the task terms (simulator only)."))},
+    "num_objects": Param(0, "Sort task: objects per episode (0: the task's default)." + _FIXED, (0, 16), True),
+    "max_objects": Param(0, "Sort task: object slots in the task terms (0: num_objects); a policy trained "
+                            "with slots needs the same." + _FIXED, (0, 16), True),
+    "raw_action_topic": Param("policy/raw_action", "Sort task: the policy's raw action (the suction after the "
+                                                   "joints), applied with the safe command of the same state." + _FIXED,
+                              read_only=True),
+}
+"""`tinker.sim_robot.SimRobotNode` (`tinker_sim.robot_loop.SimRobotConfig` takes the robot's own)"""

@@ -1,0 +1,152 @@
+"""`SimRobotLoop` and `FrameSchedule`: the sim_robot node's decisions without ROS, on the real PyBullet arm (the
+publisher count and the camera are the host's: plain values and a recording callback here)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.input_ages import Level
+from tinker_sim.robot_loop import FrameSchedule, SimRobotConfig, SimRobotLoop
+
+PERIOD = 0.05
+MS = 1_000_000
+
+
+@pytest.fixture
+def make_loop():
+    made: list[SimRobotLoop] = []
+
+    def make(**kw) -> SimRobotLoop:
+        host = kw.pop("host", {})
+        cfg = SimRobotConfig(**{"camera": False, "seed": 3, **kw})
+        loop = SimRobotLoop(cfg, PERIOD, publishers=lambda: host.get("publishers", 1),
+                            log=lambda level, msg: host.setdefault("logs", []).append((level, msg)), topic="/cmd",
+                            submit_frame=lambda *job: host.setdefault("frames", []).append(job))
+        made.append(loop)
+        return loop
+
+    yield make
+    for loop in made:
+        loop.close()
+
+
+def _cycle(loop: SimRobotLoop, t0: int):
+    s, missed = loop.step(t0)
+    loop.sent(s.stamp, t0)
+    loop.end_cycle(s, t0)
+    return s, missed
+
+
+def test_settings_it_cannot_act_on_are_refused_before_the_robot_exists():
+    with pytest.raises(ConfigError, match="camera_rate_hz: expected >= 0"):
+        SimRobotConfig(camera_rate_hz=-1.0).check()
+    with pytest.raises(ConfigError, match="only the sort task has objects, task is 'reach'"):
+        SimRobotConfig(num_objects=2).check()
+    assert SimRobotConfig(task="sort", num_objects=2).task_kwargs() == {"num_objects": 2}
+    assert SimRobotConfig.from_values(lambda name: getattr(SimRobotConfig(seed=9), name)).seed == 9
+
+
+def test_a_cycle_gives_the_state_and_its_task_terms_and_an_episode_ends_after_its_cycles(make_loop):
+    loop = make_loop(episode_cycles=3)
+    assert loop.names == [f"lbr_iiwa_joint_{i}" for i in range(1, 8)] and loop.terms_meta.startswith("ee_pos:3")
+    states = [_cycle(loop, i * 50 * MS)[0] for i in range(1, 5)]
+    assert [s.cycle for s in states] == [1, 2, 3, 4] and [s.episode for s in states] == [0, 0, 0, 1]
+    assert [s.done for s in states] == [False, False, True, False]
+    assert states[2].task[1] == 1.0 and states[0].task[1] == 0.0  # ``done`` in the task terms
+    assert states[0].task.shape[0] == 4 + sum(k for _, k in loop.task_terms)
+    assert states[0].image is None  # no camera
+
+
+def test_a_cycle_later_than_one_and_a_half_periods_is_a_deadline_miss(make_loop):
+    loop = make_loop()
+    assert _cycle(loop, 100 * MS)[1] is False  # the first has no predecessor
+    assert _cycle(loop, 150 * MS)[1] is False
+    assert _cycle(loop, 250 * MS)[1] is True
+
+
+def test_a_command_for_a_state_before_the_episode_reset_is_stale_and_not_executed(make_loop):
+    loop = make_loop(episode_cycles=2)
+    _cycle(loop, 50 * MS)
+    s, _ = _cycle(loop, 100 * MS)  # ends episode 0: the arm is reset
+    q = s.q + 0.01
+    assert loop.command(q, {"stamp_ns": str(s.stamp), "status": "passed"}) == 100 * MS  # when its state went out
+    assert loop.stale == 1 and loop.step_max == 0.0  # not executed: no step measured
+    s2, _ = _cycle(loop, 150 * MS)
+    loop.command(s2.q, {"stamp_ns": str(s2.stamp), "status": "passed"})
+    assert loop.stale == 1 and loop.step_max < 1.0
+
+
+def test_a_second_command_publisher_stops_execution_and_holds_until_one_is_left(make_loop):
+    host = {"publishers": 2}
+    loop = make_loop(host=host)
+    s, _ = _cycle(loop, 50 * MS)
+    loop.command(s.q + 0.2, {"stamp_ns": str(s.stamp), "status": "passed"})
+    assert loop.foreign.startswith("/cmd: 2 publishers (expected 1, the safety node)") and loop.foreign_holds == 1
+    assert loop.step_max == 0.0  # nothing executed
+    assert loop.level() == (Level.ERROR, loop.foreign)
+    assert host["logs"] == [("error", loop.foreign)]
+    host["publishers"] = 1
+    _cycle(loop, 100 * MS)  # checked again at each cycle while foreign
+    assert loop.foreign == "" and host["logs"][-1] == ("info", "/cmd: one publisher again; executing commands")
+    assert loop.level("1 other node(s) named /sim_robot")[0] == Level.ERROR  # a namesake comes first
+
+
+def test_the_step_of_each_executed_command_is_measured_against_the_true_pose(make_loop):
+    loop = make_loop()
+    s, _ = _cycle(loop, 50 * MS)
+    vel_step = loop.env.robot.velocity_limits * PERIOD
+    loop.accept(s.q + 2.0 * vel_step)  # twice the URDF's largest step per cycle
+    assert loop.step_max == pytest.approx(2.0, rel=0.05) and loop.steps_over_limit == 1
+    values = loop.values()
+    assert float(values["max_command_step_window"]) == pytest.approx(2.0, rel=0.05)
+    assert float(loop.values()["max_command_step_window"]) == 0.0  # the window starts again per heartbeat
+
+
+def test_rejected_commands_warn_while_they_go_on(make_loop):
+    loop = make_loop()
+    loop.reject(ValidationError("sim_robot.command", "7 values", "6 values"))
+    level, message = loop.level()
+    assert level == Level.WARN and message.startswith("rejected 1 command(s)") and "6 values" in message
+    assert loop.values()["rejected_commands"] == 1
+
+
+def test_the_suction_goes_with_the_safe_command_of_its_state_and_never_with_a_hold(make_loop):
+    loop = make_loop(task="sort")
+    assert loop.suction
+    s, _ = _cycle(loop, 50 * MS)
+    with pytest.raises(ValidationError, match="raw_action"):
+        loop.raw_action(np.zeros(7), {"stamp_ns": str(s.stamp)})  # no suction value
+    loop.raw_action(np.r_[np.zeros(7), 1.0], {"stamp_ns": str(s.stamp)})
+    loop.command(s.q, {"stamp_ns": str(s.stamp), "status": "held"})
+    assert not loop.arm.suction and loop.suction_switches == 0  # the safety node held: unchanged
+    loop.command(s.q, {"stamp_ns": str(s.stamp), "status": "passed"})
+    assert loop.arm.suction and loop.suction_switches == 1
+    s2, _ = _cycle(loop, 100 * MS)
+    loop.command(s2.q, {"stamp_ns": str(s2.stamp), "status": "passed"})  # no raw action for it: unchanged
+    assert loop.arm.suction and loop.suction_switches == 1
+
+
+def test_frames_go_at_the_camera_rate_the_first_of_an_episode_at_once_a_late_one_replaced():
+    f = FrameSchedule(PERIOD, 100 * MS)  # 10 Hz camera, 20 Hz loop
+    assert f.tick(0, 1, 7, 1) is True and f.take() == (1, 7, 1)  # the episode's first frame: now
+    assert f.tick(50 * MS, 2, 7, 2) is False and f.job is None  # not due at 10 Hz
+    assert f.tick(100 * MS, 3, 7, 3) is False and f.job == (3, 7, 3)  # due: taken in the quiet window
+    assert f.take() == (3, 7, 3) and f.take() is None
+    assert f.tick(150 * MS, 4, 7, 4) is False and f.job is None
+    assert f.tick(200 * MS, 5, 7, 5) is False and f.job == (5, 7, 5)  # due; no command comes to take it
+    assert f.tick(250 * MS, 6, 7, 6) is True and f.take() == (6, 7, 6)  # late: replaced by this state's, now
+    f.episode_framed = False  # a reset
+    assert f.tick(300 * MS, 7, 8, 7) is True and f.take() == (7, 8, 7)
+
+
+def test_a_frame_due_at_an_episode_end_is_taken_before_the_reset(make_loop):
+    host: dict = {}
+    loop = make_loop(host=host, camera=True, camera_rate_hz=20.0, episode_cycles=2)
+    assert loop.frames is not None
+    s1, _ = _cycle(loop, 50 * MS)  # first frame of the episode: at once
+    s2, _ = _cycle(loop, 100 * MS)  # due, and the episode ends: taken before the reset
+    assert host["frames"] == [(s1.stamp, 3, 1), (s2.stamp, 3, 2)]
+    s3, _ = _cycle(loop, 150 * MS)
+    assert host["frames"][-1] == (s3.stamp, 4, 3)  # the new episode's first frame, its seed
