@@ -108,7 +108,8 @@ class SimRobotNode(NodeRuntime, Node):
         if self.camera and camera_rate > 0:
             scene = {"task": g("task"), "dynamics": g("dynamics") or None, "image_size": int(g("image_size")),
                      "camera_views": int(g("camera_views")), "control_period": self.period}
-            self.mirror = MirrorCamera(scene, self.seed, self._publish_frame)
+            self.mirror = MirrorCamera(scene, self.seed, self._publish_frame,
+                                       loop_priority=int(g("realtime_priority")))
         self.task_pub = self.create_publisher(Float64MultiArray, g("task_topic"), COMMAND_QOS)
         if g("command_type") == "joint_trajectory":
             self.cmd_sub = self.watch_subscription(JointTrajectory, g("command_topic"), self._on_trajectory,
