@@ -25,6 +25,11 @@ def register(sub: Any) -> None:
     p.add_argument("--duration", type=float, default=0.0, help="stop after this many seconds (0: until Ctrl-C)")
     p.add_argument("--every", type=float, default=1.0, help="seconds between two printed tables (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON snapshot at the end instead of tables")
+    p.add_argument("--wait", type=float, default=10.0,
+                   help="seconds to wait, before the window starts, until every edge of the loop (joint_states, "
+                        "features, joint target, command) has a matched publisher: discovery takes seconds on a "
+                        "loaded machine, and a window that starts before it counts too few messages (default 10; "
+                        "0: start at once)")
     p.set_defaults(func=run)
 
 
@@ -40,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
     watcher = FlowWatcher(node, args.namespace)
     ex = SingleThreadedExecutor()
     ex.add_node(node)
+    _wait_for_discovery(ex, watcher, args.wait)
     end = time.monotonic() + args.duration if args.duration > 0 else float("inf")
     next_print = time.monotonic() + args.every
     try:
@@ -63,3 +69,19 @@ def run(args: argparse.Namespace) -> int:
               f"and namespace {args.namespace!r}?)")
         return 1
     return 0
+
+
+def _wait_for_discovery(ex: Any, watcher: Any, wait_s: float) -> None:
+    """Spin until every loop edge has a matched publisher (at most ``wait_s``), then start the window; the edges
+    still unmatched then are named on stderr (a graph without them, or another ROS_DOMAIN_ID)."""
+    import sys
+
+    deadline = time.monotonic() + max(0.0, wait_s)
+    missing = watcher.unmatched()
+    while missing and time.monotonic() < deadline:
+        ex.spin_once(timeout_sec=0.05)
+        missing = watcher.unmatched()
+    if missing and wait_s > 0:
+        print(f"tinker flow: no publisher matched on {', '.join(missing)} after {wait_s:g} s; measuring anyway",
+              file=sys.stderr, flush=True)
+    watcher.restart()

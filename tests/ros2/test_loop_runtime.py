@@ -100,13 +100,15 @@ def test_the_mirror_camera_renders_what_the_robots_own_camera_sees():
 
     mirror = MirrorCamera({"task": "reach", "image_size": 64, "control_period": 0.05}, 3, on_frame)
     try:
-        # PyBullet holds the GIL while it renders: the camera is a process of its own, below the loop's priority
+        # PyBullet holds the GIL while it renders: the camera is a process of its own, scheduled as a sensor of
+        # the loop (loop_priority 0 here: normal scheduling, never niced below the loop; issue 22: niced 10 its
+        # frames came too late under load and perception refused them)
         assert mirror.pid != os.getpid()
+        assert os.sched_getscheduler(mirror.pid) == os.SCHED_OTHER
+        assert os.getpriority(os.PRIO_PROCESS, mirror.pid) == os.getpriority(os.PRIO_PROCESS, 0)
         autogroup = Path(f"/proc/{mirror.pid}/autogroup")
         if autogroup.is_file():
-            assert int(autogroup.read_text().split("nice")[-1]) >= 10
-        else:
-            assert os.getpriority(os.PRIO_PROCESS, mirror.pid) >= 10
+            assert int(autogroup.read_text().split("nice")[-1]) == 0
         q0, _, _ = arm.state()
         arm.set_command(q0 + np.array([0.3, -0.2, 0.2, 0.3, 0.0, -0.3, 0.5]))
         for _ in range(10):

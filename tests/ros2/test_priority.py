@@ -60,6 +60,37 @@ def test_a_background_child_of_a_real_time_thread_runs_normal_and_below_the_loop
     assert group_nice == "none" or int(group_nice) >= 10  # autogroups: the nice must reach the session's group
 
 
+def test_the_simulated_camera_is_scheduled_as_a_sensor_of_the_loop_never_below_it():
+    """Issue 22: the camera process ran niced 10 in an autogroup of its own; under unrelated load it rendered a
+    5-25 ms frame in 100-190 ms, perception refused its frames as too old, the policy fell silent and safety's
+    watchdog latched. Now: one real-time level below the loop's processes, or normal scheduling at the nice it
+    inherited (its session's group not lowered)."""
+    out = _run("""
+        import os, subprocess, sys
+        from tinker.priority import set_realtime
+        loop = set_realtime(20)  # the robot's process, as run_nodes makes it
+        code = ("import os; from pathlib import Path; from tinker.priority import become_sensor; "
+                "a = Path('/proc/self/autogroup'); print(become_sensor(%d).replace(' ', '_'), "
+                "os.sched_getscheduler(0), os.sched_getparam(0).sched_priority, os.getpriority(os.PRIO_PROCESS, 0), "
+                "a.read_text().split('nice')[-1].strip() if a.is_file() else 'none')")
+        for prio in (20, 0):
+            print(loop.replace(' ', '_'), subprocess.run([sys.executable, "-c", code % prio], capture_output=True,
+                                                         text=True, start_new_session=True).stdout.strip())
+    """)
+    import os
+    rt, normal = out.splitlines()
+    for line in (rt, normal):
+        loop, done, policy, prio, nice, group = line.split()
+        assert int(nice) == os.getpriority(os.PRIO_PROCESS, 0) and group in ("none", "0"), line  # never niced down
+    loop, done, policy, prio, _, _ = rt.split()
+    if loop == "SCHED_FIFO_20":  # real-time allowed here: the camera right below the loop, above normal work
+        assert (done, int(policy), int(prio)) == ("SCHED_FIFO_19", os.SCHED_FIFO, 19), rt
+    else:
+        assert int(policy) == os.SCHED_OTHER, rt
+    loop, done, policy, prio, _, _ = normal.split()
+    assert (done, int(policy)) == ("SCHED_OTHER", os.SCHED_OTHER), normal  # a loop without real-time: the same
+
+
 def test_lower_priority_of_a_session_leader_also_lowers_its_autogroup():
     out = _run("""
         from pathlib import Path

@@ -280,7 +280,8 @@ class Graph:
         return self
 
     def bring_up(self, activate: bool = True, timeout: float = 60.0) -> "Graph":
-        """The second half of `start`: wait for every node, then configure and activate the lifecycle nodes."""
+        """The second half of `start`: wait for every node, configure and activate the lifecycle nodes, then wait for
+        the simulated robot's first state (`wait_for_robot`)."""
         try:
             self.wait_for_nodes(timeout)
             if activate:
@@ -288,6 +289,8 @@ class Graph:
                     if n in self.nodes:
                         self.transition(n, "configure", timeout)
                         self.transition(n, "activate", timeout)
+                if "sim_robot" in self.nodes:
+                    self.wait_for_robot(timeout)
         except BaseException:
             self.stop()
             raise
@@ -448,6 +451,29 @@ class Graph:
             if time.monotonic() > end:
                 raise BringupError(f"nodes {sorted(want - ours)} did not appear within {timeout:.0f} s")
             self._executor.spin_once(timeout_sec=0.1)
+
+    def wait_for_robot(self, timeout: float = 60.0) -> None:
+        """Until the simulated robot's first joint state arrives. Its node is on the graph before its constructor
+        has finished (the scene, then the camera process's copy of it): at load 25 the first state came about 5 s after
+        the lifecycle nodes were active (issue 22: a 10 s ``tinker bringup --duration`` recorded 47 cycles at 10 Hz,
+        and a reset called right after start-up was refused with 'no joint state yet')."""
+        from sensor_msgs.msg import JointState
+
+        from tinker.wire import SENSOR_QOS
+
+        topic = self.parameters("sim_robot").get("joint_states_topic", "joint_states")
+        name = topic if topic.startswith("/") else _fq(self.namespace, topic)
+        got = threading.Event()
+        sub = self._node.create_subscription(JointState, name, lambda _msg: got.set(), SENSOR_QOS)
+        try:
+            end = time.monotonic() + timeout
+            while not got.is_set():
+                self._check_alive()
+                if time.monotonic() > end:
+                    raise BringupError(f"the robot published no joint state on {name} within {timeout:.0f} s")
+                self._executor.spin_once(timeout_sec=0.1)
+        finally:
+            self._node.destroy_subscription(sub)
 
     def state(self, node: str, timeout: float = 10.0) -> str:
         """The lifecycle state label of ``node`` (``unconfigured``, ``inactive``, ``active``...)."""

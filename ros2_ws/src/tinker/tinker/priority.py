@@ -92,6 +92,30 @@ def become_background(increment: int = 10) -> None:
     die_with_parent()
 
 
+def become_sensor(loop_priority: int) -> str:
+    """This process stands in for a sensor of the robot (the simulated camera): the loop waits for its output
+    every cycle, so it must not queue behind unrelated work on a loaded machine any more than the loop does.
+
+    ``loop_priority``: the loop's ``realtime_priority`` (0: normal scheduling). Above 0 it runs at
+    ``SCHED_FIFO`` ``loop_priority - 1`` (at least 1): ahead of all normal work, and the loop's own threads still
+    preempt it; where real-time scheduling is refused, or at 0, it keeps the normal scheduling and nice it
+    inherited. Never niced below the loop: niced 10 in an autogroup of its own it got a few percent of a busy
+    core, rendered a 5-25 ms frame in 100-190 ms and perception refused its frames as too old (issue 22).
+    SIGTERM when its parent dies. Returns what was done, for a log.
+    """
+    die_with_parent()
+    if hasattr(os, "sched_setscheduler") and os.sched_getscheduler(0) != os.SCHED_OTHER:
+        os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))  # a child of a loop thread inherits its level
+    if loop_priority <= 0 or not hasattr(os, "sched_setscheduler"):
+        return "SCHED_OTHER"
+    prio = max(1, min(int(loop_priority), os.sched_get_priority_max(os.SCHED_FIFO)) - 1)
+    try:
+        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))
+    except PermissionError:
+        return f"SCHED_OTHER (SCHED_FIFO {prio} refused)"
+    return f"SCHED_FIFO {prio}"
+
+
 def background_child(increment: int = 10) -> None:
     """``preexec_fn`` for a background process (a learner next to the loop): a session of its own, then
     `become_background`."""

@@ -7,9 +7,11 @@ control rate. A real camera is a separate device with its own rate, so the sim r
 a camera process (``python -m tinker.sim_camera``) holds a copy of the scene (the same `ArmEnv`, reset
 with the same seeds, so bodies, colours, light and camera pose match) and poses it from the robot's
 snapshot (every body's base pose and joint positions, taken in the loop's quiet window: ~11 us)
-before it renders. It runs in a session of its own at background priority (`tinker.priority`), so on
-a small CPU the loop's processes come first, and dies with the robot's process. The frame carries
-the stamp of the state it shows; consumers compute its age from that.
+before it renders. It runs in a session of its own, scheduled as a sensor of the loop
+(`tinker.priority.become_sensor`: one real-time level below the robot's process, whose loop threads
+still come first; never niced below the loop, where unrelated load starved it and perception refused
+its late frames), and dies with the robot's process. The frame carries the stamp of the state it
+shows; consumers compute its age from that.
 
 The job slot holds one snapshot: a newer one replaces one the camera has not started (``dropped``).
 """
@@ -59,11 +61,12 @@ def apply_snapshot(client: int, snap: Snapshot) -> None:
 class MirrorCamera:
     """Renders snapshots in a camera process; calls ``on_frame(image, stamp_ns, tag)`` on a worker thread.
 
-    ``env_kwargs``: the `tinker_sim.arm_env.ArmEnv` arguments of the robot's scene (``camera=True`` is implied).
+    ``env_kwargs``: the `tinker_sim.arm_env.ArmEnv` arguments of the robot's scene (``camera=True`` is implied);
+    ``loop_priority``: the loop's ``realtime_priority`` (`tinker.priority.become_sensor`; 0: normal scheduling).
     """
 
     def __init__(self, env_kwargs: dict[str, Any], seed: int, on_frame: Callable[[np.ndarray, int, int], None],
-                 start_timeout: float = 60.0):
+                 start_timeout: float = 60.0, loop_priority: int = 0):
         self.on_frame = on_frame
         self.frames = 0
         """frames rendered and handed to ``on_frame``"""
@@ -74,8 +77,9 @@ class MirrorCamera:
         # jobs go down its stdin; frames come back on a pipe of their own (PyBullet prints to stdout)
         r, w = os.pipe()
         try:
-            self._proc = subprocess.Popen([sys.executable, "-m", "tinker.sim_camera", str(w)], stdin=subprocess.PIPE,
-                                          stdout=subprocess.DEVNULL, pass_fds=(w,), start_new_session=True)
+            self._proc = subprocess.Popen([sys.executable, "-m", "tinker.sim_camera", str(w), str(int(loop_priority))],
+                                          stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, pass_fds=(w,),
+                                          start_new_session=True)
         finally:
             os.close(w)
         self._replies = os.fdopen(r, "rb")
@@ -159,11 +163,11 @@ class MirrorCamera:
         self._replies.close()
 
 
-def serve(inp, out) -> int:
+def serve(inp, out, loop_priority: int = 0) -> int:
     """The camera process: builds the mirror scene, then renders each snapshot it is sent (until EOF)."""
-    from tinker.priority import become_background
+    from tinker.priority import become_sensor
 
-    become_background(10)  # here rather than in a preexec_fn: the robot's process has DDS threads
+    become_sensor(loop_priority)  # here rather than in a preexec_fn: the robot's process has DDS threads
 
     def reply(obj: object) -> None:
         pickle.dump(obj, out, protocol=pickle.HIGHEST_PROTOCOL)
@@ -209,4 +213,5 @@ def serve(inp, out) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(serve(sys.stdin.buffer, os.fdopen(int(sys.argv[1]), "wb")))
+    raise SystemExit(serve(sys.stdin.buffer, os.fdopen(int(sys.argv[1]), "wb"),
+                           int(sys.argv[2]) if len(sys.argv) > 2 else 0))

@@ -63,7 +63,8 @@ class SimRobotNode(NodeRuntime, Node):
         if self.loop.frames is not None:
             scene = {"task": cfg.task, "dynamics": cfg.dynamics or None, "image_size": int(cfg.image_size),
                      "camera_views": int(cfg.camera_views), "control_period": self.period}
-            self.mirror = MirrorCamera(scene, self.loop.seed, self._publish_frame)
+            self.mirror = MirrorCamera(scene, self.loop.seed, self._publish_frame,
+                                       loop_priority=int(g("realtime_priority")))
         self.task_pub = self.create_publisher(Float64MultiArray, g("task_topic"), COMMAND_QOS)
         on_command = self._on_trajectory if g("command_type") == "joint_trajectory" else self._on_array
         self.cmd_sub = self.watch_subscription(COMMAND_TYPES[g("command_type")], g("command_topic"), on_command,

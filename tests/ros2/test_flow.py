@@ -1,0 +1,67 @@
+"""`tinker flow` against publishers over real DDS: its window starts once the loop's edges are matched.
+
+Issue 22: in a fresh-clone CI run `tinker flow --duration 4` counted 34 joint targets but 4 commands; the
+graph's commands flowed all along (a probe connected since start-up saw every cycle), the flow's own participant
+matched the safety node's writer 3.6 s late. Here the publishers appear only after the window a flow that
+starts at once would measure: it would count nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+NS = "flowtest"
+LATE_S = 2.5
+"""the publishers appear this long after `tinker flow`'s node is on the graph (its --duration is shorter)"""
+
+
+def test_flow_waits_for_the_loops_edges_before_its_window_starts(ros2):
+    from sensor_msgs.msg import JointState
+
+    from tinker.flow import LOOP_EDGES
+    from tinker.wire import TOPICS, array_msg
+
+    domain = ros2.fresh_domain()
+    env = ros2.graph_env(domain)
+    flow = subprocess.Popen([sys.executable, "-m", "tinker_cli", "flow", "--namespace", NS, "--duration", "2",
+                             "--json", "--wait", "20"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    probe = ros2.Probe(domain, "flow_publisher")
+    stop = threading.Event()
+    try:
+        ros2.wait_until(lambda: f"tinker_flow_{flow.pid}" in probe.node.get_node_names() or flow.poll() is not None,
+                        60, "tinker flow's node")
+        time.sleep(LATE_S)
+        pubs = {r: probe.publisher(TOPICS[r].type, f"/{NS}/{TOPICS[r].name}", TOPICS[r].qos) for r in LOOP_EDGES}
+
+        def publish() -> None:
+            while not stop.is_set():
+                stamp = time.time_ns()
+                js = JointState(name=[f"j{i}" for i in range(7)], position=[0.0] * 7)
+                js.header.stamp.sec, js.header.stamp.nanosec = divmod(stamp, 10**9)
+                pubs["joint_states"].publish(js)
+                pubs["features"].publish(array_msg(np.zeros(4), {"stamp_ns": stamp}, double=False))
+                for r in ("joint_target", "command"):
+                    pubs[r].publish(array_msg(np.zeros(7), {"stamp_ns": stamp}))
+                time.sleep(0.05)
+
+        t = threading.Thread(target=publish, daemon=True)
+        t.start()
+        out, err = flow.communicate(timeout=60)
+    finally:
+        stop.set()
+        if flow.poll() is None:
+            flow.kill()
+            flow.wait()
+        probe.close()
+    assert flow.returncode == 0, out + err
+    edges = json.loads(out[out.index("{"):])["edges"]
+    for r in LOOP_EDGES:  # ~40 in the 2 s window at 20 Hz; a window that started before the match counts ~0
+        e = edges.get(TOPICS[r].name)
+        assert e and e["messages"] >= 10, (r, edges, err)
