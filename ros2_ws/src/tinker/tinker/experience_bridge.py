@@ -42,7 +42,7 @@ from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
 from tinker.wire import RECORD_QOS, meta_of, read_array, read_task, topic_params
 from tinker_core.errors import ConfigError, TinkerError, ValidationError
 from tinker_core.loop.cycle_join import CycleJoiner
-from tinker_core.loop.episode_label import EpisodeLabels
+from tinker_core.loop.episode_label import EpisodeLabels, LabelRecord
 from tinker_core.loop.input_ages import RecentFaults
 
 PARAMS = {
@@ -169,6 +169,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
 
     def _on_label(self, request, response):
         done, released = self.labels.label(bool(request.data), time.monotonic())
+        if done.episode is not None and self.recorder is not None:  # so that `tinker replay import` applies it too
+            self.recorder.write_label(LabelRecord.of(done.episode, released[0], time.time_ns()), time.time_ns())
         self._send(released)
         response.success, response.message = done.episode is not None, done.message
         self.get_logger().info(f"label_episode: {done.message}")
