@@ -81,11 +81,13 @@ def test_it_takes_over_only_when_the_arm_heads_away_and_steers_toward_the_target
     assert rclpy.ok(context=operator.node.context)
 
 
-def test_it_labels_the_episode_that_ended_with_what_it_saw(operator):
+def test_it_says_success_when_it_sees_it_and_failure_when_an_episode_ends_without(operator):
     operator._on_task(_task(3, 0, 0.2))
-    operator._on_task(_task(3, 1, 0.04, success=True))
-    operator._on_task(_task(4, 2, 0.3))  # the robot moved on: episode 3 ended after a success
-    # no experience bridge in this test: the call is not made, and it says why (the service is in test_human_in_loop)
+    operator._on_task(_task(3, 1, 0.04, success=True))  # success: said at once
+    operator._on_task(_task(3, 2, 0.03, success=True))  # (once)
+    operator._on_task(_task(4, 3, 0.3))  # the robot moved on: episode 3 had its label
+    operator._on_task(_task(5, 4, 0.3))  # episode 4 ended without reaching: failure
+    # no experience bridge in this test: the calls are not made, and it says why (the service: test_human_in_loop)
     assert operator.counts["labels_sent"] == 0
-    assert operator.counts["label_errors"] == ["episode 3: label service not ready"]
-    assert operator.episode == 4 and not operator.seen_success
+    assert operator.counts["label_errors"] == ["episode 3: label service not ready", "episode 4: label service not ready"]
+    assert operator.episode == 5 and not operator.seen_success

@@ -93,6 +93,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.labels = EpisodeLabels(*(g(n) for n in LABEL_PARAMS))
         self.add_post_set_parameters_callback(lambda _: self.labels.configure(*(self.param(n) for n in LABEL_PARAMS)))
         self.chain, self.chain_bundle, self.interventions, self._ticks = None, "", 0, 0
+        self.intervention_transitions = 0
         if g("learner_endpoint"):
             from tinker_core.transport import TransitionSender
 
@@ -237,6 +238,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
                 try:
                     self.sender.send(t)
                     self.transitions += 1
+                    self.intervention_transitions += bool((t.info or {}).get("intervention"))
                 except TinkerError as e:
                     self.last_error = str(e)
 
@@ -266,6 +268,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
                 "bundles_received": self.bundles_received, "incomplete_cycles": self.join.incomplete,
                 "recorded_cycles": self.recorder.count if self.recorder else 0,
                 "estopped": self.estopped, "last_error": self.last_error, "interventions": self.interventions,
+                "intervention_transitions": self.intervention_transitions,
+                "interventions_without_action": self.join.interventions_without_action,
                 "labels": self.labels.labels, "after_label": self.labels.after_label,
                 "chain_bundle": self.chain_bundle,
                 "reward_source": "sensors" if self.sensed is not None else "sim",

@@ -13,9 +13,12 @@ simulation (docs/sim2real/human_data.md):
   arm: the person knows how to move it). The safety node then serves these targets through the SafetyWrapper
   (it must run with ``intervention_topic: intervention``) and the experience bridge sends those cycles to the
   learner with the person's action and ``info["intervention"]``.
-- **labels**: when an episode ends (the robot's episode counter moves on), it calls the experience bridge's
-  ``~/label_episode`` with whether the arm was at the target at some point of that episode (the simulator's
-  success, what a person watching would say).
+- **labels**: it calls the experience bridge's ``~/label_episode`` with *success* the moment the simulator says the
+  arm is at the target (what a person watching would say then), and with *failure* when an episode ends (the
+  robot's episode counter moves on) without that. Saying success at once matters: the bridge labels the episode
+  that ended within ``label_window`` (3 s), else the running one; an episode its success sensor ended early and
+  the robot ran on to the time limit would be more than 3 s past when the robot's counter moves on, and the label
+  would land on the next episode.
 
 It reads the target from ``task``: the told target, which is the true one on variants without a calibration
 bias (far_latency_reach); on a variant with a bias, a person would see the true target and this stand-in would not.
@@ -91,6 +94,8 @@ class StandInOperator:
             self.recent.clear()
             self.engaged_until = 0.0
         success, d = bool(v[2] > 0.5), float(v[3])
+        if success and not self.seen_success:
+            self._label(ep, True)
         self.seen_success = self.seen_success or success
         with self.lock:
             self.target, self.distance = v[7:10].copy(), d
@@ -108,6 +113,10 @@ class StandInOperator:
             self.engaged_until = now  # at the target: hand back to the policy
 
     def _episode_ended(self, episode: int, success: bool) -> None:
+        if not success:  # a success was said when it happened
+            self._label(episode, False)
+
+    def _label(self, episode: int, success: bool) -> None:
         if not self.do_label:
             return
         if not self.label_client.service_is_ready():
