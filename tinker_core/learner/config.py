@@ -57,9 +57,10 @@ class LearnerConfig:
     intervention_fraction: float = 0.5
     """Share of each batch drawn from the intervention replay once it holds ``intervention_warmup`` transitions
     (RLPD / HIL-SERL: half demonstrations, half online data); ``real_fraction`` splits the rest."""
-    intervention_warmup: int = 100
-    """Interventions in replay before they are sampled at ``intervention_fraction`` (a few takeovers' worth: fewer
-    would be drawn again and again)."""
+    intervention_warmup: int = 25
+    """Interventions in replay before they are sampled at ``intervention_fraction`` (two or three takeovers' worth;
+    fewer would be drawn again and again). 100 was never reached in a 50-episode demo fine-tuning with the stand-in
+    operator (41 intervention transitions from 12 takeovers: docs/sim2real/human_data.md)."""
     prioritized: bool = False
     """Prioritized replay (TD-error priorities) instead of uniform."""
     image_codec: str = "lz4"

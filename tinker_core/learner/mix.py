@@ -55,7 +55,7 @@ class MixedReplay:
 
     def __init__(self, sim_capacity: int, real_capacity: int, real_fraction: float, prioritized: bool,
                  storage: StorageConfig, seed: int = 0, intervention_capacity: int = 100_000,
-                 intervention_fraction: float = 0.5, intervention_warmup: int = 100):
+                 intervention_fraction: float = 0.5, intervention_warmup: int = 25):
         self.real_fraction = float(real_fraction)
         self.intervention_fraction = float(intervention_fraction)
         self.intervention_warmup = int(intervention_warmup)
