@@ -32,11 +32,12 @@ def operator(ros2):
     rclpy.shutdown(context=ctx)
 
 
-def _task(episode: int, cycle: int, d: float, target=(0.5, 0.1, 0.4), success: bool = False):
+def _task(episode: int, cycle: int, d: float, target=(0.5, 0.1, 0.4), success: bool = False, late: bool = False):
     from tinker.wire import array_msg
 
     v = [-d, 0.0, float(success), d, 0.4, 0.0, 0.5, *target, 0.0, 0.0, 0.0]
-    return array_msg(np.asarray(v), {"stamp_ns": cycle, "cycle": cycle, "episode": episode})
+    return array_msg(np.asarray(v), {"stamp_ns": time.time_ns() - (10**9 if late else 0), "cycle": cycle,
+                                     "episode": episode})
 
 
 def test_it_takes_over_only_when_the_arm_heads_away_and_steers_toward_the_target(operator):
@@ -91,3 +92,5 @@ def test_it_says_success_when_it_sees_it_and_failure_when_an_episode_ends_withou
     assert operator.counts["labels_sent"] == 0
     assert operator.counts["label_errors"] == ["episode 3: label service not ready", "episode 4: label service not ready"]
     assert operator.episode == 5 and not operator.seen_success
+    operator._on_task(_task(6, 5, 0.3, late=True))  # handled 1 s after the robot sent it: no label (episode 5)
+    assert operator.counts["labels_skipped_late"] == 1 and len(operator.counts["label_errors"]) == 2

@@ -18,7 +18,9 @@ simulation (docs/sim2real/human_data.md):
   robot's episode counter moves on) without that. Saying success at once matters: the bridge labels the episode
   that ended within ``label_window`` (3 s), else the running one; an episode its success sensor ended early and
   the robot ran on to the time limit would be more than 3 s past when the robot's counter moves on, and the label
-  would land on the next episode.
+  would land on the next episode. A label is not sent when the ``task`` message it is judged on is more than
+  ``late_s`` (0.5 s) old as it is handled (this process was descheduled on a loaded machine): the bridge would put
+  it on whatever episode runs by then (``labels_skipped_late``).
 
 It reads the target from ``task``: the told target, which is the true one on variants without a calibration
 bias (far_latency_reach); on a variant with a bias, a person would see the true target and this stand-in would not.
@@ -43,7 +45,7 @@ class StandInOperator:
 
     def __init__(self, node, namespace: str = "", away_cycles: int = 8, away_m: float = 0.02, hold_s: float = 1.5,
                  release_m: float = 0.04, step_rad: float = 0.1, gain: float = 0.5, label: bool = True,
-                 takeover: bool = True):
+                 takeover: bool = True, late_s: float = 0.5):
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Float64MultiArray
         from std_srvs.srv import SetBool
@@ -56,6 +58,7 @@ class StandInOperator:
         self.node, self._decode, self._JointState = node, decode_meta, JointState
         self.away_cycles, self.away_m, self.hold_s, self.release_m = int(away_cycles), away_m, hold_s, release_m
         self.step_rad, self.gain, self.do_label, self.do_takeover = step_rad, gain, label, takeover
+        self.late_s, self._late = float(late_s), False
         self._world = PyBulletWorld(ground=False)
         self._kin = ArmRobot(self._world)
         self.lock = threading.Lock()
@@ -68,7 +71,8 @@ class StandInOperator:
         self.recent: deque[float] = deque(maxlen=self.away_cycles + 1)
         self.engaged_until = 0.0
         self.counts = {"takeovers": 0, "published": 0, "episodes_taken_over": 0, "labels_sent": 0,
-                       "labels_accepted": 0, "labels_success": 0, "labels_failure": 0, "label_errors": []}
+                       "labels_accepted": 0, "labels_success": 0, "labels_failure": 0, "labels_skipped_late": 0,
+                       "label_errors": []}
         self._taken_this_episode = False
         node.create_subscription(Float64MultiArray, f"{ns}/task", self._on_task, COMMAND_QOS)
         node.create_subscription(JointState, f"{ns}/joint_states", self._on_joints, SENSOR_QOS)
@@ -87,6 +91,7 @@ class StandInOperator:
         if v.shape[0] < 10:
             return
         ep = int(meta.get("episode", -1))
+        self._late = time.time_ns() - int(meta.get("stamp_ns", 0) or 0) > self.late_s * 1e9
         if self.episode is not None and ep != self.episode:
             self._episode_ended(self.episode, self.seen_success)
         if ep != self.episode:
@@ -118,6 +123,9 @@ class StandInOperator:
 
     def _label(self, episode: int, success: bool) -> None:
         if not self.do_label:
+            return
+        if self._late:
+            self.counts["labels_skipped_late"] += 1
             return
         if not self.label_client.service_is_ready():
             self.counts["label_errors"].append(f"episode {episode}: label service not ready")
