@@ -8,7 +8,7 @@ simulation (docs/sim2real/human_data.md):
   look at the scene (the end effector, the target, their distance). When the distance has grown by more than
   ``away_m`` over the last ``away_cycles`` cycles while the arm is not at the target, it takes over: for
   ``hold_s`` seconds (or until the arm is within ``release_m``) it publishes joint targets on ``intervention``
-  (sensor_msgs/JointState, stamped now, every joint by name), each a step of at most ``step_rad`` from the
+  (sensor_msgs/JointState, stamped now, every joint by name; never after the episode's success), each a step of at most ``step_rad`` from the
   measured joints toward an inverse-kinematics solution for the target (a private kinematic PyBullet copy of the
   arm: the person knows how to move it). The safety node then serves these targets through the SafetyWrapper
   (it must run with ``intervention_topic: intervention``) and the experience bridge sends those cycles to the
@@ -106,7 +106,8 @@ class StandInOperator:
             self.target, self.distance = v[7:10].copy(), d
         self.recent.append(d)
         now = time.monotonic()
-        away = (len(self.recent) == self.recent.maxlen and d - self.recent[0] > self.away_m and not success
+        # not once the episode succeeded: its later cycles give the learner nothing (the episode ended there)
+        away = (len(self.recent) == self.recent.maxlen and d - self.recent[0] > self.away_m and not self.seen_success
                 and d > self.release_m)
         if self.do_takeover and away and now >= self.engaged_until:
             self.engaged_until = now + self.hold_s
