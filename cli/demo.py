@@ -25,6 +25,8 @@ examples:
   tinker demo --episodes-before 3 --finetune-episodes 3 --episodes-after 3      (a smoke run)
   tinker demo --bundle pretrained/arm_reach_vision --reward sensors   (the camera finds the target; the learner's
                                                                        reward comes from the robot's sensors only)
+  tinker demo --bundle pretrained/arm_reach_vision --reward sensors --operator scripted
+                                      (a scripted STAND-IN for a person takes over and labels while fine-tuning)
 """
 
 
@@ -49,6 +51,12 @@ def register(sub: Any) -> None:
                    help="the learner's rewards: sim = the simulator's true target (default); sensors = the success "
                         "sensor, from the target the camera finds and the measured joints (needs a vision bundle, "
                         "e.g. --bundle pretrained/arm_reach_vision)")
+    p.add_argument("--operator", choices=("none", "scripted"), default="none",
+                   help="scripted = a STAND-IN for a person at a teleop device (a script, not a person; it looks at "
+                        "the simulator's ground truth as a person looks at the scene): during fine-tuning it takes "
+                        "over on the intervention topic when the arm heads away from the target and labels each "
+                        "episode via the experience bridge's ~/label_episode; turns on safety.intervention_topic "
+                        "(docs/sim2real/human_data.md). none = no one (default)")
     p.add_argument("--learner-set", nargs="*", default=[], metavar="NAME=VALUE",
                    help="LearnerConfig overrides, e.g. gate_min_success=0.9 publish_every=200")
     p.set_defaults(func=run)
@@ -80,6 +88,6 @@ def run(args: argparse.Namespace) -> int:
         dynamics=args.dynamics or str(REPO / "sim" / "config" / "dynamics" / "shifted_miscalibrated.yaml"),
         out=args.out, episodes_before=args.episodes_before, finetune_episodes=args.finetune_episodes,
         episodes_after=args.episodes_after, learner=overrides, record=args.record,
-        view=args.view, reward=args.reward)
+        view=args.view, reward=args.reward, operator=args.operator)
     run_demo(cfg)
     return 0

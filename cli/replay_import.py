@@ -25,7 +25,7 @@ def register(sub: Any) -> None:
                           description="Read the cycle records of RUN.mcap (written by 'tinker record' or the "
                                       "experience_bridge's 'record' parameter) with the standard mcap reader, make "
                                       "transitions (features, raw action, next reward/done, next features; held "
-                                      "cycles skipped) and save them as a tinker_core.replay.ReplayBuffer.")
+                                      "cycles skipped; a person's episode labels applied as live) and save them as a tinker_core.replay.ReplayBuffer.")
     imp.add_argument("mcap", metavar="RUN.mcap")
     imp.add_argument("-o", "--out", metavar="DIR", help="replay directory (default: RUN.replay next to the file)")
     imp.set_defaults(func=run)
@@ -35,16 +35,19 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from tinker.recording import read_cycles
+    from tinker.recording import read_cycles, read_labels
     from tinker_core.errors import ConfigError
     from tinker_core.loop.cycle_join import transitions
+    from tinker_core.loop.episode_label import apply_labels
     from tinker_core.replay import ReplayBuffer
 
     src = Path(args.mcap)
     if not src.is_file():
         raise ConfigError(f"replay import: file not found: {src}")
     records = list(read_cycles(src))
-    ts = transitions(records)  # the experience bridge's joining rule
+    labels = read_labels(src)
+    # the experience bridge's joining rule, then the person's labels as the bridge applied them live
+    ts = apply_labels(transitions(records), labels, {int(r["cycle"]): int(r["episode"]) for r in records})
     if not ts:
         raise ConfigError(f"replay import: {src} holds {len(records)} cycle(s) but no complete transition "
                           f"(every cycle held, or the run was shorter than two cycles)")
@@ -52,5 +55,6 @@ def run(args: argparse.Namespace) -> int:
     buf = ReplayBuffer(capacity=len(ts))
     buf.extend(ts)
     buf.save(out)
-    print(f"tinker replay import: {len(records)} cycles -> {len(ts)} transitions in {out}")
+    print(f"tinker replay import: {len(records)} cycles, {len(labels)} episode label(s) -> {len(ts)} transitions "
+          f"in {out}")
     return 0

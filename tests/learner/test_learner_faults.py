@@ -24,7 +24,7 @@ def test_ctl_kill9_restart_resume_and_reconnect(learner_factory, pendulum, tmp_p
     real_ts = pendulum(200, seed=2, source="real", start_seq=10_000)
     bridge.send_many(sim_ts[:400] + real_ts[:100])
     st = lp.wait(lambda s: sum(s["ingested"].values()) == 500 and s["updates"] > 20)
-    assert st["ingested"] == {"sim": 400, "real": 100}
+    assert st["ingested"] == {"sim": 400, "real": 100, "intervention": 0}
 
     # ctl set: the algorithm's learning rate changes on the live run
     rep = lp.ctl("set", lr=3e-4, real_fraction=0.25)

@@ -17,7 +17,7 @@ def test_mix_draws_the_configured_real_fraction(pendulum):
     mix = MixedReplay(1000, 1000, real_fraction=0.25, prioritized=True, storage=StorageConfig(), seed=0)
     for t in pendulum(100, source="sim") + pendulum(40, seed=1, source="real", start_seq=1000):
         mix.add(t)
-    assert {k: len(b) for k, b in mix.buffers.items()} == {"sim": 100, "real": 40}
+    assert {k: len(b) for k, b in mix.buffers.items()} == {"sim": 100, "real": 40, "intervention": 0}
     batch, weights, slots = mix.sample(64)
     assert len(batch) == 64 and weights.shape == (64,)
     assert len(slots["real"]) == 16 and len(slots["sim"]) == 48
@@ -25,7 +25,7 @@ def test_mix_draws_the_configured_real_fraction(pendulum):
     only_sim = MixedReplay(100, 100, real_fraction=0.5, prioritized=False, storage=StorageConfig())
     for t in pendulum(10):
         only_sim.add(t)
-    assert only_sim.split(8) == {"sim": 8, "real": 0}  # no real data yet: everything from simulation
+    assert only_sim.split(8) == {"sim": 8, "real": 0, "intervention": 0}  # no real data yet: everything from simulation
 
 
 def test_config_errors_name_the_field():

@@ -229,3 +229,31 @@ def test_the_recording_keeps_the_intervention_flag_and_replay_import_gives_the_s
     assert len(both) >= 5
     for c in both:
         assert np.allclose(live[c].action, replayed[c].action)
+
+
+def test_the_recording_keeps_the_label_and_replay_import_gives_the_same_terminal_rewards(g):
+    """The label of test_a_label_lands... is in the bridge's MCAP (``/tinker/episode_label``); the transitions
+    `tinker replay import` makes from the file end and are rewarded where the live ones were (the graph stopped
+    in the test before)."""
+    from tinker.recording import read_cycles, read_labels
+    from tinker_core.loop.cycle_join import transitions
+    from tinker_core.loop.episode_label import apply_labels
+
+    for _ in range(5):
+        _drain(g)  # what the bridge flushed as it stopped
+    labels = read_labels(g.tmp / "bridge.mcap")
+    assert len(labels) == 1 and labels[0].success and labels[0].reward == 7.0
+    recs = list(read_cycles(g.tmp / "bridge.mcap"))
+    imported = apply_labels(transitions(recs), labels, {int(r["cycle"]): int(r["episode"]) for r in recs})
+    live = {int(t.info["cycle"]): t for t in g.got}
+    again = {int(t.info["cycle"]): t for t in imported}
+    labelled = [c for c, t in live.items() if t.info.get("human_label")]
+    assert labelled == [labels[0].cycle] and again[labels[0].cycle].info["human_label"] == "success"
+    assert len(live) >= 20 and set(live) <= set(again)  # the recorder wrote every cycle the bridge closed
+    for c in live:
+        assert (bool(again[c].terminated), bool(again[c].truncated)) == (bool(live[c].terminated), bool(live[c].truncated))
+        assert again[c].reward == pytest.approx(live[c].reward, abs=1e-6)
+        assert np.allclose(again[c].action, live[c].action)
+    ep = labels[0].episode
+    episode_of = {int(r["cycle"]): int(r["episode"]) for r in recs}
+    assert not any(episode_of.get(c) == ep and c > labels[0].cycle for c in set(live) | set(again))  # none after it

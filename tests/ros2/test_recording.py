@@ -122,3 +122,54 @@ def test_cycles_are_joined_in_stamp_order_whatever_order_the_topics_arrive_in():
     assert all(r["safety_status"] == "passed" for r in out)
     late = j.task({"stamp_ns": "3", "cycle": "3"}, [0.0, 0.0, 0.0])  # a message for a cycle already out
     assert late == [] and j.flush() == []
+
+
+def test_episode_labels_are_recorded_and_replay_import_applies_them_as_the_bridge_did(tmp_path):
+    """The experience bridge's labels travel in its recording (``/tinker/episode_label``) and `tinker replay import`
+    gives the transitions `EpisodeLabels` gave the learner live: the same labelled ones, the same terminal rewards,
+    nothing of a labelled episode after its label."""
+    import argparse
+
+    from tinker.recording import CycleRecorder, read_labels
+    from tinker_cli import replay_import
+    from tinker_core.loop.cycle_join import transitions as cycles_to_transitions
+    from tinker_core.loop.episode_label import EpisodeLabels, LabelRecord
+    from tinker_core.replay import ReplayBuffer
+
+    rec = CycleRecorder(tmp_path / "run.mcap")
+    plan = [(k, 0, k == 5) for k in range(1, 6)] + [(k, 1, False) for k in range(6, 13)]
+    for k, ep, done in plan:
+        rec.write(_rec(k, ep, done), k * 10**8)
+    # live: the bridge's EpisodeLabels over the same transitions; episode 0 ended at cycle 5 and is labelled a
+    # failure within the window, episode 1 is labelled success while it runs (at cycle 9): 9..11 go no further
+    live_ts = cycles_to_transitions([_rec(k, ep, done) for k, ep, done in plan])
+    labels, live, now = EpisodeLabels(window_s=1.0, success_reward=7.0, failure_reward=-2.0), [], 0.0
+    for t in live_ts:
+        now = t.info["cycle"] * 0.1
+        ep = 0 if t.info["cycle"] < 6 else 1
+        if t.info["cycle"] == 6:
+            done, got = labels.label(False, now)
+            rec.write_label(LabelRecord.of(done.episode, got[0], 123), 6 * 10**8)
+            live += got
+        if t.info["cycle"] == 10:
+            done, got = labels.label(True, now)
+            rec.write_label(LabelRecord.of(done.episode, got[0], 456), 10 * 10**8)
+            live += got
+        live += labels.add(t, ep, now)
+    live += labels.flush()
+    rec.close()
+    got_labels = read_labels(tmp_path / "run.mcap")
+    assert [(lb.episode, lb.cycle, lb.success, lb.reward, lb.labelled_ns) for lb in got_labels] == \
+        [(0, 4, False, -2.0, 123), (1, 9, True, 7.0, 456)]
+    replay_import.run(argparse.Namespace(mcap=str(tmp_path / "run.mcap"), out=str(tmp_path / "run.replay")))
+    buf = ReplayBuffer.load(tmp_path / "run.replay")
+    imported = buf.storage.get(np.arange(len(buf)), with_info=True)
+
+    def key(obs, reward, term):
+        return (round(float(np.asarray(obs).reshape(-1)[0]), 3), round(float(reward), 4), bool(term))  # float32 in replay
+
+    live_keys = sorted(key(t.obs, t.reward, t.terminated) for t in live)
+    imported_keys = sorted(key(o, r, te) for o, r, te in zip(imported.obs, imported.reward, imported.terminated))
+    assert imported_keys == live_keys
+    assert len(live) == 8  # cycles 1-4 and 6-9: 5 ended episode 0, 10 and 11 came after episode 1's label
+    assert [(k[1], k[2]) for k in live_keys if k[2]] == [(-2.0, True), (7.0, True)]

@@ -52,6 +52,15 @@ class LearnerConfig:
     """Capacity of the real-robot replay."""
     real_fraction: float = 0.0
     """Share of each batch drawn from real-robot data (when there is any); the rest comes from simulation."""
+    intervention_capacity: int = 100_000
+    """Capacity of the intervention replay: transitions a person took over (``info["intervention"]``)."""
+    intervention_fraction: float = 0.5
+    """Share of each batch drawn from the intervention replay once it holds ``intervention_warmup`` transitions
+    (RLPD / HIL-SERL: half demonstrations, half online data); ``real_fraction`` splits the rest."""
+    intervention_warmup: int = 25
+    """Interventions in replay before they are sampled at ``intervention_fraction`` (two or three takeovers' worth;
+    fewer would be drawn again and again). 100 was never reached in a 50-episode demo fine-tuning with the stand-in
+    operator (41 intervention transitions from 12 takeovers: docs/sim2real/human_data.md)."""
     prioritized: bool = False
     """Prioritized replay (TD-error priorities) instead of uniform."""
     image_codec: str = "lz4"
@@ -91,16 +100,18 @@ class LearnerConfig:
     """Processes (devices) of the "fabric" back-end; ``batch_size`` must divide by it (equal shards)."""
 
     def __post_init__(self) -> None:
-        positive = ("batch_size", "updates_per_interval", "max_updates_per_tick", "replay_capacity", "real_capacity", "gate_episodes")
+        positive = ("batch_size", "updates_per_interval", "max_updates_per_tick", "replay_capacity", "real_capacity", "gate_episodes",
+                    "intervention_capacity")
         for name in positive:
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"LearnerConfig.{name}: expected an integer >= 1, got {getattr(self, name)!r}")
-        for name in ("update_interval", "warmup", "publish_every", "param_sync_every", "checkpoint_every",
+        for name in ("update_interval", "warmup", "intervention_warmup", "publish_every", "param_sync_every", "checkpoint_every",
                      "gate_max_estops"):
             if int(getattr(self, name)) < 0:
                 raise ConfigError(f"LearnerConfig.{name}: expected an integer >= 0, got {getattr(self, name)!r}")
-        if not 0.0 <= float(self.real_fraction) <= 1.0:
-            raise ConfigError(f"LearnerConfig.real_fraction: expected 0..1, got {self.real_fraction!r}")
+        for name in ("real_fraction", "intervention_fraction"):
+            if not 0.0 <= float(getattr(self, name)) <= 1.0:
+                raise ConfigError(f"LearnerConfig.{name}: expected 0..1, got {getattr(self, name)!r}")
         if not 0.0 <= float(self.gate_min_success) <= 1.0:
             raise ConfigError(f"LearnerConfig.gate_min_success: expected 0..1, got {self.gate_min_success!r}")
         owner: dict[str, str] = {}

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 #: settings ``ctl set`` may change on the learner itself; anything else goes to ``algo.control.set``
 LIVE_SETTINGS = {"batch_size": int, "update_interval": int, "real_fraction": float, "publish_every": int,
                  "param_sync_every": int, "checkpoint_every": int, "gate_min_success": float,
-                 "gate_min_return": float, "gate_episodes": int, "max_updates_per_tick": int, "warmup": int}
+                 "gate_min_return": float, "gate_episodes": int, "max_updates_per_tick": int, "warmup": int,
+                 "intervention_fraction": float, "intervention_warmup": int}
 
 
 def execute(learner: Learner, req: dict) -> dict:
@@ -62,8 +63,8 @@ def apply_setting(learner: Learner, key: str, value: Any) -> None:
         except ConfigError:
             setattr(learner.config, key, old)
             raise
-        if key == "real_fraction":
-            learner.replay.real_fraction = float(v)  # type: ignore[arg-type]
+        if key in ("real_fraction", "intervention_fraction", "intervention_warmup"):
+            setattr(learner.replay, key, LIVE_SETTINGS[key](v))
     else:
         ctl = getattr(learner.algo, "control", None)
         known = list(getattr(ctl, "settable", []))
@@ -88,6 +89,8 @@ def status(learner: Learner) -> dict:
         "discarded_updates": learner.discarded_updates,
         "ingested": dict(learner.ingested), "rejected": learner.rejected, "last_reject": learner.last_reject,
         "replay": {k: len(b) for k, b in learner.replay.buffers.items()}, "acked": learner.replay.acked,
+        # how the next batch splits over the buffers, and how many each gave so far (interventions: HIL-SERL's share)
+        "batch_mix": learner.replay.split(int(learner.config.batch_size)), "sampled": dict(learner.replay.sampled),
         "settings": dict(learner.settings), "algo_settings": algo_settings,
         "last_train": learner.last_train, "last_gate": learner.last_gate, "last_checkpoint": learner.last_checkpoint,
         "published": learner.published[-1] if learner.published else None, "restored_from": learner.restored_from,

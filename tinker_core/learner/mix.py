@@ -1,4 +1,11 @@
-"""`MixedReplay`: separate replay for simulation and real-robot data, sampled in a set proportion."""
+"""`MixedReplay`: separate replay for simulation data, real-robot data and a person's interventions, sampled in
+set proportions.
+
+A transition flagged ``info["intervention"]`` (a cycle a person took over: its action is the person's, see
+`tinker_core.loop.cycle_join`) goes to the intervention buffer, the learner's own demonstration buffer as in
+HIL-SERL and RLPD: once it holds ``intervention_warmup`` transitions, ``round(intervention_fraction * n)`` of
+each batch come from it (RLPD's 50/50 by default), the rest from the sim/real mix.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +18,17 @@ import numpy as np
 from tinker_core.replay import PrioritizedReplay, ReplayBuffer, StorageConfig, load_replay
 from tinker_core.transition import Transition, TransitionBatch
 
-SOURCES = ("sim", "real")
+SOURCES = ("sim", "real", "intervention")
+"""the buffers, in the order `MixedReplay.sample` concatenates them"""
 
 
 def source_of(t: Transition) -> str:
-    """``info["source"]``: "real" for robot data, anything else counts as simulation."""
-    return "real" if (t.info or {}).get("source") == "real" else "sim"
+    """"intervention" for a cycle a person took over (``info["intervention"]``), else ``info["source"]``: "real"
+    for robot data, anything else counts as simulation."""
+    info = t.info or {}
+    if info.get("intervention"):
+        return "intervention"
+    return "real" if info.get("source") == "real" else "sim"
 
 
 def concat(batches: list[TransitionBatch]) -> TransitionBatch:
@@ -37,17 +49,25 @@ def concat(batches: list[TransitionBatch]) -> TransitionBatch:
 
 
 class MixedReplay:
-    """Two buffers; `sample` takes ``round(real_fraction * n)`` from real data when there is some."""
+    """Three buffers; `sample` takes ``round(intervention_fraction * n)`` from interventions once there are
+    ``intervention_warmup`` of them, and ``round(real_fraction * rest)`` of the rest from real data when there is
+    some."""
 
     def __init__(self, sim_capacity: int, real_capacity: int, real_fraction: float, prioritized: bool,
-                 storage: StorageConfig, seed: int = 0):
+                 storage: StorageConfig, seed: int = 0, intervention_capacity: int = 100_000,
+                 intervention_fraction: float = 0.5, intervention_warmup: int = 25):
         self.real_fraction = float(real_fraction)
+        self.intervention_fraction = float(intervention_fraction)
+        self.intervention_warmup = int(intervention_warmup)
         self.prioritized = prioritized
+        self.sampled = {src: 0 for src in SOURCES}
+        """transitions drawn from each buffer so far (the learner's status shows them)"""
 
         def make(cap: int, s: int) -> ReplayBuffer:
             return PrioritizedReplay(cap, storage=storage, seed=s) if prioritized else ReplayBuffer(cap, storage, seed=s)
 
-        self.buffers: dict[str, ReplayBuffer] = {"sim": make(sim_capacity, seed), "real": make(real_capacity, seed + 1)}
+        caps = {"sim": sim_capacity, "real": real_capacity, "intervention": intervention_capacity}
+        self.buffers: dict[str, ReplayBuffer] = {src: make(caps[src], seed + i) for i, src in enumerate(SOURCES)}
 
     def add(self, t: Transition) -> str:
         src = source_of(t)
@@ -66,11 +86,16 @@ class MixedReplay:
         return sum(b.total_added for b in self.buffers.values())
 
     def split(self, n: int) -> dict[str, int]:
-        sim, real = len(self.buffers["sim"]), len(self.buffers["real"])
-        n_real = int(round(self.real_fraction * n)) if real else 0
+        """How many of ``n`` come from each buffer (keys in `SOURCES` order)."""
+        sim, real, inter = (len(self.buffers[s]) for s in SOURCES)
+        n_int = int(round(self.intervention_fraction * n)) if inter and inter >= self.intervention_warmup else 0
+        if not sim and not real:
+            n_int = n if inter else 0
+        rest = n - n_int
+        n_real = int(round(self.real_fraction * rest)) if real else 0
         if not sim:
-            n_real = n
-        return {"sim": n - n_real, "real": n_real}
+            n_real = rest
+        return {"sim": rest - n_real, "real": n_real, "intervention": n_int}
 
     def sample(self, n: int) -> tuple[TransitionBatch, np.ndarray | None, dict[str, np.ndarray]]:
         """``(batch, weights or None, {source: slots})``; weights only for prioritized replay."""
@@ -79,6 +104,7 @@ class MixedReplay:
             if k == 0:
                 continue
             buf = self.buffers[src]
+            self.sampled[src] += k
             if isinstance(buf, PrioritizedReplay):
                 b, s, w = buf.sample(k, with_info=False)
                 slots[src] = s

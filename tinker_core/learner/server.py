@@ -41,7 +41,7 @@ from tinker_core.errors import CheckpointError, ConfigError, TinkerError
 from tinker_core.learner import control
 from tinker_core.learner.config import LearnerConfig, resolve_device
 from tinker_core.learner.gate import GateResult, run_gate
-from tinker_core.learner.mix import MixedReplay
+from tinker_core.learner.mix import SOURCES, MixedReplay
 from tinker_core.learner.params import (
     ALGO_FILE, is_scalar, algo_bytes, bundle_sha256, check_update, unpack_algo_dir, weights_finite,
 )
@@ -78,10 +78,13 @@ class Learner:
         self.device = resolve_device(config.device)
         storage = StorageConfig(image_codec=config.image_codec, jpeg_quality=config.jpeg_quality)
         self.replay = MixedReplay(config.replay_capacity, config.real_capacity, config.real_fraction,
-                                  config.prioritized, storage, seed=config.seed)
+                                  config.prioritized, storage, seed=config.seed,
+                                  intervention_capacity=config.intervention_capacity,
+                                  intervention_fraction=config.intervention_fraction,
+                                  intervention_warmup=config.intervention_warmup)
         self.algo: Any = None
         self.updates = 0
-        self.ingested = {"sim": 0, "real": 0}
+        self.ingested = {src: 0 for src in SOURCES}
         self.rejected = 0
         self.last_reject = ""
         self.version = 0
@@ -176,7 +179,7 @@ class Learner:
             self.updates = int(state["updates"])
             self.version = int(state["version"])
             self.published = list(state.get("published", []))
-            self.ingested = {k: int(v) for k, v in state["ingested"].items()}
+            self.ingested = {**{src: 0 for src in SOURCES}, **{k: int(v) for k, v in state["ingested"].items()}}
             self.restored_from = str(d)
             self._good = {"updates": self.updates, "path": str(d / ALGO_FILE)}
             for k, v in state.get("settings", {}).items():

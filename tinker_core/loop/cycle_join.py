@@ -92,6 +92,8 @@ class CycleJoiner:
         self._closed_upto = -1
         self.incomplete = 0
         """cycles closed without their outcome (the robot's message for that state never came)"""
+        self.interventions_without_action = 0
+        """cycles flagged as a person's that closed before the person's action came (they give no transition)"""
 
     def _rec(self, stamp: int) -> dict[str, Any] | None:
         if stamp <= self._closed_upto:
@@ -158,6 +160,8 @@ class CycleJoiner:
             self.incomplete += 1
             return []  # fragments of a cycle whose outcome never came: no record, no transition
         self._outcome.discard(stamp)
+        if rec["intervention"] and len(rec["intervention_action"]) == 0:
+            self.interventions_without_action += 1
         nxt_stamp = next(iter(self._open), None)
         nxt = self._open.get(nxt_stamp) if nxt_stamp in self._outcome else None
         return [Closed(rec, transition(rec, nxt, self.info) if nxt is not None else None)]

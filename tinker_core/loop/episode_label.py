@@ -17,6 +17,7 @@ most one transition or the window. ``window_s`` 0 turns labels off: every transi
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Iterable, Mapping
 
 from tinker_core.transition import Transition
 
@@ -27,6 +28,50 @@ class Labelled:
 
     episode: int | None
     message: str
+
+
+@dataclass
+class LabelRecord:
+    """A label as a recording keeps it (`tinker.recording`, ``/tinker/episode_label``): enough to give a re-imported
+    run the labelled transitions the learner got live (`apply_labels`)."""
+
+    episode: int
+    """the robot's episode counter of the labelled episode"""
+    cycle: int
+    """the cycle its labelled (last) transition starts from (``info["cycle"]``)"""
+    success: bool
+    reward: float
+    """the reward that transition got (``success_reward`` or ``failure_reward`` at the time)"""
+    labelled_ns: int = 0
+    """when the person labelled it (wall clock, ns)"""
+
+    @classmethod
+    def of(cls, episode: int, t: Transition, labelled_ns: int = 0) -> "LabelRecord":
+        """The record of a transition `EpisodeLabels.label` just labelled."""
+        info = t.info or {}
+        return cls(int(episode), int(info.get("cycle", -1)), info.get("human_label") == "success", float(t.reward),
+                   int(labelled_ns))
+
+
+def apply_labels(ts: Iterable[Transition], labels: Iterable[LabelRecord],
+                 episode_of: Mapping[int, int]) -> list[Transition]:
+    """What `EpisodeLabels` made of ``ts`` live, from the labels a recording kept: each labelled transition
+    (matched by its ``info["cycle"]``) terminal with the label's reward and ``info["human_label"]``, the later
+    transitions of its episode dropped. ``episode_of``: cycle -> episode, from the cycle records."""
+    by_cycle = {int(lb.cycle): lb for lb in labels}
+    cut = {int(lb.episode): int(lb.cycle) for lb in by_cycle.values()}
+    out = []
+    for t in ts:
+        cycle = int((t.info or {}).get("cycle", -1))
+        ep = episode_of.get(cycle)
+        if ep in cut and cycle > cut[ep]:
+            continue  # after the label: the live bridge dropped it (after_label)
+        lb = by_cycle.get(cycle)
+        if lb is not None:
+            t = replace(t, terminated=True, truncated=False, reward=float(lb.reward),
+                        info={**(t.info or {}), "human_label": "success" if lb.success else "failure"})
+        out.append(t)
+    return out
 
 
 class EpisodeLabels:
@@ -110,4 +155,4 @@ class EpisodeLabels:
         return out
 
 
-__all__ = ["EpisodeLabels", "Labelled"]
+__all__ = ["EpisodeLabels", "LabelRecord", "Labelled", "apply_labels"]

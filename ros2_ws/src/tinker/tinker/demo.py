@@ -33,6 +33,7 @@ from tinker_core.errors import ConfigError, TinkerError
 from tinker_core.transport import free_endpoints
 
 Progress = Callable[[str], None]
+OPERATORS = ("none", "scripted")
 
 
 @dataclass
@@ -71,6 +72,10 @@ class DemoConfig:
     """where the learner's rewards come from: "sim" (the simulator's true target: an oracle) or "sensors" (the
     success sensor: the target the camera found and the measured joints; needs a vision bundle). The report's
     success is the simulator's either way"""
+    operator: str = "none"
+    """"scripted": a STAND-IN for a person (`tinker.stand_in_operator`: a script that looks at the simulator's
+    ground truth) takes over on ``intervention`` and labels episodes during the fine-tuning phase only; the
+    safety node then runs with ``intervention_topic: intervention``. "none": no one"""
 
     def __post_init__(self) -> None:
         for k in ("episodes_before", "finetune_episodes", "episodes_after", "episode_cycles"):
@@ -78,6 +83,8 @@ class DemoConfig:
                 raise ConfigError(f"DemoConfig.{k}: expected a positive count, got {getattr(self, k)!r}")
         if self.reward not in ("sim", "sensors"):
             raise ConfigError(f"DemoConfig.reward: expected 'sim' or 'sensors', got {self.reward!r}")
+        if self.operator not in OPERATORS:
+            raise ConfigError(f"DemoConfig.operator: expected one of {list(OPERATORS)}, got {self.operator!r}")
 
 
 def prepare_out(cfg: DemoConfig) -> Path:
@@ -160,6 +167,8 @@ def graph_overrides(cfg: DemoConfig, out: Path, lconf: dict) -> dict:
                               "weights_endpoint": lconf["weights_endpoint"],
                               "bundle_dir": str(out / "received")},
         "view": {"learner_control": lconf["control_endpoint"]},
+        # the takeover is opt-in: on only when someone (here the stand-in) is meant to take over
+        **({"safety": {"intervention_topic": "intervention"}} if cfg.operator != "none" else {}),
     }
 
 
@@ -189,6 +198,7 @@ class DemoPhases:
     def __init__(self, cfg: DemoConfig, graph: Any, monitor: Monitor, learner: LearnerProcess, progress: Progress):
         self.cfg, self.graph, self.monitor, self.learner, self.progress = cfg, graph, monitor, learner, progress
         self.resets: list[str] = []
+        self.operator_counts: dict | None = None
         self.t_start = time.monotonic()
 
     def run(self) -> None:
@@ -197,12 +207,47 @@ class DemoPhases:
         self.wait_for("before", cfg.episodes_before)
         if cfg.finetune_episodes:
             self.learner.ctl("resume")
-            self.progress(f"phase 2/3: fine-tuning online for {cfg.finetune_episodes} episodes")
-            self.wait_for("finetune", cfg.finetune_episodes)
+            self.progress(f"phase 2/3: fine-tuning online for {cfg.finetune_episodes} episodes"
+                          + (" with the STAND-IN operator (a script, not a person)" if cfg.operator != "none" else ""))
+            operator = self.start_operator()
+            try:
+                self.wait_for("finetune", cfg.finetune_episodes)
+            finally:
+                self.stop_operator(operator)
             self.final_publish()
         self.progress(f"phase 3/3: {cfg.episodes_after} episodes with the newest policy")
         self.wait_for("after", cfg.episodes_after)
         time.sleep(1.5)  # one more diagnostics heartbeat
+
+    def start_operator(self) -> Any:
+        """The stand-in person's process (`tinker.stand_in_operator`), for the fine-tuning phase; None: no one."""
+        if self.cfg.operator == "none":
+            return None
+        import subprocess
+        import sys
+
+        out = Path(self.cfg.out).resolve()
+        log = open(out / "nodes" / "stand_in_operator.log", "ab")
+        return subprocess.Popen([sys.executable, "-m", "tinker.stand_in_operator", "--period",
+                                 str(self.cfg.control_period), "--summary", str(out / "operator.json")],
+                                stdout=log, stderr=subprocess.STDOUT)
+
+    def stop_operator(self, proc: Any) -> None:
+        """Ctrl-C to the stand-in (it writes its counts), then wait; its counts go into the report."""
+        if proc is None:
+            return
+        import signal
+        import subprocess
+
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        f = Path(self.cfg.out).resolve() / "operator.json"
+        self.operator_counts = json.loads(f.read_text()) if f.is_file() else {"error": f"no {f} (exit {proc.returncode})"}
+        self.progress(f"  stand-in operator: {json.dumps(self.operator_counts)[:300]}")
 
     def final_publish(self) -> None:
         """Pause the learner, gate and publish its last candidate, and wait (30 s at most) for the policy node
@@ -270,8 +315,10 @@ def collect_report(cfg: DemoConfig, out: Path, run: DemoPhases) -> dict:
         "safety_counters": {k: v for k, v in safety.items() if k.startswith("interventions.")},
         "estops": run.resets,
         "policy_reloads": int(policy.get("reloads", "0") or 0), "bridge": bridge,
+        "operator": cfg.operator, "operator_counts": run.operator_counts,
         "learner": {"updates": status.get("updates"),
                     "ingested_total": sum(ingested.values()) if isinstance(ingested, dict) else ingested,
+                    "ingested": ingested, "replay": status.get("replay"), "sampled": status.get("sampled"),
                     "published": status.get("published"), "version": status.get("version")},
         "episodes": episodes, "config": asdict(cfg),
     }

@@ -48,7 +48,9 @@ class LearnerProcess:
         finally:
             cli.close()
 
-    def wait_ready(self, timeout: float = 180.0) -> dict:
+    def wait_ready(self, timeout: float = 600.0) -> dict:
+        """The learner's first status. At background priority on a loaded machine its start (torch, the pretrained
+        replay) took over 180 s: three demos at load 20-25 (2 CPUs) gave up at 180 s with an empty learner log."""
         end = time.monotonic() + timeout
         last: Exception | None = None
         while time.monotonic() < end:

@@ -102,7 +102,9 @@ def format_report(r: dict) -> str:
         f"transitions sent by the bridge: {r['bridge'].get('sent', '0')}, dropped: {r['bridge'].get('dropped', '0')}",
         f"learner's rewards: {REWARD_SOURCES.get(r.get('reward_source', 'sim'), r.get('reward_source'))}; "
         "the success above is the simulator's (true target)",
-    ] + ([f"figure: {Path(r['plot']).name} (success per episode with the policy versions, the SafetyWrapper's "
+    ] + ([f"STAND-IN operator (a script, not a person; fine-tuning phase only, so 'during' counts its takeovers): "
+          f"{json.dumps(r.get('operator_counts'))}; learner ingested {r['learner'].get('ingested')}, "
+          f"sampled {r['learner'].get('sampled')}"] if r.get("operator", "none") != "none" else []) + ([f"figure: {Path(r['plot']).name} (success per episode with the policy versions, the SafetyWrapper's "
           "interventions per second, the cycle latency histogram)"] if r.get("plot") else []))
 
 

@@ -42,7 +42,7 @@ from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
 from tinker.wire import RECORD_QOS, meta_of, read_array, read_task, topic_params
 from tinker_core.errors import ConfigError, TinkerError, ValidationError
 from tinker_core.loop.cycle_join import CycleJoiner
-from tinker_core.loop.episode_label import EpisodeLabels
+from tinker_core.loop.episode_label import EpisodeLabels, LabelRecord
 from tinker_core.loop.input_ages import RecentFaults
 
 PARAMS = {
@@ -93,6 +93,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.labels = EpisodeLabels(*(g(n) for n in LABEL_PARAMS))
         self.add_post_set_parameters_callback(lambda _: self.labels.configure(*(self.param(n) for n in LABEL_PARAMS)))
         self.chain, self.chain_bundle, self.interventions, self._ticks = None, "", 0, 0
+        self.intervention_transitions = 0
         if g("learner_endpoint"):
             from tinker_core.transport import TransitionSender
 
@@ -169,6 +170,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
 
     def _on_label(self, request, response):
         done, released = self.labels.label(bool(request.data), time.monotonic())
+        if done.episode is not None and self.recorder is not None:  # so that `tinker replay import` applies it too
+            self.recorder.write_label(LabelRecord.of(done.episode, released[0], time.time_ns()), time.time_ns())
         self._send(released)
         response.success, response.message = done.episode is not None, done.message
         self.get_logger().info(f"label_episode: {done.message}")
@@ -235,6 +238,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
                 try:
                     self.sender.send(t)
                     self.transitions += 1
+                    self.intervention_transitions += bool((t.info or {}).get("intervention"))
                 except TinkerError as e:
                     self.last_error = str(e)
 
@@ -264,6 +268,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
                 "bundles_received": self.bundles_received, "incomplete_cycles": self.join.incomplete,
                 "recorded_cycles": self.recorder.count if self.recorder else 0,
                 "estopped": self.estopped, "last_error": self.last_error, "interventions": self.interventions,
+                "intervention_transitions": self.intervention_transitions,
+                "interventions_without_action": self.join.interventions_without_action,
                 "labels": self.labels.labels, "after_label": self.labels.after_label,
                 "chain_bundle": self.chain_bundle,
                 "reward_source": "sensors" if self.sensed is not None else "sim",

@@ -63,6 +63,18 @@ def empty_record() -> dict:
             "after_end": False, "intervention": False, "intervention_action": []}
 
 
+LABEL_TOPIC = "/tinker/episode_label"
+LABEL_SCHEMA = "tinker_msgs/msg/EpisodeLabel"
+LABEL_MSGDEF = """\
+# A person's label on an episode (the experience bridge's ~/label_episode), as the learner got it.
+int32 episode               # the robot's episode counter of the labelled episode
+int64 cycle                 # the cycle its labelled (last) transition starts from; later cycles gave none
+bool success                # the label: success or failure
+float64 reward              # the reward that transition got (terminal)
+int64 labelled_ns           # when the label was given (wall clock, ns)
+"""
+LABEL_FIELDS = ("episode", "cycle", "success", "reward", "labelled_ns")
+
 TF_TOPIC = "/tf"
 TF_SCHEMA = "tf2_msgs/msg/TFMessage"
 TF_MSGDEF = """\
@@ -222,6 +234,12 @@ class CycleRecorder:
                         int(rec["state_stamp_ns"]) or log_time_ns)
         self.count += 1
 
+    def write_label(self, label, log_time_ns: int) -> None:
+        """One episode label (`tinker_core.loop.episode_label.LabelRecord`) on ``/tinker/episode_label``."""
+        msg = {"episode": int(label.episode), "cycle": int(label.cycle), "success": bool(label.success),
+               "reward": float(label.reward), "labelled_ns": int(label.labelled_ns)}
+        self.write_dict(LABEL_TOPIC, LABEL_SCHEMA, LABEL_MSGDEF, msg, log_time_ns)
+
     def close(self) -> None:
         if self._f is not None:
             self._w.finish()
@@ -347,3 +365,13 @@ def read_cycles(path: str | os.PathLike) -> Iterator[dict]:
     for m in read_ros2_messages(str(path), topics=[TOPIC]):
         r = m.ros_msg
         yield {f: getattr(r, f, d) for f, d in _DEFAULTS.items()}  # older files lack the newer fields
+
+
+def read_labels(path: str | os.PathLike) -> list:
+    """The episode labels of an MCAP file (`tinker_core.loop.episode_label.LabelRecord`; [] when it has none)."""
+    from mcap_ros2.reader import read_ros2_messages
+
+    from tinker_core.loop.episode_label import LabelRecord
+
+    return [LabelRecord(**{f: getattr(m.ros_msg, f) for f in LABEL_FIELDS})
+            for m in read_ros2_messages(str(path), topics=[LABEL_TOPIC])]
