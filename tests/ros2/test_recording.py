@@ -160,16 +160,18 @@ def test_episode_labels_are_recorded_and_replay_import_applies_them_as_the_bridg
     rec.close()
     got_labels = read_labels(tmp_path / "run.mcap")
     assert [(lb.episode, lb.cycle, lb.success, lb.reward, lb.labelled_ns) for lb in got_labels] == \
-        [(0, 4, False, -2.0, 123), (1, 9, True, 7.0, 456)]
+        [(0, 4, False, -0.1 - 2.0, 123), (1, 9, True, 7.0, 456)]  # a failure: the penalty on the step's own reward
     replay_import.run(argparse.Namespace(mcap=str(tmp_path / "run.mcap"), out=str(tmp_path / "run.replay")))
     buf = ReplayBuffer.load(tmp_path / "run.replay")
     imported = buf.storage.get(np.arange(len(buf)), with_info=True)
 
-    def key(obs, reward, term):
-        return (round(float(np.asarray(obs).reshape(-1)[0]), 3), round(float(reward), 4), bool(term))  # float32 in replay
+    def key(obs, reward, term, trunc):
+        return (round(float(np.asarray(obs).reshape(-1)[0]), 3), round(float(reward), 4), bool(term), bool(trunc))  # float32
 
-    live_keys = sorted(key(t.obs, t.reward, t.terminated) for t in live)
-    imported_keys = sorted(key(o, r, te) for o, r, te in zip(imported.obs, imported.reward, imported.terminated))
+    live_keys = sorted(key(t.obs, t.reward, t.terminated, t.truncated) for t in live)
+    imported_keys = sorted(key(o, r, te, tr) for o, r, te, tr in zip(imported.obs, imported.reward, imported.terminated,
+                                                                      imported.truncated))
     assert imported_keys == live_keys
     assert len(live) == 8  # cycles 1-4 and 6-9: 5 ended episode 0, 10 and 11 came after episode 1's label
-    assert [(k[1], k[2]) for k in live_keys if k[2]] == [(-2.0, True), (7.0, True)]
+    # the failure stays bootstrapped (truncated) with the penalty, the success is terminal with its reward
+    assert [k[1:] for k in live_keys if k[2] or k[3]] == [(-2.1, False, True), (7.0, True, False)]

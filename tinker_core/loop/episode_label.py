@@ -2,10 +2,13 @@
 
 A real robot often cannot tell success by itself; a person watching it can (HIL-SERL asks them). The label
 applies to the episode that ended within ``window_s`` (a person labels what they just saw end), else to the
-running one. The labelled episode's last transition then says so: ``terminated=True``, the reward
-``success_reward`` or ``failure_reward``, ``info["human_label"]`` "success" or "failure". A running episode's label
-ends it for the learner: its later transitions are dropped (counted in ``after_label``), as the transitions
-after a robot's own episode end are.
+running one. The labelled episode's last transition then says so, with ``info["human_label"]`` "success" or
+"failure". A success is the task done: ``terminated=True`` with the reward ``success_reward``. A failure is not an
+absorbing state (the arm is still somewhere, the task still open): the transition stays bootstrapped
+(``truncated=True``) and ``failure_reward`` (<= 0, a penalty) is added to its own reward. Made terminal with a
+fixed reward, a failure would look better to the learner than the negative per-step rewards of failing on.
+A running episode's label ends it for the learner: its later transitions are dropped (counted in
+``after_label``), as the transitions after a robot's own episode end are.
 
 So that the learner never gets the same transition twice, each episode's newest transition is held back here:
 until the episode's next transition comes (then it was not the last), until ``window_s`` after its episode
@@ -19,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable, Mapping
 
+from tinker_core.errors import ConfigError
 from tinker_core.transition import Transition
 
 
@@ -41,7 +45,7 @@ class LabelRecord:
     """the cycle its labelled (last) transition starts from (``info["cycle"]``)"""
     success: bool
     reward: float
-    """the reward that transition got (``success_reward`` or ``failure_reward`` at the time)"""
+    """the reward that transition got (``success_reward``, or its own plus ``failure_reward``, at the time)"""
     labelled_ns: int = 0
     """when the person labelled it (wall clock, ns)"""
 
@@ -56,7 +60,8 @@ class LabelRecord:
 def apply_labels(ts: Iterable[Transition], labels: Iterable[LabelRecord],
                  episode_of: Mapping[int, int]) -> list[Transition]:
     """What `EpisodeLabels` made of ``ts`` live, from the labels a recording kept: each labelled transition
-    (matched by its ``info["cycle"]``) terminal with the label's reward and ``info["human_label"]``, the later
+    (matched by its ``info["cycle"]``) with the label's reward, ending (terminated on success, truncated on
+    failure) and ``info["human_label"]``, the later
     transitions of its episode dropped. ``episode_of``: cycle -> episode, from the cycle records."""
     by_cycle = {int(lb.cycle): lb for lb in labels}
     cut = {int(lb.episode): int(lb.cycle) for lb in by_cycle.values()}
@@ -68,14 +73,14 @@ def apply_labels(ts: Iterable[Transition], labels: Iterable[LabelRecord],
             continue  # after the label: the live bridge dropped it (after_label)
         lb = by_cycle.get(cycle)
         if lb is not None:
-            t = replace(t, terminated=True, truncated=False, reward=float(lb.reward),
+            t = replace(t, terminated=lb.success, truncated=not lb.success, reward=float(lb.reward),
                         info={**(t.info or {}), "human_label": "success" if lb.success else "failure"})
         out.append(t)
     return out
 
 
 class EpisodeLabels:
-    def __init__(self, window_s: float = 3.0, success_reward: float = 1.0, failure_reward: float = 0.0):
+    def __init__(self, window_s: float = 3.0, success_reward: float = 1.0, failure_reward: float = -1.0):
         self.configure(window_s, success_reward, failure_reward)
         self._held: dict[int, Transition] = {}
         self._ended: dict[int, float] = {}  # episode -> when it ended (caller's clock, s)
@@ -86,6 +91,9 @@ class EpisodeLabels:
         self.labels = 0
 
     def configure(self, window_s: float, success_reward: float, failure_reward: float) -> None:
+        if failure_reward > 0:
+            raise ConfigError(f"label_failure_reward: expected <= 0 (a penalty added to the labelled transition's own "
+                              f"reward), got {failure_reward}")
         self.window_s, self.success_reward, self.failure_reward = float(window_s), float(success_reward), float(failure_reward)
 
     def add(self, t: Transition, episode: int, now: float) -> list[Transition]:
@@ -137,15 +145,16 @@ class EpisodeLabels:
         word = "success" if success else "failure"
         t = self._held.pop(ep)
         self._ended.pop(ep, None)
-        labelled = replace(t, terminated=True, truncated=False,
-                           reward=self.success_reward if success else self.failure_reward,
+        labelled = replace(t, terminated=success, truncated=not success,
+                           reward=self.success_reward if success else float(t.reward) + self.failure_reward,
                            info={**(t.info or {}), "human_label": word})
         self._labelled[ep] = word
         while len(self._labelled) > 64:  # episodes only go forward: the oldest labels are no longer asked about
             self._labelled.pop(next(iter(self._labelled)))
         self.labels += 1
+        ending = "terminal" if success else "bootstrapped, penalised"
         return Labelled(ep, f"episode {ep} labelled {word} (reward {labelled.reward:g}, its last transition "
-                            f"terminal)"), [labelled] + out
+                            f"{ending})"), [labelled] + out
 
     def flush(self) -> list[Transition]:
         """Every held transition (at shutdown)."""

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
+from tinker_core.errors import ConfigError
 from tinker_core.loop.cycle_join import CycleJoiner
 from tinker_core.loop.episode_label import EpisodeLabels
 from tinker_core.transition import Transition
@@ -51,7 +53,9 @@ def test_a_label_within_the_window_goes_on_the_ended_episode():
     out, answer = _run(labels, PLAN, label_at=(0.35, False))
     assert answer.episode == 1 and "failure" in answer.message
     last = [t for t in out if int(t.obs[0]) == 2]
-    assert len(last) == 1 and last[0].terminated and last[0].reward == -1.0 and last[0].info["human_label"] == "failure"
+    # a failure is penalised and stays bootstrapped: its own reward (-0.2) plus the penalty, truncated, not terminal
+    assert len(last) == 1 and not last[0].terminated and last[0].truncated and last[0].info["human_label"] == "failure"
+    assert abs(last[0].reward - (-0.2 - 1.0)) < 1e-9
     assert sorted(int(t.obs[0]) for t in out) == [0, 1, 2, 10, 11, 12]  # nothing twice, nothing lost
 
 
@@ -115,3 +119,19 @@ def test_a_zero_window_turns_labels_off_and_nothing_waits():
     assert [int(t.obs[0]) for t in labels.add(_t(0), 1, 0.0)] == [0]
     answer, _ = labels.label(True, 0.1)
     assert answer.episode is None and "off" in answer.message
+
+
+def test_a_failure_label_never_looks_better_than_failing_on():
+    """A failure label only lowers what the learner sees: the labelled transition's reward drops by the penalty and
+    its value is still bootstrapped (a terminal 0 would beat per-step rewards of -distance); a positive penalty is
+    refused."""
+    for reward in (-0.7, -0.05, 0.3):
+        labels = EpisodeLabels(window_s=1.0, failure_reward=-0.5)
+        t = Transition(obs=np.zeros(3, np.float32), action=np.zeros(2, np.float32), reward=reward, terminated=False, truncated=True,
+                       info={"cycle": 0}, next_obs=np.ones(3, np.float32))
+        labels.add(t, 0, 0.0)
+        answer, out = labels.label(False, 0.1)
+        assert answer.episode == 0 and "bootstrapped" in answer.message
+        assert out[0].reward <= reward - 0.5 + 1e-9 and not out[0].terminated and out[0].truncated
+    with pytest.raises(ConfigError, match="label_failure_reward: expected <= 0"):
+        EpisodeLabels(failure_reward=0.5)

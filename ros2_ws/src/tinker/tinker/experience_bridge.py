@@ -69,7 +69,8 @@ PARAMS = {
                                "the running one; each episode's last transition waits this long for a label",
                           (0.0, 60.0)),
     "label_success_reward": Param(1.0, "reward of an episode's last transition labelled success", (-1e3, 1e3)),
-    "label_failure_reward": Param(0.0, "reward of an episode's last transition labelled failure", (-1e3, 1e3)),
+    "label_failure_reward": Param(-1.0, "penalty (<= 0) added to the reward of an episode's last transition "
+                                  "labelled failure; that transition stays bootstrapped", (-1e3, 0.0)),
 }
 LABEL_PARAMS = ("label_window", "label_success_reward", "label_failure_reward")
 
