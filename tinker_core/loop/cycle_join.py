@@ -80,6 +80,10 @@ class Closed:
     transition: Transition | None
 
 
+EARLY_KEPT = 8
+"""cycles whose command or intervention came before the cycle opened, kept for it (`CycleJoiner._later`)"""
+
+
 class CycleJoiner:
     """Open cycles by state stamp; a cycle closes once ``window`` later cycles are open (cycle k is final
     once k+1's features and k+2's outcome are in), or on `flush`. Messages of a closed cycle are ignored."""
@@ -94,6 +98,10 @@ class CycleJoiner:
         """cycles closed without their outcome (the robot's message for that state never came)"""
         self.interventions_without_action = 0
         """cycles flagged as a person's that closed before the person's action came (they give no transition)"""
+        self._early: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        """command and intervention fields that came before their cycle opened (a subscriber's executor takes ready
+        topics in its own order, not in the order they were sent): applied when it opens, the oldest dropped
+        beyond ``EARLY_KEPT`` (a stop's command never opens a cycle and ages out here)"""
 
     def _rec(self, stamp: int) -> dict[str, Any] | None:
         if stamp <= self._closed_upto:
@@ -101,7 +109,16 @@ class CycleJoiner:
         rec = self._open.get(stamp)
         if rec is None:
             rec = self._open[stamp] = new_cycle(stamp)
+            rec.update(self._early.pop(stamp, {}))
         return rec
+
+    def _later(self, stamp: int, **fields: Any) -> None:
+        """Fields of a cycle not open yet (never opened by them): kept for when it opens."""
+        if stamp <= self._closed_upto:
+            return
+        self._early.setdefault(stamp, {}).update(fields)
+        while len(self._early) > EARLY_KEPT:
+            self._early.popitem(last=False)
 
     def outcome(self, stamp: int, cycle: int, episode: int, reward: float, terminated: bool,
                 truncated: bool) -> list[Closed]:
@@ -133,18 +150,24 @@ class CycleJoiner:
             rec["joint_target"] = values
 
     def command(self, stamp: int, values: np.ndarray, status: str = "", recv_ns: int = 0) -> None:
+        fields = {"safe_command": values, "command_recv_ns": recv_ns, "safety_status": status}
         rec = self._open.get(stamp)  # never opens a cycle: a stop, or a command for a cycle written already
         if rec is not None:
-            rec["safe_command"], rec["command_recv_ns"], rec["safety_status"] = values, recv_ns, status
+            rec.update(fields)
+        else:
+            self._later(stamp, **fields)
 
     def intervention(self, stamp: int, action: np.ndarray | None = None) -> None:
         """The cycle of ``stamp`` was served from a person's target; ``action``: the raw action that maps to it
         (None: only the flag, from the command; the action may come later)."""
+        fields: dict[str, Any] = {"intervention": True}
+        if action is not None:
+            fields["intervention_action"] = np.asarray(action, dtype=np.float64)
         rec = self._open.get(stamp)  # never opens a cycle, as a command does not
         if rec is not None:
-            rec["intervention"] = True
-            if action is not None:
-                rec["intervention_action"] = np.asarray(action, dtype=np.float64)
+            rec.update(fields)
+        else:
+            self._later(stamp, **fields)
 
     def flush(self) -> list[Closed]:
         """Close every open cycle (at shutdown)."""

@@ -103,6 +103,27 @@ def test_intervention_cycles_carry_the_persons_action_and_the_flag():
     assert recs[2]["intervention"] and not recs[1]["intervention"]
 
 
+def test_a_persons_action_that_comes_before_its_cycle_opened_is_kept_for_it():
+    """The bridge's executor takes ready topics in its own order: safety's ``intervened`` and command can be handled
+    before the cycle's features and action opened it (a CI run recorded flagged cycles without the person's
+    action). They wait for their cycle; a stop's command, which never gets a cycle, ages out."""
+    j = CycleJoiner()
+    closed = []
+    for k in range(6):
+        s = 1_000 * (k + 1)
+        if k in (2, 3):
+            j.intervention(s, np.array([-0.5, 0.5]))
+            j.command(s, np.zeros(2), "passed")
+        j.command(10**9 + k, np.zeros(2), "stop")  # stamps no cycle ever has
+        closed += _cycle(j, k)
+    closed += j.flush()
+    ts = {int(c.transition.obs[0]): c.transition for c in closed if c.transition is not None}
+    assert set(ts) == {0, 1, 2, 3, 4} and j.interventions_without_action == 0
+    for k in (2, 3):
+        assert ts[k].info["intervention"] is True and np.allclose(ts[k].action, [-0.5, 0.5, 0.9])
+    assert j.incomplete == 0 and len(j._early) <= 8  # the stops opened no cycle and are bounded
+
+
 def test_a_flagged_cycle_without_the_persons_action_gives_no_transition():
     from tinker_core.loop.cycle_join import new_cycle, transition
 
