@@ -78,6 +78,8 @@ class LiveFigures:
         self._last_hist_ns = 0
         self._t0_ns: int | None = None
         self._version = ""
+        self._running: int | None = None
+        """the episode of the newest cycle that did not end one (None: none seen, or it ended)"""
 
     def _t(self, now_ns: int) -> float:
         """Seconds since the first message (the time axis of episodes and interventions)."""
@@ -92,9 +94,14 @@ class LiveFigures:
         self._version = policy_version or self._version  # a hold carries no version: the policy is the last seen
         if latency_ms is not None and latency_ms >= 0.0:
             self.latency.add(latency_ms)
-        if ended:
-            self.episodes.add(success, self._version, episode=-1 if episode is None else episode, t_s=self._t(now_ns))
-            self._publish_episodes(now_ns)
+        if ended:  # an episode the view joined at its very end is not shown: it saw none of it, nor its policy
+            if episode is None or episode == self._running:
+                self.episodes.add(success, self._version, episode=-1 if episode is None else episode,
+                                  t_s=self._t(now_ns))
+                self._publish_episodes(now_ns)
+            self._running = None
+        else:
+            self._running = episode
         if now_ns - self._last_hist_ns >= self.every_ns:
             self._last_hist_ns = now_ns
             self.latency_ch.log(self.latency.to_dict(), log_time=now_ns)
