@@ -81,7 +81,7 @@ class Closed:
 
 
 EARLY_KEPT = 8
-"""cycles whose command or intervention came before the cycle opened, kept for it (`CycleJoiner._later`)"""
+"""cycles whose command or intervention came before the cycle opened, kept for it (`CycleJoiner._attach`)"""
 
 
 class CycleJoiner:
@@ -112,13 +112,16 @@ class CycleJoiner:
             rec.update(self._early.pop(stamp, {}))
         return rec
 
-    def _later(self, stamp: int, **fields: Any) -> None:
-        """Fields of a cycle not open yet (never opened by them): kept for when it opens."""
-        if stamp <= self._closed_upto:
-            return
-        self._early.setdefault(stamp, {}).update(fields)
-        while len(self._early) > EARLY_KEPT:
-            self._early.popitem(last=False)
+    def _attach(self, stamp: int, **fields: Any) -> None:
+        """Fields that never open a cycle: onto the open cycle of ``stamp``, or kept for when it opens (none if it is
+        written already)."""
+        rec = self._open.get(stamp)
+        if rec is not None:
+            rec.update(fields)
+        elif stamp > self._closed_upto:
+            self._early.setdefault(stamp, {}).update(fields)
+            while len(self._early) > EARLY_KEPT:
+                self._early.popitem(last=False)
 
     def outcome(self, stamp: int, cycle: int, episode: int, reward: float, terminated: bool,
                 truncated: bool) -> list[Closed]:
@@ -150,12 +153,8 @@ class CycleJoiner:
             rec["joint_target"] = values
 
     def command(self, stamp: int, values: np.ndarray, status: str = "", recv_ns: int = 0) -> None:
-        fields = {"safe_command": values, "command_recv_ns": recv_ns, "safety_status": status}
-        rec = self._open.get(stamp)  # never opens a cycle: a stop, or a command for a cycle written already
-        if rec is not None:
-            rec.update(fields)
-        else:
-            self._later(stamp, **fields)
+        # never opens a cycle: a stop, or a command for a cycle written already
+        self._attach(stamp, safe_command=values, command_recv_ns=recv_ns, safety_status=status)
 
     def intervention(self, stamp: int, action: np.ndarray | None = None) -> None:
         """The cycle of ``stamp`` was served from a person's target; ``action``: the raw action that maps to it
@@ -163,11 +162,7 @@ class CycleJoiner:
         fields: dict[str, Any] = {"intervention": True}
         if action is not None:
             fields["intervention_action"] = np.asarray(action, dtype=np.float64)
-        rec = self._open.get(stamp)  # never opens a cycle, as a command does not
-        if rec is not None:
-            rec.update(fields)
-        else:
-            self._later(stamp, **fields)
+        self._attach(stamp, **fields)  # never opens a cycle, as a command does not
 
     def flush(self) -> list[Closed]:
         """Close every open cycle (at shutdown)."""
