@@ -207,7 +207,8 @@ def main() -> int:
                     help="tinker's DQN with plain max-Q targets, as SB3's (default: its double-Q targets)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the tasks of the result file's earlier run that this run does not repeat (each task "
-                         "records the run it comes from): to finish a suite in parts")
+                         "records the run it comes from): to finish a suite in parts, or to run disjoint --only "
+                         "lists in parallel (one per core: taskset -c N) into one file")
     args = ap.parse_args()
     if args.tag and not args.tag.replace("_", "").replace("-", "").isalnum():
         ap.error(f"--tag: letters, digits, '_' and '-' only, got {args.tag!r}")
@@ -229,8 +230,6 @@ def main() -> int:
                           extra={"torch_threads": args.threads,
                                  "sbx_python": SBX_PYTHON if "sbx" in args.libs else None}),
                   "python " + " ".join(["benchmarks/algos.py", *sys.argv[1:]]))
-    figures_kept, tasks_kept = _earlier_tasks(result_path(result_name, args.quick), args.only or list(TASKS)) \
-        if args.merge else ({}, {})
     torch.set_num_threads(args.threads)
     if "tinker" in args.libs:  # build (once per machine) or load the compiled steps before anything is timed
         native.load()
@@ -297,6 +296,9 @@ def main() -> int:
             if task.algo == "dqn":
                 per_task[name]["tinker_double_q"] = not args.dqn_plain_targets
         curves_png[name] = {lib: [r["curve"] for r in rs if "error" not in r] for lib, rs in rows.items()}
+        # re-read at each write: two runs of disjoint tasks (one per core) can --merge into one file
+        figures_kept, tasks_kept = _earlier_tasks(result_path(result_name, args.quick), args.only or list(TASKS)) \
+            if args.merge else ({}, {})
         path = _write(args, result_name, head, {**figures_kept, **figures}, {**tasks_kept, **per_task}, peak,
                       versions, previous)  # after each task: a cut run keeps its tasks
     png = _plot(curves_png, result_path(result_name, args.quick, ".png"))
