@@ -4,7 +4,8 @@ averaging, automatic entropy tuning. Defaults are Stable-Baselines3's, which RL 
 
 Three ways to the same step: for flat observations (dicts of vectors flattened), MLPs and an fp32 critic, `NativeSACUpdate` (the
 step compiled, on the CPU, where it could be built) or `SACUpdate` (its backward written out in
-Python); otherwise (images or other perception, other activations, a reduced-precision critic) autograd."""
+Python; `GSDESACUpdate` with gSDE); otherwise (images or other perception, other activations, a reduced-precision
+critic) autograd."""
 
 from __future__ import annotations
 
