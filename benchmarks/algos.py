@@ -16,7 +16,7 @@ matrix-product peak (torch at the run's thread count; JAX's measured in the sbx 
 
 Settings a library cannot apply are dropped and recorded per task (``not_applied``): sbx has no gSDE, so on
 MountainCarContinuous (whose RL Zoo entries use gSDE) it runs without it, a difference of settings, not of
-implementation (tinker's SAC with gSDE trains on its autograd path, a logged fallback). tinker's update path (compiled C++ step, Python step, autograd) is recorded
+implementation (tinker's SAC with gSDE trains on the same compiled step as without it). tinker's update path (compiled C++ step, Python step, autograd) is recorded
 per seed; a fallback off the compiled step is logged once by tinker and listed under ``fallbacks``.
 
     bash benchmarks/competitors_venv.sh                 # once: /work/venv-sbx with sbx, jax (torch pinned)

@@ -49,15 +49,16 @@ def test_gsde_sample_log_prob_and_gradients_match_sb3():
     torch.testing.assert_close(actor.deterministic(feat), torch.tanh(mean))
 
 
-def test_sac_with_gsde_trains_on_autograd_holds_and_redraws_noise(monkeypatch, caplog):
+def test_sac_with_gsde_trains_on_the_fast_step_holds_and_redraws_noise(monkeypatch, caplog):
+    """gSDE trains on plain SAC's fast step (compiled where it builds; test_sac_gsde_fast_paths.py holds it to the
+    autograd step), with no fallback said; acting holds and redraws the matrices as SB3's SAC."""
     monkeypatch.setattr(native, "_slow_paths", set())
     cfg = SACConfig(use_sde=True, sde_sample_freq=4, log_std_init=-2.0, learning_starts=0, train_freq=8,
                     gradient_steps=2, batch_size=16, net_arch=[16, 16], seed=0)
     with caplog.at_level(logging.WARNING):
         algo = SAC("Pendulum-v1", cfg)
-    assert algo.update_path == "autograd"
-    assert any("SAC: the update runs on the autograd path, not the compiled step: gSDE (use_sde)" in r.getMessage()
-               for r in caplog.records)
+    assert algo.update_path in ("compiled", "python step")
+    assert not any("gSDE" in r.getMessage() for r in caplog.records)
     assert isinstance(algo.actor, GSDESquashedActor) and algo.actor.log_std.shape == (16, 1)
     obs = np.zeros((1, 3), dtype=np.float32)
     seen = []
@@ -108,9 +109,11 @@ def test_gsde_sac_reloads_and_deploys_its_mean(tmp_path):
                                    atol=1e-5)
 
 
-def test_gsde_train_step_is_sb3_sac_train():
+@pytest.mark.parametrize("path", ["compiled", "python step", "autograd"])
+def test_gsde_train_step_is_sb3_sac_train(path):
     """Same weights, same minibatch, same noise matrices: three gradient steps of tinker's SAC with gSDE leave the
-    actor (trunk, clipped mean, log_std), the critics and the target critics where SB3's ``SAC.train`` leaves them."""
+    actor (trunk, clipped mean, log_std), the critics and the target critics where SB3's ``SAC.train`` leaves them,
+    on each of SAC's paths (compiled where it builds, else the Python step)."""
     from stable_baselines3 import SAC as SB3SAC
     from stable_baselines3.common.logger import configure
     from stable_baselines3.common.type_aliases import ReplayBufferSamples
@@ -123,7 +126,10 @@ def test_gsde_train_step_is_sb3_sac_train():
     ref.set_logger(configure(folder=None, format_strings=[]))
     ref._current_progress_remaining = 1.0
     algo = SAC("Pendulum-v1", SACConfig(ent_coef="0.1", use_sde=True, log_std_init=-2.0, net_arch=[16, 16], seed=0,
-                                        **kw))
+                                        compiled_step=path == "compiled", **kw))
+    if path == "autograd":
+        algo._update = None  # what a non-MLP perception trains on
+    assert algo.update_path in ((path, "python step") if path == "compiled" else (path,))
     actor, sa = algo.actor, ref.actor
     with torch.no_grad():
         for t, s in [(actor.trunk[0], sa.latent_pi[0]), (actor.trunk[2], sa.latent_pi[2]), (actor.mu[0], sa.mu[0])]:

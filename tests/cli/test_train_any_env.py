@@ -89,11 +89,12 @@ def test_an_rlzoo_entry_pasted_into_a_config_trains(tmp_path, capsys):
                  "--out", str(tmp_path / "zoo"), "--no-progress"]) == 0
     algo = load_algorithm(tmp_path / "zoo" / "final")
     assert algo.algo_name == "sac" and algo.config.learning_rate == 1e-3 and algo.num_timesteps == 60
-    # the gSDE entry is applied as written (SAC with use_sde trains on the autograd path)
+    # the gSDE entry is applied as written (SAC with use_sde trains on plain SAC's fast step: compiled where it builds)
     assert main(["train", "--rlzoo", str(zoo), "--env", "MountainCarContinuous-v0", "--total-timesteps", "64",
                  "--out", str(tmp_path / "sde"), "--no-progress"]) == 0
     algo = load_algorithm(tmp_path / "sde" / "final")
-    assert algo.config.use_sde and algo.config.log_std_init == -3.67 and algo.update_path == "autograd"
+    assert algo.config.use_sde and algo.config.log_std_init == -3.67
+    assert algo.update_path in ("compiled", "python step")
 
 
 def test_env_errors_name_the_key_and_the_value(tmp_path, capsys):

@@ -4,7 +4,8 @@ averaging, automatic entropy tuning. Defaults are Stable-Baselines3's, which RL 
 
 Three ways to the same step: for flat observations (dicts of vectors flattened), MLPs and an fp32 critic, `NativeSACUpdate` (the
 step compiled, on the CPU, where it could be built) or `SACUpdate` (its backward written out in
-Python); otherwise (images or other perception, other activations, a reduced-precision critic) autograd."""
+Python; `GSDESACUpdate` with gSDE); otherwise (images or other perception, other activations, a reduced-precision
+critic) autograd."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ class SACConfig(OffPolicyConfig):
     """Critic compute precision: fp32, bf16, fp16 (CUDA) or auto (fp16 on CUDA, bf16 on CPU); the actor stays fp32."""
     use_sde: bool = False
     """Generalized state-dependent exploration (gSDE), as SB3's SAC ``use_sde``: the actor's noise is ``latent @ M``
-    with M held while acting (see sde_sample_freq); trains on the autograd path (a logged fallback)."""
+    with M held while acting (see sde_sample_freq); one M per gradient step, on the same paths as without."""
     sde_sample_freq: int = -1
     """Env steps between two acting-noise draws with gSDE (-1: once per collection, i.e. after each training)."""
     use_sde_at_warmup: bool = False
@@ -106,15 +107,13 @@ class SAC(OffPolicyAlgorithm):
         self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
         plain = type(self.actor_perception) is Flatten and type(self.critic_perception) is Flatten
         self._update: SACUpdate | NativeSACUpdate | None = None
-        why = ("gSDE (use_sde): its noise matrix is drawn per gradient step and differentiated, which only the "
-               "autograd step does" if self.sde else
-               "the perception is not a plain Flatten (image or encoder observations)" if not plain else
+        why = ("the perception is not a plain Flatten (image or encoder observations)" if not plain else
                "the networks are not what the written-out step supports (an MLP of Linear layers "
                "with ReLU or Tanh)" if not SACUpdate.supports(self.actor, self.critic) else "")
         if not why:
             native = (NativeSACUpdate.create(self.actor, self.critic, self.critic_target, self.device)
                       if c.compiled_step else None)
-            self._update = native or SACUpdate(self.actor, self.critic, self.critic_target)
+            self._update = native or SACUpdate.of(self.actor, self.critic, self.critic_target)
             why = ("" if native else "compiled_step=False" if not c.compiled_step
                    else "not on the CPU in float32, or TINKER_NATIVE=0")
         native_mod.note_update_path("SAC", self.update_path, why)
@@ -156,7 +155,7 @@ class SAC(OffPolicyAlgorithm):
         """numpy views of the actor (trunk, then mean and log-std heads, weights transposed) for
         acting one env step at a time, where `SACUpdate` applies (flat observations, plain MLP) on
         the CPU; else None. The views share storage with the parameters, which are updated in place."""
-        if self.device.type != "cpu" or self._update is None:
+        if self.device.type != "cpu" or self._update is None or self.sde:  # gSDE acts with its held matrices
             return None
         trunk = NumpyMLP.of(self.actor.trunk)
         mu, ls = self.actor.mu, self.actor.log_std

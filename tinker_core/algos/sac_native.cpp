@@ -7,7 +7,8 @@
 //
 // Layouts (as the Python modules hold them): actor nn.Linear weight [out, in], bias [out]; critic
 // EnsembleLinear weight [E, in, out], bias [E, 1, out]. Parameter lists are flat: W0, b0, W1, b1, ...
-// (the actor's trunk, then the mean head, then the log-std head).
+// (the actor's trunk, then the mean head, then the log-std head; with gSDE (`sde`) the mean head, then
+// gSDE's log_std [H, A]: no bias, so the list's length is odd).
 
 #include <ATen/ATen.h>
 #include <dlfcn.h>
@@ -27,6 +28,7 @@ using at::Tensor;
 using namespace tinker_native;  // native_kernels.h
 
 constexpr float LOG_STD_MIN = -20.f, LOG_STD_MAX = 2.f;
+constexpr float SDE_EPS = 1e-6f, CLIP_MEAN = 2.f;  // GSDESquashedActor's
 const float HALF_LOG_2PI = static_cast<float>(0.5 * std::log(2.0 * M_PI));
 
 // ---- products ----------------------------------------------------------------------------------
@@ -221,10 +223,14 @@ void critic_weight_grads(const std::vector<Tensor>& net, const std::vector<Tenso
 
 // ---- actor -----------------------------------------------------------------------------------
 
-// Hidden activations of the trunk for x [n, in]; mean and unclamped log std [n, A].
-std::vector<Tensor> actor_forward(const std::vector<Tensor>& actor, const Tensor& x, int64_t act,
-                                  Tensor& mu, Tensor& ls_raw) {
-  const int64_t T = static_cast<int64_t>(actor.size()) / 2 - 2;
+// Hidden layers of the actor's trunk: its parameter list less the heads (two layers, or the mean
+// layer and gSDE's log_std).
+int64_t trunk_layers(const std::vector<Tensor>& actor, bool sde) {
+  return sde ? (static_cast<int64_t>(actor.size()) - 3) / 2 : static_cast<int64_t>(actor.size()) / 2 - 2;
+}
+
+// Hidden activations of the trunk for x [n, in].
+std::vector<Tensor> trunk_forward(const std::vector<Tensor>& actor, const Tensor& x, int64_t T, int64_t act) {
   std::vector<Tensor> hs;
   Tensor h = x;
   for (int64_t k = 0; k < T; ++k) {
@@ -238,6 +244,15 @@ std::vector<Tensor> actor_forward(const std::vector<Tensor>& actor, const Tensor
     hs.push_back(z);
     h = z;
   }
+  return hs;
+}
+
+// Hidden activations of the trunk for x [n, in]; mean and unclamped log std [n, A].
+std::vector<Tensor> actor_forward(const std::vector<Tensor>& actor, const Tensor& x, int64_t act,
+                                  Tensor& mu, Tensor& ls_raw) {
+  const int64_t T = trunk_layers(actor, false);
+  std::vector<Tensor> hs = trunk_forward(actor, x, T, act);
+  const Tensor& h = hs.back();
   // the two heads: a dot product per row and action dimension
   const int64_t n = h.size(0), H = h.size(1), A = actor[2 * T].size(0);
   mu = at::empty({n, A}, h.options());
@@ -299,26 +314,133 @@ void actor_backward(const std::vector<Tensor>& actor, const std::vector<Tensor>&
   hidden_backward(d, x, hs, actor, grads, T - 1, act);
 }
 
+// ---- gSDE's actor ------------------------------------------------------------------------------
+// One noise matrix M [H, A] (exp(log_std) * E, drawn in Python) for every row. Per row, h the trunk's
+// output: mean before the clip mu = W_mu h + b, noise n = h M, variance var = 1e-6 + (h * h) exp(2 log_std).
+
+// Hidden activations of the trunk for x [n, in]; mu, n and var [n, A] in one pass over h (M and
+// exp(2 log_std) read transposed, [A, H], as the mean's weight).
+std::vector<Tensor> sde_actor_forward(const std::vector<Tensor>& actor, const Tensor& x, const Tensor& M,
+                                      int64_t act, Tensor& mu, Tensor& noise, Tensor& var) {
+  const int64_t T = trunk_layers(actor, true);
+  std::vector<Tensor> hs = trunk_forward(actor, x, T, act);
+  const Tensor& h = hs.back();
+  const int64_t n = h.size(0), H = h.size(1), A = actor[2 * T].size(0);
+  const Tensor Mt = M.t().contiguous(), St = actor[2 * T + 2].mul(2.f).exp_().t().contiguous();
+  mu = at::empty({n, A}, h.options());
+  noise = at::empty({n, A}, h.options());
+  var = at::empty({n, A}, h.options());
+  const float *hp = P(h), *wm = P(actor[2 * T]), *bm = P(actor[2 * T + 1]), *mp = P(Mt), *sp = P(St);
+  float *op = P(mu), *np = P(noise), *vp = P(var);
+  for (int64_t i = 0; i < n; ++i) {
+    const float* hr = hp + i * H;
+    for (int64_t k = 0; k < A; ++k) {
+      float sm = 0.f, sn = 0.f, sv = 0.f;
+      const float *wmr = wm + k * H, *mr = mp + k * H, *sr = sp + k * H;
+#pragma omp simd reduction(+ : sm, sn, sv)
+      for (int64_t j = 0; j < H; ++j) {
+        sm += hr[j] * wmr[j];
+        sn += hr[j] * mr[j];
+        sv += hr[j] * hr[j] * sr[j];
+      }
+      op[i * A + k] = sm + bm[k];
+      np[i * A + k] = sn;
+      vp[i * A + k] = sv + SDE_EPS;
+    }
+  }
+  return hs;
+}
+
+// Every actor parameter's gradient from those of the clipped mean (g_m, zero where it clips), the noise
+// (g_n) and the variance (g_var) [B, A] of the first B rows: the mean's weights, log_std (through
+// M = exp(log_std) * E and through the variance), then the trunk from
+// g_h = g_m W_mu + g_n M^T + 2 h (g_var exp(2 log_std)^T).
+void sde_actor_backward(const std::vector<Tensor>& actor, const std::vector<Tensor>& grads, const Tensor& x,
+                        const std::vector<Tensor>& hs, const Tensor& M, const Tensor& g_m, const Tensor& g_n,
+                        const Tensor& g_var, int64_t act) {
+  const int64_t T = trunk_layers(actor, true), B = g_m.size(0);
+  const Tensor h = hs[T - 1].narrow(0, 0, B);
+  const int64_t H = h.size(1), A = g_m.size(1);
+  const Tensor Mt = M.t().contiguous(), St = actor[2 * T + 2].mul(2.f).exp_().t().contiguous();
+  float* gwm = P(grads[2 * T]);
+  std::fill(gwm, gwm + A * H, 0.f);
+  col_sum(P(g_m), B, A, P(grads[2 * T + 1]));
+  Tensor gn_h = at::zeros({A, H}, h.options()), gv_h2 = at::zeros({A, H}, h.options());  // g_n^T h, g_var^T h^2
+  Tensor d = at::zeros({B, H}, h.options());
+  {
+    const float *hp = P(h), *wm = P(actor[2 * T]), *mp = P(Mt), *sp = P(St), *gm = P(g_m), *gn = P(g_n),
+                *gv = P(g_var);
+    float *dp = P(d), *gnh = P(gn_h), *gvh = P(gv_h2);
+    for (int64_t i = 0; i < B; ++i) {
+      const float* hr = hp + i * H;
+      float* dr = dp + i * H;
+      for (int64_t k = 0; k < A; ++k) {
+        const float um = gm[i * A + k], un = gn[i * A + k], uv = gv[i * A + k];
+        float *gmr = gwm + k * H, *gnr = gnh + k * H, *gvr = gvh + k * H;
+        const float *wmr = wm + k * H, *mr = mp + k * H, *sr = sp + k * H;
+#pragma omp simd
+        for (int64_t j = 0; j < H; ++j) {
+          const float hj = hr[j];
+          gmr[j] += um * hj;
+          gnr[j] += un * hj;
+          gvr[j] += uv * hj * hj;
+          dr[j] += um * wmr[j] + un * mr[j] + 2.f * hj * uv * sr[j];
+        }
+      }
+    }
+    float* gls = P(grads[2 * T + 2]);  // [H, A]
+    for (int64_t j = 0; j < H; ++j)
+      for (int64_t k = 0; k < A; ++k)
+        gls[j * A + k] = gnh[k * H + j] * mp[k * H + j] + gvh[k * H + j] * 2.f * sp[k * H + j];
+  }
+  hidden_backward(d, x, hs, actor, grads, T - 1, act);
+}
+
 // ---- the step ----------------------------------------------------------------------------------
 
+// What `critic_step` keeps for `actor_step` before the trunk's activations: [critic_loss, q_mean,
+// td_abs, a, logp] and then std, ls_raw, eps (plain) or mu, n, var, M (gSDE).
+int64_t saved_heads(bool sde) { return sde ? 9 : 8; }
+
 // The critic's part of the step, up to (not including) its optimizer step: the actor on obs and
-// next obs ([obs; next_obs] = x2 [2B, in]), the squashed sample with noise eps [2B, A], the TD target
-// from the target critics, the critics' loss and their gradients (written into critic_grads).
-// Returns [critic_loss, q_mean, td_abs [B], a [2B, A], logp [2B], std [2B, A], ls_raw [2B, A],
-// trunk activations...] (the tail is what `actor_step` needs).
+// next obs ([obs; next_obs] = x2 [2B, in]), the squashed sample with noise eps [2B, A] (with `sde`:
+// gSDE's, with the one matrix M = noise [H, A] for all rows), the TD target from the target critics,
+// the critics' loss and their gradients (written into critic_grads).
+// Returns [critic_loss, q_mean, td_abs [B], a [2B, A], logp [2B], std [2B, A], ls_raw [2B, A], eps,
+// trunk activations...] or with `sde` [..., logp, mu [2B, A], n [2B, A], var [2B, A], M, trunk
+// activations...] (from a on, what `actor_step` needs).
 std::vector<Tensor> critic_step(const Tensor& x2, const Tensor& actions, const Tensor& rewards,
-                                const Tensor& dones, const c10::optional<Tensor>& weights, const Tensor& eps,
+                                const Tensor& dones, const c10::optional<Tensor>& weights, const Tensor& noise,
                                 std::vector<Tensor> actor, std::vector<Tensor> critic,
                                 std::vector<Tensor> target, std::vector<Tensor> critic_grads, double ent_coef,
-                                double gamma, int64_t actor_act, int64_t critic_act) {
+                                double gamma, int64_t actor_act, int64_t critic_act, bool sde) {
   const int64_t B = actions.size(0), A = actions.size(1);
   const int64_t E = critic[0].size(0);
-  Tensor mu, ls_raw;
-  std::vector<Tensor> hs_a = actor_forward(actor, x2, actor_act, mu, ls_raw);
-  Tensor a = at::empty_like(mu), std_t = at::empty_like(mu), logp = at::empty({2 * B}, mu.options());
-  {
-    const float *mp = P(mu), *lp = P(ls_raw), *ep = P(eps);
-    float *ap = P(a), *sp = P(std_t), *op = P(logp);
+  Tensor mu, h1, h2;  // plain: std and ls_raw; gSDE: n and var
+  std::vector<Tensor> hs_a = sde ? sde_actor_forward(actor, x2, noise, actor_act, mu, h1, h2)
+                                 : actor_forward(actor, x2, actor_act, mu, h2);
+  Tensor a = at::empty_like(mu), logp = at::empty({2 * B}, mu.options());
+  if (sde) {
+    const float *mp = P(mu), *vp = P(h2);
+    float *np = P(h1), *ap = P(a), *op = P(logp);
+    for (int64_t i = 0; i < 2 * B; ++i) {
+      float gauss = 0.f, squash = 0.f;
+      for (int64_t k = 0; k < A; ++k) {
+        const int64_t j = i * A + k;
+        const float m = std::min(std::max(mp[j], -CLIP_MEAN), CLIP_MEAN);
+        const float u = m + np[j];
+        np[j] = u - m;  // the noise as the autograd step's log-density sees it (pre-tanh action minus mean)
+        const float ak = std::tanh(u);
+        ap[j] = ak;
+        gauss += -0.5f * np[j] * np[j] / vp[j] - 0.5f * std::log(vp[j]) - HALF_LOG_2PI;
+        squash += std::log1p(-(ak * ak) + 1e-6f);
+      }
+      op[i] = gauss - squash;
+    }
+  } else {
+    h1 = at::empty_like(mu);
+    const float *mp = P(mu), *lp = P(h2), *ep = P(noise);
+    float *ap = P(a), *sp = P(h1), *op = P(logp);
     for (int64_t i = 0; i < 2 * B; ++i) {
       float gauss = 0.f, squash = 0.f;
       for (int64_t k = 0; k < A; ++k) {
@@ -373,10 +495,38 @@ std::vector<Tensor> critic_step(const Tensor& x2, const Tensor& actions, const T
   for (int64_t e = 0; e < E; ++e)
     critic_weight_grads(critic, critic_grads, e, cp.hs[e], xc, P(g_q) + e * B, critic_act);
   std::vector<Tensor> out = {at::scalar_tensor(0.5 * loss, mu.options()),
-                             at::scalar_tensor(qsum / static_cast<double>(E * B), mu.options()),
-                             td_abs, a, logp, std_t, ls_raw, eps};
+                             at::scalar_tensor(qsum / static_cast<double>(E * B), mu.options()), td_abs, a, logp};
+  if (sde) {
+    out.insert(out.end(), {mu, h1, h2, noise});
+  } else {
+    out.insert(out.end(), {h1, h2, noise});
+  }
   out.insert(out.end(), hs_a.begin(), hs_a.end());
   return out;
+}
+
+// gSDE's actor gradients from g_a [B, A], the actor loss's gradient at the actions of obs through the
+// critics, and k, its gradient per logp term (ent_coef / B): per element g_u = (g_a + k * 2a / (1 - a^2 +
+// 1e-6)) (1 - a^2), g_n = g_u - k n / var, g_var = k (n^2 / (2 var^2) - 1 / (2 var)), g_m = g_u where the
+// mean is not clipped; then `sde_actor_backward`. `saved` is `critic_step`'s output.
+void sde_actor_grads(const Tensor& x2, const std::vector<Tensor>& saved, const std::vector<Tensor>& actor,
+                     const std::vector<Tensor>& actor_grads, const Tensor& g_a, float k, int64_t actor_act) {
+  const int64_t B = g_a.size(0), A = g_a.size(1);
+  const Tensor &a_all = saved[3], &mu_all = saved[5], &n_all = saved[6], &var_all = saved[7], &M = saved[8];
+  std::vector<Tensor> hs_a(saved.begin() + saved_heads(true), saved.end());
+  Tensor g_m = at::empty({B, A}, g_a.options()), g_n = at::empty({B, A}, g_a.options()),
+         g_var = at::empty({B, A}, g_a.options());
+  const float *ap = P(a_all), *mp = P(mu_all), *np = P(n_all), *vp = P(var_all), *gx = P(g_a);
+  float *gm = P(g_m), *gn = P(g_n), *gv = P(g_var);
+  for (int64_t j = 0; j < B * A; ++j) {
+    const float a = ap[j], a2 = a * a;
+    const float u = (gx[j] + k * (2.f * a) / (1.f - a2 + 1e-6f)) * (1.f - a2);
+    const float n = np[j], v = vp[j];
+    gm[j] = (mp[j] > -CLIP_MEAN && mp[j] < CLIP_MEAN) ? u : 0.f;
+    gn[j] = u - k * n / v;
+    gv[j] = k * (0.5f * n * n / (v * v) - 0.5f / v);
+  }
+  sde_actor_backward(actor, actor_grads, x2, hs_a, M, g_m, g_n, g_var, actor_act);
 }
 
 // The actor's part, after the critic's optimizer step: min over the (stepped) critics at the
@@ -384,9 +534,9 @@ std::vector<Tensor> critic_step(const Tensor& x2, const Tensor& actions, const T
 // (written into actor_grads). `saved` is `critic_step`'s output. Returns [actor_loss, mean logp].
 std::vector<Tensor> actor_step(const Tensor& x2, std::vector<Tensor> saved, std::vector<Tensor> actor,
                                std::vector<Tensor> actor_grads, std::vector<Tensor> critic, double ent_coef,
-                               int64_t actor_act, int64_t critic_act) {
-  const Tensor &a_all = saved[3], &logp_all = saved[4], &std_all = saved[5], &ls_all = saved[6], &eps_all = saved[7];
-  std::vector<Tensor> hs_a(saved.begin() + 8, saved.end());
+                               int64_t actor_act, int64_t critic_act, bool sde) {
+  const Tensor &a_all = saved[3], &logp_all = saved[4];
+  std::vector<Tensor> hs_a(saved.begin() + saved_heads(sde), saved.end());
   const int64_t B = x2.size(0) / 2, A = a_all.size(1), D = x2.size(1);
   const int64_t E = critic[0].size(0), L = static_cast<int64_t>(critic.size()) / 2;
   const float ent = static_cast<float>(ent_coef);
@@ -436,9 +586,14 @@ std::vector<Tensor> actor_step(const Tensor& x2, std::vector<Tensor> saved, std:
     for (int64_t r = 0; r < ne; ++r)
       for (int64_t k = 0; k < A; ++k) out[ri[r] * A + k] = gp[r * A + k];
   }
+  if (sde) {
+    sde_actor_grads(x2, saved, actor, actor_grads, g_a, ent / static_cast<float>(B), actor_act);
+    return {at::scalar_tensor(loss / B, a_pi.options()), at::scalar_tensor(lsum / B, a_pi.options())};
+  }
   // through the squashing and the log-probability: d/d mean and d/d unclamped log std
   Tensor g_mu = at::empty({B, A}, a_pi.options()), g_ls = at::empty({B, A}, a_pi.options());
   {
+    const Tensor &std_all = saved[5], &ls_all = saved[6], &eps_all = saved[7];
     const float k = ent / static_cast<float>(B);
     const float *ap = P(a_all), *ep = P(eps_all), *sp = P(std_all), *lp = P(ls_all), *gx = P(g_a);
     float *gu = P(g_mu), *gl = P(g_ls);
@@ -486,7 +641,8 @@ void polyak_(std::vector<Tensor> dst, std::vector<Tensor> src, double tau) {
 // through the stepped critic, the entropy coefficient's gradient, the actor's and the coefficient's
 // Adam steps, then (polyak_dst not empty) the target update. Adam's lists hold the optimizers one after
 // another (adam_sizes: critic, actor, coefficient; adam_hyper: lr, beta1, beta2, weight decay, eps of
-// each). The noise is drawn from gen as the Python step draws it. One call instead of some forty
+// each). The noise is drawn from gen as the Python step draws it; with gSDE it is sde_matrix, M [H, A],
+// drawn in Python (the actor draws it). One call instead of some forty
 // dispatches from Python, each of which costs several microseconds once the products have pushed the
 // interpreter's and the dispatcher's memory out of the caches.
 // Returns [critic_loss, actor_loss, ent_coef, entropy, q_mean, td_abs].
@@ -500,13 +656,14 @@ std::vector<Tensor> train_step(const Tensor& obs, const Tensor& actions, const T
                                std::vector<Tensor> adam_m, std::vector<Tensor> adam_v, std::vector<Tensor> adam_steps,
                                std::vector<int64_t> adam_sizes, std::vector<double> adam_hyper,
                                std::vector<Tensor> polyak_dst, std::vector<Tensor> polyak_src, double tau,
-                               int64_t actor_act, int64_t critic_act) {
+                               int64_t actor_act, int64_t critic_act, const c10::optional<Tensor>& sde_matrix) {
   const int64_t B = obs.size(0);
   const auto f32 = obs.options().dtype(at::kFloat);
   Tensor x2 = at::cat({obs.reshape({B, -1}), next_obs.reshape({B, -1})}).to(at::kFloat).contiguous();
   Tensor act = actions.reshape({B, -1}).to(at::kFloat).contiguous();
   const int64_t A = act.size(1);
-  Tensor eps = at::cat({at::randn({B, A}, gen, f32), at::randn({B, A}, gen, f32)});
+  const bool sde = sde_matrix.has_value();
+  Tensor noise = sde ? sde_matrix->contiguous() : at::cat({at::randn({B, A}, gen, f32), at::randn({B, A}, gen, f32)});
   Tensor ent = log_ent_coef.detach().exp();
   const double ent_f = static_cast<double>(ent.item<float>());
   c10::optional<Tensor> w;
@@ -522,10 +679,10 @@ std::vector<Tensor> train_step(const Tensor& obs, const Tensor& actions, const T
               h[3], h[4]);
   };
   std::vector<Tensor> saved = critic_step(x2, act, rewards.to(at::kFloat).contiguous(),
-                                          dones.to(at::kFloat).contiguous(), w, eps, actor, critic, target,
-                                          critic_grads, ent_f, gamma, actor_act, critic_act);
+                                          dones.to(at::kFloat).contiguous(), w, noise, actor, critic, target,
+                                          critic_grads, ent_f, gamma, actor_act, critic_act, sde);
   adam(0);
-  std::vector<Tensor> a = actor_step(x2, saved, actor, actor_grads, critic, ent_f, actor_act, critic_act);
+  std::vector<Tensor> a = actor_step(x2, saved, actor, actor_grads, critic, ent_f, actor_act, critic_act, sde);
   if (ent_grad) ent_grad->fill_(-(a[1].item<float>() + static_cast<float>(target_entropy)));
   adam(1);
   adam(2);
@@ -536,11 +693,11 @@ std::vector<Tensor> train_step(const Tensor& obs, const Tensor& actions, const T
 }  // namespace tinker_sac
 
 TORCH_LIBRARY(tinker_sac, m) {
-  m.def("critic_step(Tensor x2, Tensor actions, Tensor rewards, Tensor dones, Tensor? weights, Tensor eps, "
+  m.def("critic_step(Tensor x2, Tensor actions, Tensor rewards, Tensor dones, Tensor? weights, Tensor noise, "
         "Tensor[] actor, Tensor[] critic, Tensor[] target, Tensor[] critic_grads, float ent_coef, float gamma, "
-        "int actor_act, int critic_act) -> Tensor[]");
+        "int actor_act, int critic_act, bool sde) -> Tensor[]");
   m.def("actor_step(Tensor x2, Tensor[] saved, Tensor[] actor, Tensor[] actor_grads, Tensor[] critic, "
-        "float ent_coef, int actor_act, int critic_act) -> Tensor[]");
+        "float ent_coef, int actor_act, int critic_act, bool sde) -> Tensor[]");
   m.def("adam_step(Tensor(a!)[] params, Tensor[] grads, Tensor(b!)[] exp_avgs, Tensor(c!)[] exp_avg_sqs, "
         "Tensor(d!)[] steps, float lr, float beta1, float beta2, float weight_decay, float eps) -> ()");
   m.def("polyak_(Tensor(a!)[] dst, Tensor[] src, float tau) -> ()");
@@ -551,7 +708,7 @@ TORCH_LIBRARY(tinker_sac, m) {
         "Tensor[] actor, Tensor[] critic, Tensor[] target, Tensor[] actor_grads, Tensor[] critic_grads, "
         "Tensor(b!)[] adam_params, Tensor[] adam_grads, Tensor(c!)[] adam_m, Tensor(d!)[] adam_v, "
         "Tensor(e!)[] adam_steps, int[] adam_sizes, float[] adam_hyper, Tensor(f!)[] polyak_dst, "
-        "Tensor[] polyak_src, float tau, int actor_act, int critic_act) -> Tensor[]");
+        "Tensor[] polyak_src, float tau, int actor_act, int critic_act, Tensor? sde_matrix) -> Tensor[]");
 }
 
 TORCH_LIBRARY_IMPL(tinker_sac, CPU, m) {

@@ -17,7 +17,7 @@ from torch import nn
 
 from tinker_core.algos import native
 from tinker_core.algos.optim import adam_step, fused_adam_args
-from tinker_core.algos.networks import EnsembleQ, SquashedGaussianActor, noise_like
+from tinker_core.algos.networks import EnsembleQ, GSDESquashedActor, SquashedGaussianActor, noise_like
 from tinker_core.algos.sac_update import SACLosses, SACUpdate, train_step_in_sequence
 
 
@@ -31,14 +31,19 @@ class NativeSACUpdate:
     extension is built or loaded at the first step, not here: an algorithm that only acts, evaluates
     or exports compiles nothing. Where it cannot be had, every call goes to `SACUpdate`."""
 
-    def __init__(self, actor: SquashedGaussianActor, critic: EnsembleQ, critic_target: EnsembleQ):
+    def __init__(self, actor: SquashedGaussianActor | GSDESquashedActor, critic: EnsembleQ, critic_target: EnsembleQ):
         lin = [m for m in actor.trunk if type(m) is nn.Linear]
-        self.actor = [t for m in [*lin, actor.mu, actor.log_std] for t in (m.weight, m.bias)]
+        self.gsde = actor if isinstance(actor, GSDESquashedActor) else None
+        """gSDE's actor, which draws each step's noise matrix; None for the plain actor"""
+        if self.gsde is not None:  # the trunk, the mean layer, then log_std [H, A]: an odd-length list
+            self.actor = [*(t for m in [*lin, actor.mu[0]] for t in (m.weight, m.bias)), actor.log_std]
+        else:
+            self.actor = [t for m in [*lin, actor.mu, actor.log_std] for t in (m.weight, m.bias)]
         self.critic = [t for m in critic.layers for t in (m.weight, m.bias)]
         self.target = [t for m in critic_target.layers for t in (m.weight, m.bias)]
         self.actor_act = _act_code(next(type(m) for m in actor.trunk if type(m) is not nn.Linear))
         self.critic_act = _act_code(type(critic.act))
-        self.python = SACUpdate(actor, critic, critic_target)
+        self.python = SACUpdate.of(actor, critic, critic_target)
         self._ops: Any = None  # the extension's ops once loaded; False when it cannot be had
         self._adam: dict[torch.optim.Optimizer, tuple[Any, Any, tuple]] = {}
 
@@ -50,7 +55,7 @@ class NativeSACUpdate:
         return self._ops is not False
 
     @classmethod
-    def create(cls, actor: SquashedGaussianActor, critic: EnsembleQ, critic_target: EnsembleQ,
+    def create(cls, actor: SquashedGaussianActor | GSDESquashedActor, critic: EnsembleQ, critic_target: EnsembleQ,
                device: torch.device) -> "NativeSACUpdate | None":
         """The compiled step where it applies (what `SACUpdate` supports, fp32, on the CPU) and builds."""
         params = [*actor.parameters(), *critic.parameters(), *critic_target.parameters()]
@@ -58,6 +63,11 @@ class NativeSACUpdate:
                 or any(p.dtype != torch.float32 or not p.is_contiguous() for p in params)):
             return None
         return cls(actor, critic, critic_target)
+
+    def _sde_matrix(self, gen: torch.Generator | None) -> torch.Tensor | None:
+        """gSDE's noise matrix for this step, drawn as the autograd path's ``reset_train_noise`` draws it; None
+        for the plain actor (its noise is drawn in the compiled step, from the same generator)."""
+        return None if self.gsde is None else self.gsde.draw(1, gen)[0].detach().contiguous()
 
     @staticmethod
     def _grads(params: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -132,7 +142,7 @@ class NativeSACUpdate:
                     log_ent_coef.grad if ent_opt is not None else None, float(target_entropy), float(gamma),
                     self.actor, self.critic, self.target, actor_grads, critic_grads, *cat,
                     [len(x[0]) for x in lists] + [0] * (3 - len(lists)), hyper, dst, src, float(tau),  # type: ignore[index]
-                    self.actor_act, self.critic_act)
+                    self.actor_act, self.critic_act, self._sde_matrix(gen))
                 return SACLosses(*out)
         return train_step_in_sequence(self, obs, actions, next_obs, rewards, dones, weights, log_ent_coef, ent_opt,
                                       target_entropy, gamma, gen, critic_opt, actor_opt, polyak)
@@ -149,16 +159,19 @@ class NativeSACUpdate:
         x2 = torch.cat([obs, next_obs]).float().contiguous()
         A = actions.shape[1]
         mu_shape = (B, A)
-        eps = torch.cat([noise_like(x2.new_empty(mu_shape), gen), noise_like(x2.new_empty(mu_shape), gen)])
+        noise = self._sde_matrix(gen)
+        if noise is None:
+            noise = torch.cat([noise_like(x2.new_empty(mu_shape), gen), noise_like(x2.new_empty(mu_shape), gen)])
         ent = log_ent_coef.detach().exp()
         ent_f = float(ent)
         w = None if weights is None else weights.float().contiguous()
         saved = self._ops.critic_step(x2, actions.float().contiguous(), rewards.float().contiguous(),
-                                     dones.float().contiguous(), w, eps, self.actor, self.critic, self.target,
-                                     self._grads(self.critic), ent_f, float(gamma), self.actor_act, self.critic_act)
+                                     dones.float().contiguous(), w, noise, self.actor, self.critic, self.target,
+                                     self._grads(self.critic), ent_f, float(gamma), self.actor_act, self.critic_act,
+                                     self.gsde is not None)
         step_critic()
         actor_loss, logp_mean = self._ops.actor_step(x2, saved, self.actor, self._grads(self.actor), self.critic,
-                                                    ent_f, self.actor_act, self.critic_act)
+                                                    ent_f, self.actor_act, self.critic_act, self.gsde is not None)
         if learn_ent_coef:
             log_ent_coef.grad = -(logp_mean + target_entropy).reshape(log_ent_coef.shape)
         critic_loss, q_mean, td_abs = saved[0], saved[1], saved[2]

@@ -18,6 +18,7 @@ critic runs in fp32; tests/algos/test_sac_update.py holds it to SB3's step (and 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, NamedTuple
 
 import torch
@@ -26,7 +27,7 @@ from torch import nn
 
 from tinker_core.algos.optim import adam_step
 from tinker_core.algos.networks import (
-    LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, SquashedGaussianActor, noise_like, squashed_sample,
+    LOG_STD_MAX, LOG_STD_MIN, EnsembleQ, GSDESquashedActor, SquashedGaussianActor, noise_like, squashed_sample,
 )
 
 _FORWARD = {nn.ReLU: torch.relu_, nn.Tanh: torch.tanh_}
@@ -65,12 +66,22 @@ class SACUpdate:
     def __init__(self, actor: SquashedGaussianActor, critic: EnsembleQ, critic_target: EnsembleQ):
         lin = [m for m in actor.trunk if type(m) is nn.Linear]
         self.trunk: list[Layer] = [(m.weight, m.bias) for m in lin]
-        self.mu: Layer = (actor.mu.weight, actor.mu.bias)
-        self.log_std: Layer = (actor.log_std.weight, actor.log_std.bias)
+        self._heads(actor)
         self.critic: list[Layer] = [(m.weight, m.bias) for m in critic.layers]
         self.target: list[Layer] = [(m.weight, m.bias) for m in critic_target.layers]
         self.actor_act = next(type(m) for m in actor.trunk if type(m) is not nn.Linear)
         self.critic_act = type(critic.act)
+
+    def _heads(self, actor: Any) -> None:
+        self.mu: Layer = (actor.mu.weight, actor.mu.bias)
+        self.log_std: Layer = (actor.log_std.weight, actor.log_std.bias)
+
+    @staticmethod
+    def of(actor: SquashedGaussianActor | GSDESquashedActor, critic: EnsembleQ,
+           critic_target: EnsembleQ) -> "SACUpdate":
+        """The written-out step for ``actor``'s kind: `GSDESACUpdate` for gSDE's actor, else `SACUpdate`."""
+        cls = GSDESACUpdate if isinstance(actor, GSDESquashedActor) else SACUpdate
+        return cls(actor, critic, critic_target)
 
     adam_step = staticmethod(adam_step)
     """The optimizer step this update's caller runs (`NativeSACUpdate` has its own)."""
@@ -91,14 +102,19 @@ class SACUpdate:
                 and len(critic.layers) >= 2)
 
     # -- actor ---------------------------------------------------------------------------------------
-    def actor_forward(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """(inputs of each trunk layer and the trunk's output, mean, log std before the clamp)."""
+    def trunk_forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        """The inputs of each trunk layer and the trunk's output."""
         act = _FORWARD[self.actor_act]
         hs = [x]
         for w, b in self.trunk:
             x = act(F.linear(x, w, b))
             hs.append(x)
-        return hs, F.linear(x, *self.mu), F.linear(x, *self.log_std)
+        return hs
+
+    def actor_forward(self, x: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """(inputs of each trunk layer and the trunk's output, mean, log std before the clamp)."""
+        hs = self.trunk_forward(x)
+        return hs, F.linear(hs[-1], *self.mu), F.linear(hs[-1], *self.log_std)
 
     def actor_backward(self, hs: list[torch.Tensor], g_mu: torch.Tensor, g_log_std: torch.Tensor) -> None:
         """Gradients of every actor parameter from those of the mean and the (unclamped) log std;
@@ -108,7 +124,11 @@ class SACUpdate:
         (wm, bm), (ws, bs) = self.mu, self.log_std
         wm.grad, bm.grad = g_mu.t() @ h, g_mu.sum(0)
         ws.grad, bs.grad = g_log_std.t() @ h, g_log_std.sum(0)
-        g = torch.addmm(g_mu @ wm, g_log_std, ws)
+        self.trunk_backward(hs, torch.addmm(g_mu @ wm, g_log_std, ws))
+
+    def trunk_backward(self, hs: list[torch.Tensor], g: torch.Tensor) -> None:
+        """The trunk's parameter gradients from ``g``, that of its output (the first ``len(g)`` rows of ``hs``)."""
+        n = g.shape[0]
         for i in range(len(self.trunk) - 1, -1, -1):
             w, b = self.trunk[i]
             g = _backward_act(self.actor_act, g, hs[i + 1][:n])
@@ -172,11 +192,7 @@ class SACUpdate:
         in SB3), then the actor's and (with ``learn_ent_coef``) the entropy coefficient's gradients.
         ``obs`` and ``next_obs`` are features (the actor's and the critics' alike)."""
         B = obs.shape[0]
-        # the actor on obs and next obs in one pass; noise drawn for obs, then next obs
-        hs_a, mu, ls_raw = self.actor_forward(torch.cat([obs, next_obs]))
-        log_std = ls_raw.clamp(LOG_STD_MIN, LOG_STD_MAX)
-        eps = torch.cat([noise_like(mu[:B], gen), noise_like(mu[B:], gen)])
-        a_all, logp_all, eps, std = squashed_sample(mu, log_std, gen, eps)
+        hs_a, a_all, logp_all, saved = self.sample(torch.cat([obs, next_obs]), B, gen)
         a_pi, logp_pi, next_a, next_logp = a_all[:B], logp_all[:B], a_all[B:], logp_all[B:]
         ent_coef = log_ent_coef.detach().exp()
         _, tq = self.critic_forward(self.target, torch.cat([next_obs, next_a], dim=-1))
@@ -197,14 +213,31 @@ class SACUpdate:
         k = ent_coef / B  # d actor_loss / d logp
         a2 = a_pi.square()
         g_a = g_x[:, obs.shape[1]:] + k * (2.0 * a_pi) / (1.0 - a2 + 1e-6)  # + logp's tanh correction
-        g_u = g_a * (1.0 - a2)
-        ls_b = ls_raw[:B]
-        g_log_std = (g_u * eps[:B] * std[:B] - k) * ((ls_b >= LOG_STD_MIN) & (ls_b <= LOG_STD_MAX))
-        self.actor_backward(hs_a, g_u, g_log_std)
+        self.actor_grads(hs_a, g_a * (1.0 - a2), k, saved)
         if learn_ent_coef:
             log_ent_coef.grad = -(logp_pi + target_entropy).mean().reshape(log_ent_coef.shape)
         return SACLosses(critic_loss, actor_loss, ent_coef.squeeze(), -logp_pi.mean(), q.mean(),
                          td.abs().max(0).values)
+
+    def sample(self, x2: torch.Tensor, B: int, gen: torch.Generator | None
+               ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        """The actor on ``x2 = [obs; next_obs]`` in one pass, its squashed samples (noise drawn for obs, then
+        next obs) and their log-probabilities: (trunk activations, actions, logp, what `actor_grads` needs)."""
+        hs_a, mu, ls_raw = self.actor_forward(x2)
+        log_std = ls_raw.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        eps = torch.cat([noise_like(mu[:B], gen), noise_like(mu[B:], gen)])
+        a_all, logp_all, eps, std = squashed_sample(mu, log_std, gen, eps)
+        return hs_a, a_all, logp_all, (eps, std, ls_raw)
+
+    def actor_grads(self, hs: list[torch.Tensor], g_u: torch.Tensor, k: torch.Tensor,
+                    saved: tuple[torch.Tensor, ...]) -> None:
+        """Every actor parameter's gradient from ``g_u`` [B, A] (the actor loss's gradient at the pre-tanh
+        actions of obs, through the critics and the tanh correction) and ``k`` (its gradient per logp term)."""
+        eps, std, ls_raw = saved
+        B = g_u.shape[0]
+        ls_b = ls_raw[:B]
+        g_log_std = (g_u * eps[:B] * std[:B] - k) * ((ls_b >= LOG_STD_MIN) & (ls_b <= LOG_STD_MAX))
+        self.actor_backward(hs, g_u, g_log_std)
 
     def train_step(self, obs: torch.Tensor, actions: torch.Tensor, next_obs: torch.Tensor, rewards: torch.Tensor,
                    dones: torch.Tensor, weights: torch.Tensor | None, log_ent_coef: torch.Tensor,
@@ -216,6 +249,53 @@ class SACUpdate:
         it is learned) and, given ``polyak = (targets, sources, tau)``, the target update."""
         return train_step_in_sequence(self, obs, actions, next_obs, rewards, dones, weights, log_ent_coef, ent_opt,
                                       target_entropy, gamma, gen, critic_opt, actor_opt, polyak)
+
+
+class GSDESACUpdate(SACUpdate):
+    """`SACUpdate` for gSDE's actor (`GSDESquashedActor`): the same step, with one noise matrix
+    ``M = exp(log_std) * E`` per step (drawn by the actor from the step's generator, as the autograd path's
+    ``reset_train_noise``) for the actions of obs and of next obs. Per row, with ``h`` the trunk's output:
+    ``m = hardtanh(W_mu h + b, -2, 2)``, ``n = h M``, ``a = tanh(m + n)``, ``var = 1e-6 + h^2 exp(2 log_std)``,
+    ``logp = sum(-n^2 / (2 var) - log(var) / 2 - log(2 pi) / 2) - sum log(1 - a^2 + 1e-6)``."""
+
+    def _heads(self, actor: Any) -> None:
+        self.gsde_actor: GSDESquashedActor = actor
+        self.mu = (actor.mu[0].weight, actor.mu[0].bias)
+        self.log_std_param: torch.Tensor = actor.log_std
+
+    def sample(self, x2: torch.Tensor, B: int, gen: torch.Generator | None
+               ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
+        hs_a = self.trunk_forward(x2)
+        h = hs_a[-1]
+        mu_raw = F.linear(h, *self.mu)
+        M = self.gsde_actor.draw(1, gen)[0].detach()
+        m = mu_raw.clamp(-GSDESquashedActor.CLIP_MEAN, GSDESquashedActor.CLIP_MEAN)
+        u = m + h @ M
+        n = u - m  # the noise as the autograd step's log-density sees it (pre-tanh action minus mean), rounding too
+        var2 = torch.exp(2.0 * self.log_std_param.detach())
+        var = torch.addmm(h.new_full((1,), GSDESquashedActor.SDE_EPS), h.square(), var2)
+        a = torch.tanh(u)
+        logp = (-0.5 * n.square() / var - 0.5 * torch.log(var) - 0.5 * math.log(2 * math.pi)).sum(-1)
+        logp = logp - torch.log1p(-a.square() + 1e-6).sum(-1)
+        return hs_a, a, logp, (mu_raw, n, var, M, var2)
+
+    def actor_grads(self, hs: list[torch.Tensor], g_u: torch.Tensor, k: torch.Tensor,
+                    saved: tuple[torch.Tensor, ...]) -> None:
+        """See `SACUpdate.actor_grads`: here through the clipped mean, the noise ``h M`` (to the trunk and,
+        as ``M = exp(log_std) * E``, to log_std) and the state-dependent variance (to both as well)."""
+        B = g_u.shape[0]
+        mu_raw, n, var = (t[:B] for t in saved[:3])
+        M, var2 = saved[3], saved[4]
+        h = hs[-1][:B]
+        g_n = g_u - k * n / var
+        g_var = k * (0.5 * n.square() / var.square() - 0.5 / var)
+        c = GSDESquashedActor.CLIP_MEAN
+        g_m = g_u * ((mu_raw > -c) & (mu_raw < c))
+        wm, bm = self.mu
+        wm.grad, bm.grad = g_m.t() @ h, g_m.sum(0)
+        self.log_std_param.grad = (h.t() @ g_n) * M + (h.square().t() @ g_var) * (2.0 * var2)
+        g_h = torch.addmm(g_m @ wm, g_n, M.t()) + 2.0 * h * (g_var @ var2.t())
+        self.trunk_backward(hs, g_h)
 
 
 def train_step_in_sequence(update: Any, obs: torch.Tensor, actions: torch.Tensor,
