@@ -85,6 +85,13 @@ class PPOConfig(AlgoConfig):
     """Generalized state-dependent exploration (gSDE) for continuous actions, as SB3's use_sde."""
     sde_sample_freq: int = -1
     """Env steps between two gSDE noise-matrix draws (-1: once per rollout)."""
+    value_epochs: int = 0
+    """Extra passes of value regression after each update, on the rollout's returns (minibatches of
+    ``batch_size``), with an Adam of their own at ``value_learning_rate`` (0: none, as SB3). For entries whose
+    value function lags the policy: RL Zoo's MountainCarContinuous PPO entry collapses without them
+    (docs/benchmarks_third_party.md)."""
+    value_learning_rate: float = 1e-3
+    """Adam learning rate of the extra value passes (fixed: a learning-rate schedule moves the joint update's only)."""
     compiled_update: bool = True
     """On the CPU, run each update compiled (ppo_native.py; built once per machine) where it applies
     (continuous actions, MLPs on flat observations); False, or no compiler, runs it through autograd."""
@@ -106,6 +113,10 @@ class PPOConfig(AlgoConfig):
             raise ConfigError(f"gae_lambda: expected 0..1, got {self.gae_lambda}")
         if self.sde_sample_freq == 0 or self.sde_sample_freq < -1:
             raise ConfigError(f"sde_sample_freq: expected -1 (once per rollout) or >= 1, got {self.sde_sample_freq}")
+        if self.value_epochs < 0:
+            raise ConfigError(f"value_epochs: expected >= 0 (0: no extra value passes), got {self.value_epochs}")
+        if not self.value_learning_rate > 0:
+            raise ConfigError(f"value_learning_rate: expected > 0, got {self.value_learning_rate}")
 
 
 class PPO(ActorCritic, Algorithm):
@@ -151,6 +162,9 @@ class PPO(ActorCritic, Algorithm):
         self.fused = None if order is None else FusedActorCritic.build(
             self.pi.logits if self.discrete else self.pi.mean, self.vf, self.flat)
         self.opt = make_adam([self.flat.flat], self.config.learning_rate, eps=1e-5)
+        # the value MLP's parameters are views into the flat buffer: its own Adam steps them in place
+        self.value_opt = (make_adam(list(self.vf.parameters()), self.config.value_learning_rate, eps=1e-5)
+                          if self.config.value_epochs else None)
         self._native = (NativePPOUpdate.create(self.fused, self.discrete, self.sde, self.device)
                         if self.config.compiled_update else None)
         why = ("" if self._native is not None else "compiled_update=False" if not self.config.compiled_update
@@ -166,7 +180,13 @@ class PPO(ActorCritic, Algorithm):
         return "compiled" if self._native is not None else "autograd"
 
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"policy": self.opt}
+        return {"policy": self.opt, "value": self.value_opt}
+
+    def set_learning_rate(self, lr: float) -> None:
+        super().set_learning_rate(lr)
+        if self.value_opt is not None:  # the extra value passes keep their own, fixed rate
+            for g in self.value_opt.param_groups:
+                g["lr"] = self.config.value_learning_rate
 
     def _settable(self) -> dict[str, Callable[[float], None]]:
         return {"lr": self.set_learning_rate, "ent_coef": self._set_ent_coef, "clip_range": self._set_clip}
@@ -406,6 +426,8 @@ class PPO(ActorCritic, Algorithm):
                         norms.append(gn)
             losses_t, lr_all, norms_t = torch.stack(losses), torch.cat(log_ratios), torch.stack(norms)
         self.num_updates += losses_t.shape[0]
+        if self.value_opt is not None:
+            self._fit_values(f_obs, f_ret)
         with torch.no_grad():
             explained = 1.0 - (f_ret - f_val).var() / f_ret.var().clamp_min(1e-8)
             pv = losses_t.mean(0)
@@ -417,6 +439,22 @@ class PPO(ActorCritic, Algorithm):
                              "std": self.pi.log_std.detach().exp().mean() if not self.discrete else torch.tensor(0.0)}
         self._last_batch_rewards = self.buf_rewards
         return {k: float(v) for k, v in self._metrics.items()}
+
+    def _fit_values(self, f_obs: Any, f_ret: torch.Tensor) -> None:
+        """``value_epochs`` passes of value regression on the rollout's returns with the value's own Adam."""
+        c, total = self.config, f_ret.shape[0]
+        with backward_in_caller_thread():
+            for _ in range(c.value_epochs):
+                perm = torch.randperm(total, generator=self.gen).to(self.device)
+                for start in range(0, total, c.batch_size):
+                    idx = perm[start:start + c.batch_size]
+                    with torch.no_grad():
+                        feat = self.perception(_take(f_obs, idx))
+                    v = seq_forward(self.vf, feat).squeeze(-1)
+                    loss = torch.nn.functional.mse_loss(v, f_ret[idx])
+                    self.value_opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
+                    loss.backward()
+                    self.value_opt.step()  # type: ignore[union-attr]
 
     def _entropy_now(self, f_obs: Any) -> torch.Tensor:
         """Mean policy entropy over (up to 256 of) the rollout's observations, for the diagnostics."""
