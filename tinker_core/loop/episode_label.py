@@ -57,6 +57,13 @@ class LabelRecord:
                    int(labelled_ns))
 
 
+def labelled(t: Transition, success: bool, reward: float) -> Transition:
+    """``t`` as a label leaves it: terminated on success, truncated (still bootstrapped) on failure, with ``reward``
+    and ``info["human_label"]``."""
+    return replace(t, terminated=success, truncated=not success, reward=float(reward),
+                   info={**(t.info or {}), "human_label": "success" if success else "failure"})
+
+
 def apply_labels(ts: Iterable[Transition], labels: Iterable[LabelRecord],
                  episode_of: Mapping[int, int]) -> list[Transition]:
     """What `EpisodeLabels` made of ``ts`` live, from the labels a recording kept: each labelled transition
@@ -72,10 +79,7 @@ def apply_labels(ts: Iterable[Transition], labels: Iterable[LabelRecord],
         if ep in cut and cycle > cut[ep]:
             continue  # after the label: the live bridge dropped it (after_label)
         lb = by_cycle.get(cycle)
-        if lb is not None:
-            t = replace(t, terminated=lb.success, truncated=not lb.success, reward=float(lb.reward),
-                        info={**(t.info or {}), "human_label": "success" if lb.success else "failure"})
-        out.append(t)
+        out.append(t if lb is None else labelled(t, lb.success, lb.reward))
     return out
 
 
@@ -145,16 +149,14 @@ class EpisodeLabels:
         word = "success" if success else "failure"
         t = self._held.pop(ep)
         self._ended.pop(ep, None)
-        labelled = replace(t, terminated=success, truncated=not success,
-                           reward=self.success_reward if success else float(t.reward) + self.failure_reward,
-                           info={**(t.info or {}), "human_label": word})
+        done = labelled(t, success, self.success_reward if success else float(t.reward) + self.failure_reward)
         self._labelled[ep] = word
         while len(self._labelled) > 64:  # episodes only go forward: the oldest labels are no longer asked about
             self._labelled.pop(next(iter(self._labelled)))
         self.labels += 1
         ending = "terminal" if success else "bootstrapped, penalised"
-        return Labelled(ep, f"episode {ep} labelled {word} (reward {labelled.reward:g}, its last transition "
-                            f"{ending})"), [labelled] + out
+        return Labelled(ep, f"episode {ep} labelled {word} (reward {done.reward:g}, its last transition "
+                            f"{ending})"), [done] + out
 
     def flush(self) -> list[Transition]:
         """Every held transition (at shutdown)."""
@@ -164,4 +166,4 @@ class EpisodeLabels:
         return out
 
 
-__all__ = ["EpisodeLabels", "LabelRecord", "Labelled", "apply_labels"]
+__all__ = ["EpisodeLabels", "LabelRecord", "Labelled", "apply_labels", "labelled"]

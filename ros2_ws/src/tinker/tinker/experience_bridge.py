@@ -172,7 +172,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
     def _on_label(self, request, response):
         done, released = self.labels.label(bool(request.data), time.monotonic())
         if done.episode is not None and self.recorder is not None:  # so that `tinker replay import` applies it too
-            self.recorder.write_label(LabelRecord.of(done.episode, released[0], time.time_ns()), time.time_ns())
+            now_ns = time.time_ns()
+            self.recorder.write_label(LabelRecord.of(done.episode, released[0], now_ns), now_ns)
         self._send(released)
         response.success, response.message = done.episode is not None, done.message
         self.get_logger().info(f"label_episode: {done.message}")

@@ -70,7 +70,7 @@ LABEL_MSGDEF = """\
 int32 episode               # the robot's episode counter of the labelled episode
 int64 cycle                 # the cycle its labelled (last) transition starts from; later cycles gave none
 bool success                # the label: success or failure
-float64 reward              # the reward that transition got (terminal)
+float64 reward              # the reward that transition got (success: terminal; failure: penalised, bootstrapped)
 int64 labelled_ns           # when the label was given (wall clock, ns)
 """
 LABEL_FIELDS = ("episode", "cycle", "success", "reward", "labelled_ns")
@@ -236,9 +236,8 @@ class CycleRecorder:
 
     def write_label(self, label, log_time_ns: int) -> None:
         """One episode label (`tinker_core.loop.episode_label.LabelRecord`) on ``/tinker/episode_label``."""
-        msg = {"episode": int(label.episode), "cycle": int(label.cycle), "success": bool(label.success),
-               "reward": float(label.reward), "labelled_ns": int(label.labelled_ns)}
-        self.write_dict(LABEL_TOPIC, LABEL_SCHEMA, LABEL_MSGDEF, msg, log_time_ns)
+        self.write_dict(LABEL_TOPIC, LABEL_SCHEMA, LABEL_MSGDEF, {f: getattr(label, f) for f in LABEL_FIELDS},
+                        log_time_ns)
 
     def close(self) -> None:
         if self._f is not None:
