@@ -33,11 +33,10 @@ def operator(ros2):
 
 
 def _task(episode: int, cycle: int, d: float, target=(0.5, 0.1, 0.4), success: bool = False, late: bool = False):
-    from tinker.wire import array_msg
+    from tinker.wire import task_msg
 
-    v = [-d, 0.0, float(success), d, 0.4, 0.0, 0.5, *target, 0.0, 0.0, 0.0]
-    return array_msg(np.asarray(v), {"stamp_ns": time.time_ns() - (10**9 if late else 0), "cycle": cycle,
-                                     "episode": episode})
+    return task_msg(time.time_ns() - (10**9 if late else 0), cycle, episode, -d, False, success, d,
+                    [("ee_pos", [0.4, 0.0, 0.5]), ("target_pos", target), ("target_minus_ee", np.zeros(3))])
 
 
 def test_it_takes_over_only_when_the_arm_heads_away_and_steers_toward_the_target(operator):

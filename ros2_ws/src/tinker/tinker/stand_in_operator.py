@@ -50,12 +50,12 @@ class StandInOperator:
         from std_msgs.msg import Float64MultiArray
         from std_srvs.srv import SetBool
 
-        from tinker.wire import COMMAND_QOS, SENSOR_QOS, decode_meta
+        from tinker.wire import COMMAND_QOS, SENSOR_QOS, read_task
         from tinker_sim.pybullet_world import PyBulletWorld
         from tinker_sim.robot import ArmRobot
 
         ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
-        self.node, self._decode, self._JointState = node, decode_meta, JointState
+        self.node, self._read_task, self._JointState = node, read_task, JointState
         self.away_cycles, self.away_m, self.hold_s, self.release_m = int(away_cycles), away_m, hold_s, release_m
         self.step_rad, self.gain, self.do_label, self.do_takeover = step_rad, gain, label, takeover
         self.late_s, self._late = float(late_s), False
@@ -86,24 +86,29 @@ class StandInOperator:
             self.q = np.asarray(msg.position, dtype=np.float64)
 
     def _on_task(self, msg) -> None:
-        meta = self._decode(msg.layout.dim[0].label) if msg.layout.dim else {}
-        v = np.asarray(msg.data, dtype=np.float64)
-        if v.shape[0] < 10:
+        from tinker_core.errors import ValidationError
+
+        try:
+            task = self._read_task(msg, "stand_in_operator.task")
+        except ValidationError:
             return
-        ep = int(meta.get("episode", -1))
-        self._late = time.time_ns() - int(meta.get("stamp_ns", 0) or 0) > self.late_s * 1e9
+        target = task.terms.get("target_pos")
+        if target is None or target.shape[0] != 3:
+            return  # not a reach task's: nothing to steer toward
+        ep = int(task.episode)
+        self._late = time.time_ns() - task.stamp_ns > self.late_s * 1e9
         if self.episode is not None and ep != self.episode:
             self._episode_ended(self.episode, self.seen_success)
         if ep != self.episode:
             self.episode, self.seen_success, self._taken_this_episode = ep, False, False
             self.recent.clear()
             self.engaged_until = 0.0
-        success, d = bool(v[2] > 0.5), float(v[3])
+        success, d = task.success, task.distance
         if success and not self.seen_success:
             self._label(ep, True)
         self.seen_success = self.seen_success or success
         with self.lock:
-            self.target, self.distance = v[7:10].copy(), d
+            self.target, self.distance = target.copy(), d
         self.recent.append(d)
         now = time.monotonic()
         # not once the episode succeeded: its later cycles give the learner nothing (the episode ended there)

@@ -122,6 +122,7 @@ class TaskMsg:
     reward: float
     done: bool
     success: bool
+    distance: float
     terms: dict[str, np.ndarray]
 
 
@@ -144,7 +145,7 @@ def read_task(msg: Float64MultiArray, where: str = "task") -> TaskMsg:
                               repr(meta)) from e
     if off != v.shape[0] and meta.get("terms"):
         raise ValidationError(f"{where}.terms", f"{v.shape[0] - head} values after the head", f"terms of {off - head}")
-    return TaskMsg(stamp, cycle, episode, float(v[0]), bool(v[1] > 0.5), bool(v[2] > 0.5), terms)
+    return TaskMsg(stamp, cycle, episode, float(v[0]), bool(v[1] > 0.5), bool(v[2] > 0.5), float(v[3]), terms)
 
 
 def task_msg(stamp_ns: int, cycle: int, episode: int, reward: float, done: bool, success: bool, distance: float,
