@@ -212,6 +212,11 @@ class Algorithm(TorchModule):
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
         raise NotImplementedError
 
+    def _lr_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers ``learning_rate`` (and its schedule) sets: all of them unless an algorithm keeps some
+        at their own rate."""
+        return self._optimizers()
+
     def _act(self, obs: Any, deterministic: bool) -> np.ndarray:
         """Batched normalized obs tensor(s) -> batch of env actions (numpy)."""
         raise NotImplementedError
@@ -301,7 +306,7 @@ class Algorithm(TorchModule):
     # -- settings -----------------------------------------------------------------------------------
     def set_learning_rate(self, lr: float) -> None:
         self.config.learning_rate = float(lr)
-        for opt in self._optimizers().values():
+        for opt in self._lr_optimizers().values():
             if opt is not None:
                 for g in opt.param_groups:
                     g["lr"] = float(lr) if not isinstance(g["lr"], torch.Tensor) else g["lr"].fill_(lr)

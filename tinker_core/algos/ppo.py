@@ -182,11 +182,8 @@ class PPO(ActorCritic, Algorithm):
     def _optimizers(self) -> dict[str, torch.optim.Optimizer]:
         return {"policy": self.opt, "value": self.value_opt}
 
-    def set_learning_rate(self, lr: float) -> None:
-        super().set_learning_rate(lr)
-        if self.value_opt is not None:  # the extra value passes keep their own, fixed rate
-            for g in self.value_opt.param_groups:
-                g["lr"] = self.config.value_learning_rate
+    def _lr_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"policy": self.opt}  # the extra value passes keep their own, fixed rate
 
     def _settable(self) -> dict[str, Callable[[float], None]]:
         return {"lr": self.set_learning_rate, "ent_coef": self._set_ent_coef, "clip_range": self._set_clip}

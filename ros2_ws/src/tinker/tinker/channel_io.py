@@ -15,7 +15,7 @@ import numpy as np
 from std_msgs.msg import Float32MultiArray
 
 from tinker.runtime import Param
-from tinker.wire import COMMAND_QOS, array_msg, decode_meta
+from tinker.wire import COMMAND_QOS, array_msg, meta_of
 from tinker_core.multiagent.channel_edge import agent_channels
 from tinker_core.multiagent.channels import ChannelSpec, channels_from_json, topic
 
@@ -44,7 +44,7 @@ def channel_msg(message: np.ndarray, sender: str, stamp_ns: int, cycle: int) -> 
 
 def read_channel_msg(msg: Float32MultiArray) -> tuple[np.ndarray, str | None]:
     """(values, who it says it is from); unchecked: the receiver's inbox checks it against the channel's spec."""
-    meta = decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
+    meta = meta_of(msg)
     return np.array(msg.data, dtype=np.float64), meta.get("from")
 
 

@@ -26,9 +26,9 @@ class Monitor:
         from rclpy.signals import SignalHandlerOptions
         from std_msgs.msg import Float64MultiArray
 
-        from tinker.wire import COMMAND_QOS, decode_meta, safety_counters
+        from tinker.wire import COMMAND_QOS, meta_of, safety_counters
 
-        self._decode = decode_meta
+        self._meta_of = meta_of
         self.ctx = Context()
         domain = os.environ.get("ROS_DOMAIN_ID", "")
         rclpy.init(context=self.ctx, args=[], domain_id=int(domain) if domain.isdigit() else None,
@@ -61,7 +61,7 @@ class Monitor:
             self.executor.spin_once(timeout_sec=0.05)
 
     def _on_task(self, msg: Any) -> None:
-        meta = self._decode(msg.layout.dim[0].label) if msg.layout.dim else {}
+        meta = self._meta_of(msg)
         v = msg.data
         if len(v) < 4:
             return

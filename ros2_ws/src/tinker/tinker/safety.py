@@ -29,7 +29,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from tinker.node_params import SAFETY_PARAMS
 from tinker.runtime import NodeRuntime, main_for
-from tinker.wire import (COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_msg, decode_meta, estop_msg, read_array,
+from tinker.wire import (COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_msg, estop_msg, meta_of, read_array,
                          stamp_ns, state_tags, trajectory_msg)
 from tinker_safety.guard_cycle import Command
 from tinker_safety.guard_session import GATE_PARAMS, TAKEOVER_PARAMS, GuardSession
@@ -163,7 +163,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
-        meta = decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
+        meta = meta_of(msg)
         valid, target = self.session.takes_commands, None  # (a command that cannot go on is not read)
         if valid:
             try:

@@ -38,7 +38,7 @@ from trajectory_msgs.msg import JointTrajectory
 from tinker.recording import CycleJoin, EpisodeEnds, RunRecorder
 from tinker.robot_model import with_frame_prefix
 from tinker.runtime import EXECUTOR_ENV, OK, WARN, NodeRuntime, Param, declare_params, main_for
-from tinker.wire import OBSERVER_QOS, RECORD_QOS, SENSOR_QOS, decode_meta, stamp_ns
+from tinker.wire import OBSERVER_QOS, RECORD_QOS, SENSOR_QOS, meta_of, stamp_ns
 from tinker_core.errors import TinkerError
 
 PAGE = Path(__file__).resolve().parent / "web" / "view.html"
@@ -53,10 +53,6 @@ queue in turn, so a cycle's command can come several cycles after its task on a 
 def type_name(cls) -> str:
     """``sensor_msgs/msg/JointState`` for the rclpy class ``JointState``."""
     return f"{cls.__module__.split('.')[0]}/msg/{cls.__name__}"
-
-
-def _meta(msg) -> dict[str, str]:
-    return decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
 
 
 def serve_page(port: int, ws_port: int, host: str = "127.0.0.1"):
@@ -193,7 +189,7 @@ class ViewNode(NodeRuntime, Node):
             if msg.points and self.live is not None:
                 self.live.command(list(msg.points[0].positions), now, list(msg.joint_names))
             return
-        meta = _meta(msg)
+        meta = meta_of(msg)
         self.join.command(meta, msg.data, now)
         if self.live is None:
             return
@@ -217,7 +213,7 @@ class ViewNode(NodeRuntime, Node):
                         ends["terminated"], ends["truncated"], ends["after_end"])
 
     def _on_task(self, msg: Float64MultiArray, now: int) -> None:
-        meta = _meta(msg)
+        meta = meta_of(msg)
         for rec in self.join.task(meta, msg.data):
             self._cycle(rec, now)
         rec = self.join.pending_record(int(meta.get("stamp_ns", 0) or 0))
@@ -226,13 +222,13 @@ class ViewNode(NodeRuntime, Node):
                 self._live_cycle(rec, cmd_meta, sent)
 
     def _on_features(self, msg: Float32MultiArray, now: int) -> None:
-        self.join.features(_meta(msg), msg.data, now)
+        self.join.features(meta_of(msg), msg.data, now)
 
     def _on_raw(self, msg: Float64MultiArray, now: int) -> None:
-        self.join.raw_action(_meta(msg), msg.data, now)
+        self.join.raw_action(meta_of(msg), msg.data, now)
 
     def _on_target(self, msg: Float64MultiArray, now: int) -> None:
-        self.join.joint_target(_meta(msg), msg.data)
+        self.join.joint_target(meta_of(msg), msg.data)
 
     def _on_diag(self, msg: DiagnosticArray, now: int) -> None:
         if self.live is not None:

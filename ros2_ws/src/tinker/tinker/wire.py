@@ -212,8 +212,7 @@ def read_array(msg, n: int | None, where: str) -> tuple[np.ndarray, dict[str, st
     if not np.isfinite(v).all():
         bad = np.flatnonzero(~np.isfinite(v)).tolist()
         raise ValidationError(where, "finite values", f"NaN/inf at index {bad}")
-    meta = decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
-    return v, meta
+    return v, meta_of(msg)
 
 
 def stamp_ns(header) -> int:
