@@ -84,12 +84,17 @@ def run_tinker(task: Task, steps: int, seed: int, double_q: bool = True) -> dict
         clock = UpdateClock(algo, "_update", lambda a, k: ppo_samples_per_update(task))
     else:
         clock = UpdateClock(algo, "_train", lambda a, k: int(a[0] if a else k["gradient_steps"]))
+    curve: list[tuple[int, float]] = []  # every episode: algo.episode_history keeps the last 5000 only
+
+    def record(a, info: dict) -> None:
+        curve.extend((a.num_timesteps, e.ret) for e in info["episodes"])
+
     t0 = time.perf_counter()
-    algo.learn(steps, progress=False)
+    algo.learn(steps, callback=record, progress=False)
     wall = time.perf_counter() - t0
     norm = getattr(algo, "obs_norm", None)
     ev = evaluate(task, lambda o: algo.predict(o, deterministic=True), 10, seed)
-    return {"steps_per_s": algo.num_timesteps / wall, "wall_s": wall, **ev, "curve": list(algo.episode_history),
+    return {"steps_per_s": algo.num_timesteps / wall, "wall_s": wall, **ev, "curve": curve,
             "update_s": clock.seconds, "update_calls": clock.calls, "gradient_steps": clock.gradient_steps,
             "update_path": getattr(algo, "update_path", "autograd"), "rlzoo_notes": settings.notes,
             "not_applied": not_applied(task, "tinker"), "normalizer": norm is not None}

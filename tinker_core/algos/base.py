@@ -174,7 +174,7 @@ class Algorithm(TorchModule):
         self.gen = torch.Generator().manual_seed(c.seed)
         self.diagnostics = Diagnostics()
         self.control = Control()
-        self.episode_history: list[tuple[int, float]] = []
+        self.episode_history: list[tuple[int, float]] = []  # (env step, return) of the last 5000 episodes
         self.success_history: list[bool] = []
         self.last_good_checkpoint: Path | None = None
         self._last_obs: Any = None
