@@ -108,6 +108,9 @@ def bench_sac(n: int, compile_too: bool, seed: int = 0) -> dict[str, dict]:
         train = algo._train_step
         warm = 20
         if path.endswith("torch.compile"):
+            # the step reads integer attributes (num_updates) that change every call: without this, dynamo
+            # recompiles on each value until its limit and then runs that frame eagerly
+            torch._dynamo.config.allow_unspec_int_on_nn_module = True
             train = torch.compile(algo._train_step)
             t0 = time.perf_counter()
             try:
