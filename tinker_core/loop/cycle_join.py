@@ -164,6 +164,12 @@ class CycleJoiner:
             fields["intervention_action"] = np.asarray(action, dtype=np.float64)
         self._attach(stamp, **fields)  # never opens a cycle, as a command does not
 
+    @property
+    def newest_cycle(self) -> int | None:
+        """The robot's cycle counter of the newest state whose outcome has come (None before any)."""
+        cycles = [int(self._open[s]["cycle"]) for s in self._outcome if s in self._open]
+        return max(cycles) if cycles else None
+
     def flush(self) -> list[Closed]:
         """Close every open cycle (at shutdown)."""
         out = []

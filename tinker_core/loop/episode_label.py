@@ -92,6 +92,8 @@ class EpisodeLabels:
         self._labelled: dict[int, str] = {}
         self.after_label = 0
         """transitions dropped because their episode was labelled before they came"""
+        self.after_label_interventions = 0
+        """of those, a person's (``info["intervention"]``)"""
         self.labels = 0
 
     def configure(self, window_s: float, success_reward: float, failure_reward: float) -> None:
@@ -107,6 +109,7 @@ class EpisodeLabels:
             return self.flush() + [t]
         if episode in self._labelled:
             self.after_label += 1
+            self.after_label_interventions += bool((t.info or {}).get("intervention"))
             return self.release(now)
         if episode != self._running:
             if self._running is not None and self._running not in self._ended:

@@ -92,3 +92,12 @@ def test_replay_import_joins_recorded_cycles_by_the_same_rule():
     assert [(int(t.obs[0]), int(t.next_obs[0]), t.reward) for t in replayed] == \
            [(int(c.transition.obs[0]), int(c.transition.next_obs[0]), c.transition.reward)
             for c in live if c.transition is not None]
+
+
+def test_newest_cycle_is_the_newest_state_whose_outcome_came():
+    j = CycleJoiner()
+    assert j.newest_cycle is None
+    for k in range(6):
+        _feed(j, k, 1)
+    _feed(j, 6, 1, drop=("outcome",))  # its features and action are in, its outcome is not
+    assert j.newest_cycle == 5

@@ -71,6 +71,17 @@ def test_a_label_after_the_window_goes_on_the_running_episode_and_ends_it_for_th
     assert answer2.episode is None and "labelled already" in answer2.message
 
 
+def test_a_persons_transitions_dropped_after_a_label_are_counted_apart():
+    labels = EpisodeLabels(window_s=1.0)
+    labels.add(_t(10), 2, 0.3)
+    assert labels.label(True, 0.4)[0].episode == 2
+    person = _t(11)
+    person.info["intervention"] = True
+    labels.add(person, 2, 0.5)
+    labels.add(_t(12), 2, 0.6)
+    assert (labels.after_label, labels.after_label_interventions) == (2, 1)
+
+
 def test_a_label_with_nothing_to_label_says_so():
     answer, out = EpisodeLabels().label(True, 0.0)
     assert answer.episode is None and "no episode" in answer.message and out == []

@@ -176,7 +176,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
             self.recorder.write_label(LabelRecord.of(done.episode, released[0], now_ns), now_ns)
         self._send(released)
         response.success, response.message = done.episode is not None, done.message
-        self.get_logger().info(f"label_episode: {done.message}")
+        at = f"; at cycle {released[0].info.get('cycle')}" if done.episode is not None and released else ""
+        self.get_logger().info(f"label_episode: {done.message}{at}, the newest cycle in: {self.join.newest_cycle}")
         return response
 
     def _tick(self) -> None:
@@ -273,6 +274,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
                 "intervention_transitions": self.intervention_transitions,
                 "interventions_without_action": self.join.interventions_without_action,
                 "labels": self.labels.labels, "after_label": self.labels.after_label,
+                "after_label_interventions": self.labels.after_label_interventions,
                 "chain_bundle": self.chain_bundle,
                 "reward_source": "sensors" if self.sensed is not None else "sim",
                 **({"sensor": self.sensed.sensor.config.name, "sensor_successes": self.sensed.successes}
