@@ -44,20 +44,31 @@ def new_cycle(stamp_ns: int = 0) -> dict[str, Any]:
             "intervention": False, "intervention_action": []}
 
 
+def no_transition(cur: Mapping[str, Any], nxt: Mapping[str, Any]) -> str | None:
+    """Why the rule above gives no transition from cycle record ``cur`` to ``nxt`` (None: it gives one)."""
+    if len(cur["raw_action"]) == 0:
+        return "no_action"
+    if len(cur["policy_input"]) == 0 or len(nxt["policy_input"]) == 0:
+        return "no_features"
+    if int(nxt["episode"]) != int(cur["episode"]):
+        return "episode_changed"
+    if int(nxt["cycle"]) != int(cur["cycle"]) + 1:
+        return "cycle_lost"
+    if cur["terminated"] or cur["truncated"] or cur.get("after_end") or nxt.get("after_end"):
+        return "episode_ended"  # no transition starts where the episode ended (a robot at the goal, not reset, says so again)
+    if cur.get("intervention") and len(cur.get("intervention_action", [])) == 0:
+        return "no_person_action"  # a person took this cycle over and their action is unknown: none is better
+    return None
+
+
 def transition(cur: Mapping[str, Any], nxt: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> Transition | None:
     """The transition from cycle record ``cur`` to ``nxt`` (both with their outcome), or None when the rule
     above gives none."""
-    if len(cur["raw_action"]) == 0 or len(cur["policy_input"]) == 0 or len(nxt["policy_input"]) == 0:
+    if no_transition(cur, nxt) is not None:
         return None
-    if int(nxt["episode"]) != int(cur["episode"]) or int(nxt["cycle"]) != int(cur["cycle"]) + 1:
-        return None
-    if cur["terminated"] or cur["truncated"] or cur.get("after_end") or nxt.get("after_end"):
-        return None  # no transition starts where the episode ended (a robot at the goal, not reset, says so again)
     action, extra = np.asarray(cur["raw_action"], dtype=np.float32), {}
     if cur.get("intervention"):
-        person = np.asarray(cur.get("intervention_action", []), dtype=np.float32).reshape(-1)
-        if person.shape[0] == 0:
-            return None  # a person took this cycle over and their action is unknown: no transition is better
+        person = np.asarray(cur["intervention_action"], dtype=np.float32).reshape(-1)
         action, extra = np.concatenate([person, action[person.shape[0]:]]), {"intervention": True}
     return Transition(obs=np.asarray(cur["policy_input"], dtype=np.float32), action=action,
                       reward=float(nxt["reward"]), terminated=bool(nxt["terminated"]), truncated=bool(nxt["truncated"]),
@@ -98,6 +109,9 @@ class CycleJoiner:
         """cycles closed without their outcome (the robot's message for that state never came)"""
         self.interventions_without_action = 0
         """cycles flagged as a person's that closed before the person's action came (they give no transition)"""
+        self.interventions_lost: dict[str, int] = {}
+        """a person's cycles that gave no transition, by `no_transition`'s reason (``no_next``: the next cycle's
+        outcome never came)"""
         self._early: OrderedDict[int, dict[str, Any]] = OrderedDict()
         """command and intervention fields that came before their cycle opened (a subscriber's executor takes ready
         topics in its own order, not in the order they were sent): applied when it opens, the oldest dropped
@@ -188,4 +202,8 @@ class CycleJoiner:
             self.interventions_without_action += 1
         nxt_stamp = next(iter(self._open), None)
         nxt = self._open.get(nxt_stamp) if nxt_stamp in self._outcome else None
+        if rec["intervention"]:
+            why = "no_next" if nxt is None else no_transition(rec, nxt)
+            if why is not None:
+                self.interventions_lost[why] = self.interventions_lost.get(why, 0) + 1
         return [Closed(rec, transition(rec, nxt, self.info) if nxt is not None else None)]

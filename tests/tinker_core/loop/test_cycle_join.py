@@ -101,3 +101,15 @@ def test_newest_cycle_is_the_newest_state_whose_outcome_came():
         _feed(j, k, 1)
     _feed(j, 6, 1, drop=("outcome",))  # its features and action are in, its outcome is not
     assert j.newest_cycle == 5
+
+
+def test_a_persons_cycle_that_gives_no_transition_is_counted_by_reason():
+    j = CycleJoiner()
+    for k in range(3):
+        _feed(j, k, 1)
+    j.intervention(1_000_000 * 2, np.zeros(7))  # cycle 2: a person's, with their action
+    _feed(j, 3, 1, drop=("features",))  # the next cycle has no features: no transition from 2
+    for k in range(4, 8):
+        _feed(j, k, 1)
+    j.flush()
+    assert j.interventions_lost == {"no_features": 1}

@@ -275,6 +275,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
                 "interventions_without_action": self.join.interventions_without_action,
                 "labels": self.labels.labels, "after_label": self.labels.after_label,
                 "after_label_interventions": self.labels.after_label_interventions,
+                **{f"interventions_lost.{k}": v for k, v in self.join.interventions_lost.items()},
                 "chain_bundle": self.chain_bundle,
                 "reward_source": "sensors" if self.sensed is not None else "sim",
                 **({"sensor": self.sensed.sensor.config.name, "sensor_successes": self.sensed.successes}
