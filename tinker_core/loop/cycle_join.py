@@ -202,8 +202,8 @@ class CycleJoiner:
             self.interventions_without_action += 1
         nxt_stamp = next(iter(self._open), None)
         nxt = self._open.get(nxt_stamp) if nxt_stamp in self._outcome else None
-        if rec["intervention"]:
+        t = transition(rec, nxt, self.info) if nxt is not None else None
+        if rec["intervention"] and t is None:  # why, for a person's cycle (the rule runs again only then)
             why = "no_next" if nxt is None else no_transition(rec, nxt)
-            if why is not None:
-                self.interventions_lost[why] = self.interventions_lost.get(why, 0) + 1
-        return [Closed(rec, transition(rec, nxt, self.info) if nxt is not None else None)]
+            self.interventions_lost[why] = self.interventions_lost.get(why, 0) + 1
+        return [Closed(rec, t)]

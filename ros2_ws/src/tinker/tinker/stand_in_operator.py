@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from tinker_core.errors import ValidationError
+
 
 class StandInOperator:
     """The takeover rule and the labels, fed by ``task`` and ``joint_states`` (see the module doc)."""
@@ -86,8 +88,6 @@ class StandInOperator:
             self.q = np.asarray(msg.position, dtype=np.float64)
 
     def _on_task(self, msg) -> None:
-        from tinker_core.errors import ValidationError
-
         try:
             task = self._read_task(msg, "stand_in_operator.task")
         except ValidationError:
