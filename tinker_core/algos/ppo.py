@@ -440,14 +440,14 @@ class PPO(ActorCritic, Algorithm):
     def _fit_values(self, f_obs: Any, f_ret: torch.Tensor) -> None:
         """``value_epochs`` passes of value regression on the rollout's returns with the value's own Adam."""
         c, total = self.config, f_ret.shape[0]
+        with torch.no_grad():  # the passes move the value MLP only: the features are computed once
+            feats = self.perception(f_obs)
         with backward_in_caller_thread():
             for _ in range(c.value_epochs):
                 perm = torch.randperm(total, generator=self.gen).to(self.device)
                 for start in range(0, total, c.batch_size):
                     idx = perm[start:start + c.batch_size]
-                    with torch.no_grad():
-                        feat = self.perception(_take(f_obs, idx))
-                    v = seq_forward(self.vf, feat).squeeze(-1)
+                    v = seq_forward(self.vf, feats[idx]).squeeze(-1)
                     loss = torch.nn.functional.mse_loss(v, f_ret[idx])
                     self.value_opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
                     loss.backward()
