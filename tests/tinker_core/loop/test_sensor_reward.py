@@ -111,7 +111,7 @@ class _Fixed:
     def __init__(self, limit: int):
         self.config = SensorConfig(success_distance=0.05, success_bonus=1.0, time_limit_cycles=limit)
 
-    def read(self, f):
+    def read(self, f, target=None):
         from tinker_core.loop.sensor_reward import SensorReading
 
         return SensorReading(float(f[0]), bool(f[0] == 1.0), 0.0, np.zeros(3), np.zeros(3))
@@ -137,3 +137,25 @@ def test_outcomes_pair_by_stamp_and_end_episodes_from_the_sensor():
         got.append((o.terminated, o.truncated))
     assert got == [(False, False)] * 3 + [(False, True)] * 3
     assert out.successes == 1
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_the_target_is_read_on_the_episodes_first_state_and_held(env, hold):
+    """Near the target the arm hides it and a locator's estimate wanders; the held target does not."""
+    fk = ForwardKinematics.from_urdf(None, env.joint_names).ee_position
+    cfg = SensorConfig(**success_rule(), time_limit_cycles=50, hold_target=hold)
+    out = SensorOutcome(ReachSensor(cfg, env.obs_terms, IMAGE_TERMS, fk))
+    first, _ = env.reset(seed=4)  # the arm at its start pose: the target in view, perceived where it is
+    out.counters(1, 0, 7)
+    assert not out.features(1, first).terminated
+    at = _at_target(env).copy()
+    s, scale = _slot(env, "target_pos")
+    at[s] += np.array([0.10, 0.0, 0.0]) * scale  # this frame's estimate 10 cm off, as when the arm hides the target
+    out.counters(2, 1, 7)
+    o = out.features(2, at)
+    assert o.terminated is hold and out.successes == int(hold)
+    assert out.last.distance == pytest.approx(np.linalg.norm(env.task.target - env.ee_position) if hold else 0.10, abs=2e-3)
+    # the next episode reads its own target: this frame (10 cm off) is its first
+    out.counters(3, 2, 8)
+    o = out.features(3, at)
+    assert not o.terminated and out.last.distance == pytest.approx(0.10, abs=2e-3)
