@@ -62,6 +62,13 @@ class SafetyConfig:
     """largest commanded speed as a fraction of the URDF velocity limit"""
     accel_limit: float | list[float] | None = 20.0
     """largest speed-up per joint, rad/s² (one value or one per joint); slowing to a stop is always allowed; None disables"""
+    limit_from: str = "command"
+    """where the speed and acceleration limits act from. ``measured``: a command's step from the measured position,
+    its speed-up from the measured speed. ``command``: on the command stream, from the last command sent and its
+    speed (as ros2_control's joint limiters do), every command also kept within one speed-limit step of the
+    measured position (the bound ``measured`` gives). For a robot with command latency: from the measured state, a
+    command that acts L periods later cannot drive a joint faster than about accel_limit * control_period / L
+    (7 periods cap the reach arm near 0.2 rad/s: docs/sim2real/variants.md)"""
     control_period: float = 0.05
     """time between two commands, s; turns speed and acceleration limits into a step per command"""
     state_tolerance: float = 0.1
@@ -108,6 +115,8 @@ class SafetyConfig:
             _positive(self, name)
         for name in ("state_max_age", "state_future_tolerance"):
             _positive(self, name)
+        if self.limit_from not in ("measured", "command"):
+            raise ConfigError(f"SafetyConfig.limit_from: expected 'measured' or 'command', got {self.limit_from!r}")
         if self.state_jump_scale is not None:
             v = self.state_jump_scale
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 1.0):

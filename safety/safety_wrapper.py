@@ -123,6 +123,7 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
         self._estop_cause: EstopCause | None = None
         self._estop_detail = ""
         self._last_cmd: np.ndarray | None = None
+        self._cmd_speed = np.zeros(n)  # the last command's step over the period (limit_from: command)
         self._invalid_streak = 0
         self._pending: Any = None
         self.last_status = SafetyStatus()
@@ -189,6 +190,7 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
         self._ramp.restart()
         self._state.rebase(q)
         self._last_cmd = np.array(q)
+        self._cmd_speed = np.zeros(self.dof)
         self.last_reset_refusal = ""
         return True
 
@@ -209,6 +211,7 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
         self._ramp.restart()
         self._state.rebase(q)
         self._last_cmd = np.array(q)
+        self._cmd_speed = np.zeros(self.dof)
         self.last_reset_refusal = ""
         return True
 
@@ -310,17 +313,24 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
             return self._hold(q, SafetyStatus(Outcome.HELD, [refusal]))
         ramping = ramp.ramping
         target = a.tolist()
-        cmd, changed, moved = self._limiter.limit(target, q, qd, ramping)
+        # the limits act from the measured state, or (limit_from: command) on the command stream
+        on_stream = self.config.limit_from == "command" and self._last_cmd is not None
+        x, v = (self._last_cmd.tolist(), self._cmd_speed.tolist()) if on_stream else (q, qd)
+        cmd, changed, moved = self._limiter.limit(target, x, v, ramping)
         if cmd is None:
             return self._invalid([nonfinite_problem("action", a, self._names)], q)
         self._invalid_streak = 0
         ramp.begin()
         status = SafetyStatus()
         if changed:
-            clipped, rate = self._limiter.explain(target, q, qd, cmd, ramping, status)
+            clipped, rate = self._limiter.explain(target, x, v, cmd, ramping, status)
             counters["clipped"] += clipped
             counters["rate_limited"] += rate
         out = np.array(cmd)
+        if on_stream:
+            out, near = self._near_measured(out, np.asarray(q), status)
+            counters["rate_limited"] += near and not (changed and rate)
+            moved = bool(np.any(out != np.asarray(q)))
 
         geometry = self._geometry
         if moved and geometry is not None:
@@ -340,15 +350,34 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
             return self._hold(q, SafetyStatus(Outcome.ESTOPPED, [self._latched_reason()]))
         if status.outcome is Outcome.PASSED:
             counters["passed"] += 1
+        if self._last_cmd is not None:
+            self._cmd_speed = (out - self._last_cmd) / self.config.control_period
         self._last_cmd = out
         self.last_status = status
         return out.copy(), status
+
+    def _near_measured(self, out: np.ndarray, q: np.ndarray, status: SafetyStatus) -> tuple[np.ndarray, bool]:
+        """A command from the command stream kept within one speed-limit step of the measured position ``q`` and
+        inside the position limits (or between a pose beyond one and that limit), with a reason for each joint
+        it changed: the bound a command from the measured state has."""
+        step = self._vmax * self.config.control_period
+        lo = np.maximum(q - step, np.minimum(self.command_lower, q))
+        hi = np.minimum(q + step, np.maximum(self.command_upper, q))
+        kept = np.clip(out, lo, hi)
+        changed = np.flatnonzero(kept != out)
+        for i in changed:
+            u = self._units[i]
+            status.add(Outcome.RATE_LIMITED, f"joint {self._names[i]}: command {out[i]:.3f} {u} from the command "
+                                             f"stream is beyond one speed-limit step ({step[i]:.3f} {u}) of the "
+                                             f"measured {q[i]:.3f} {u} or the limits, kept at {kept[i]:.3f} {u}")
+        return kept, bool(changed.size)
 
     # -- holding ---------------------------------------------------------------------------------
     def _hold(self, q: list[float] | np.ndarray, status: SafetyStatus) -> tuple[np.ndarray, SafetyStatus]:
         self.counters["held"] += 1
         out = np.array(q, dtype=np.float64)
         self._last_cmd = out
+        self._cmd_speed = np.zeros(self.dof)  # a hold stops the command stream
         self.last_status = status
         return out.copy(), status
 

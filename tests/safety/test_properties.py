@@ -5,12 +5,15 @@ benchmarks/safety.py runs it with 100,000 cases)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from tinker_safety.testing import CI_EXAMPLES, check_command, property_test
 
 
-def test_property_limits_only(make_guard):
-    guard = make_guard(collision_check=False, workspace_min=None, workspace_max=None, state_jump_scale=None)
+@pytest.mark.parametrize("limit_from", ["measured", "command"])
+def test_property_limits_only(make_guard, limit_from):
+    guard = make_guard(collision_check=False, workspace_min=None, workspace_max=None, state_jump_scale=None,
+                       limit_from=limit_from)
     calls = []
     property_test(guard, CI_EXAMPLES, on_case=lambda: calls.append(1))()
     assert len(calls) >= CI_EXAMPLES
@@ -19,8 +22,9 @@ def test_property_limits_only(make_guard):
     assert counters["passed"] and counters["clipped"] and counters["rate_limited"] and counters["invalid_inputs"]
 
 
-def test_property_with_workspace_and_collision_check(make_guard):
-    guard = make_guard(state_jump_scale=None)  # the shipped kuka_iiwa.yaml, each call an independent state
+@pytest.mark.parametrize("limit_from", ["measured", "command"])
+def test_property_with_workspace_and_collision_check(make_guard, limit_from):
+    guard = make_guard(state_jump_scale=None, limit_from=limit_from)  # the shipped kuka_iiwa.yaml, each call an independent state
     property_test(guard, CI_EXAMPLES // 3)()
     assert guard.counters["collision"] or guard.counters["workspace"]
 

@@ -14,8 +14,10 @@ J4_UPPER = 2.0943951  # lbr_iiwa_joint_4's URDF upper limit, rad
 
 @pytest.fixture
 def guard(make_guard, clock, home):
-    """Limits only on the manual clock, the jump check on (SafetyConfig's default 1.2), armed at HOME."""
-    g = make_guard(clock=clock, collision_check=False, workspace_min=None, workspace_max=None, state_jump_scale=1.2)
+    """Limits only on the manual clock, the jump check on (SafetyConfig's default 1.2), armed at HOME; the limits
+    act from the measured state (these tests put the measured pose on each target: a robot that tracks at once)."""
+    g = make_guard(clock=clock, collision_check=False, workspace_min=None, workspace_max=None, state_jump_scale=1.2,
+                   limit_from="measured")
     assert g.reset(home, ZERO)
     return g
 

@@ -41,7 +41,8 @@ def test_clipping_to_limits_minus_margin_names_value_and_unit(fast_guard, home):
 
 
 def test_speed_and_acceleration_limits_from_the_measured_state(make_guard, home):
-    guard = make_guard(collision_check=False, workspace_min=None, workspace_max=None, start_max_gap=3.0)
+    guard = make_guard(collision_check=False, workspace_min=None, workspace_max=None, start_max_gap=3.0,
+                       limit_from="measured")  # on the command stream: tests/safety/test_limit_from.py
     assert guard.reset(home, ZERO)
     guard(home, home, ZERO)  # a first target at the measured pose ends the start ramp at once
     assert guard.phase == "running"
