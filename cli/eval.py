@@ -29,6 +29,7 @@ examples:
   tinker eval runs/reach/bundle --env tinker/ArmReach-v0 --json | tail -1 | jq .success_rate
   tinker eval --env tinker/ArmSort-v0 --episodes 100 --json | tail -1 | jq .objects_sorted_rate
   tinker eval --episodes 20 --plot runs/eval/nominal.png
+  tinker eval --dynamics sim/config/dynamics/far_latency_reach.yaml --safety-config my_robot_safety.yaml
   tinker eval sorter --episodes 50       an exported hierarchical policy (hierarchy.json), on its recorded env
 
 the figure (--plot, default runs/eval/eval.png; its path is printed and is "plot" in --json): success and
@@ -53,6 +54,8 @@ def register(sub: Any) -> None:
     p.add_argument("--episodes", type=int, default=50, help="episodes to run (default 50)")
     p.add_argument("--seed", type=int, default=1000, help="first episode seed (default 1000, apart from training)")
     p.add_argument("--no-safety", action="store_true", help="evaluate without the SafetyWrapper (not recommended)")
+    p.add_argument("--safety-config", metavar="YAML", help="the SafetyWrapper's settings (default: "
+                   "safety/config/kuka_iiwa.yaml, what the safety node runs), e.g. a copy with limit_from: measured")
     p.add_argument("--hold-estimate", action="store_true",
                    help="a vision bundle: hold its image estimate (the located target) of each episode's first step "
                         "for the episode, as the perception node's hold_estimate does")
@@ -91,16 +94,39 @@ def run(args: argparse.Namespace) -> int:
         from tinker_cli._compose import check_dynamics_for
 
         check_dynamics_for(policy.manifest, env_id, args.dynamics, f"the policy {bundle}")
-        env = policy_env_for_bundle(policy, env_id, dynamics=args.dynamics, safety=not args.no_safety)
+        env = policy_env_for_bundle(policy, env_id, dynamics=args.dynamics, safety=not args.no_safety,
+                                    safety_yaml=_safety_yaml(args))
         period = float(env.unwrapped.control_period)
         safety = not args.no_safety
     else:
+        _no_guard(args, f"{env_id!r} is not a tinker/ sim task")
         env, safety = _gym_env(args, env_id, recorded), False
         period = 1.0
     return _evaluate(args, env, policy, str(bundle), env_id, period, safety, version=policy.version)
 
 
 DEFAULT_ENV = "tinker/ArmReach-v0"
+
+
+def _no_guard(args: argparse.Namespace, why: str) -> None:
+    """Refuse ``--safety-config`` where no SafetyWrapper runs."""
+    if getattr(args, "safety_config", None):
+        from tinker_core.errors import ConfigError
+
+        raise ConfigError(f"--safety-config: {why}, without the SafetyWrapper (it guards the arm); nothing would read it")
+
+
+def _safety_yaml(args: argparse.Namespace) -> str | None:
+    """``--safety-config``, checked: a file that exists, and not together with ``--no-safety``."""
+    from tinker_core.errors import ConfigError
+
+    if not args.safety_config:
+        return None
+    if args.no_safety:
+        raise ConfigError("--safety-config: given with --no-safety, which runs without the SafetyWrapper")
+    if not Path(args.safety_config).is_file():
+        raise ConfigError(f"--safety-config: {args.safety_config} does not exist")
+    return args.safety_config
 
 
 def _gym_env(args: argparse.Namespace, env_id: str, recorded: dict) -> Any:
@@ -120,6 +146,7 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
     import tinker_sim  # noqa: F401  (registers the tinker/ ids a checkpoint may record; the CLI is the composition root)
     from tinker_core.algos import load_algorithm
 
+    _no_guard(args, "a checkpoint runs on its recorded env")
     algo = load_algorithm(args.policy, device="cpu")
     if args.env and args.env != algo.env_id:
         from tinker_core.envs import EnvConfig
@@ -165,7 +192,8 @@ def _run_hierarchy(args: argparse.Namespace) -> int:
         check_dynamics_for(policy.high.manifest, env_id, args.dynamics, f"the policy {args.policy}")
         kwargs = dict(recorded.get("kwargs") or {}) if recorded.get("id") == env_id else {}
         layout = {k: kwargs[k] for k in ("task_kwargs", "max_episode_steps") if k in kwargs}  # not its randomization
-        env = policy_env_for_bundle(policy.high, env_id, dynamics=args.dynamics, safety=not args.no_safety, **layout)
+        env = policy_env_for_bundle(policy.high, env_id, dynamics=args.dynamics, safety=not args.no_safety,
+                                    safety_yaml=_safety_yaml(args), **layout)
         safety = not args.no_safety
     else:
         if args.dynamics:
@@ -217,6 +245,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     rets = [r["return"] for r in res.per_episode]
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
              hold_estimate=bool(getattr(args, "hold_estimate", False)),
+             safety_config=(getattr(args, "safety_config", None) or "default") if safety else None,
              std_return=float(np.std(rets)), curriculum=args.curriculum or None)
     if args.plot:
         d.update(write_figure(args.plot, res.per_episode, timer, marks, env_id=env_id, version=version,

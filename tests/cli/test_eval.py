@@ -88,3 +88,29 @@ def test_eval_takes_a_camera_shift_of_either_sign_on_a_camera_policy(tmp_path):
     assert [r["episodes"] for r in runs] == [2, 2] and runs[1]["dynamics"] == str(neg)
     # (the same variant in distribution; per episode -d moves the camera opposite to +d for the same draw, which
     # the direction's symmetric distribution makes equally likely: tests/sim/test_dynamics_check.py)
+
+
+def test_eval_takes_the_safety_settings_from_a_yaml_it_names(tmp_path):
+    """The same policy and robot under two SafetyWrapper settings: the limits from the measured state hold a laggy
+    arm back (docs/sim2real/variants.md); a bad file is refused with its name."""
+    import yaml
+
+    shipped = yaml.safe_load((REPO / "safety" / "config" / "kuka_iiwa.yaml").read_text())
+    measured = tmp_path / "measured.yaml"
+    measured.write_text(yaml.safe_dump({**shipped, "limit_from": "measured"}))
+    adjusted = {}
+    for name, extra in (("command", []), ("measured", ["--safety-config", str(measured)])):
+        p = tinker("eval", "--dynamics", "sim/config/dynamics/far_latency_reach.yaml", "--episodes", "3", "--json",
+                   "--plot", "", *extra)
+        assert p.returncode == 0, p.stderr[-2000:]
+        d = json.loads(p.stdout.strip().splitlines()[-1])
+        assert d["safety_config"] == (str(measured) if extra else "default")
+        adjusted[name] = d["safety_interventions"]
+    # measured here: 98 commands rate-limited from the measured state against 7 on the command stream (3 episodes)
+    assert adjusted["measured"] > 3 * adjusted["command"] + 20, adjusted
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**shipped, "limit_from": "stream"}))
+    p = tinker("eval", "--episodes", "1", "--safety-config", str(bad))
+    assert p.returncode == 2 and "limit_from" in p.stderr and "stream" in p.stderr, p.stderr[-1000:]
+    p = tinker("eval", "--episodes", "1", "--no-safety", "--safety-config", str(measured))
+    assert p.returncode == 2 and "--no-safety" in p.stderr
