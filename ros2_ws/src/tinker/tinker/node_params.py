@@ -5,6 +5,7 @@ launch YAML (config/bringup.yaml) holds the values that run."""
 from __future__ import annotations
 
 from tinker.runtime import Param
+from tinker.wire import topic_params
 
 _RECONF = " Changed only while unconfigured; takes effect at the next configure."
 _FIXED = " Fixed at start-up."
@@ -76,3 +77,32 @@ SIM_ROBOT_PARAMS = {
                               read_only=True),
 }
 """`tinker.sim_robot.SimRobotNode` (`tinker_sim.robot_loop.SimRobotConfig` takes the robot's own)"""
+
+BRIDGE_PARAMS = {
+    "learner_endpoint": Param("", "ZeroMQ PUSH endpoint of the learner, e.g. tcp://127.0.0.1:5555 (empty: none)", read_only=True),
+    "weights_endpoint": Param("", "ZeroMQ SUB endpoint for new bundles, e.g. tcp://127.0.0.1:5556 (empty: none)", read_only=True),
+    "bundle_dir": Param("", "where received bundles are written (empty: a temp dir)", read_only=True),
+    "record": Param("", "RUN.mcap: record every cycle (empty: off)", read_only=True),
+    "policy_node": Param("policy", "the policy node to hand bundles to (relative to the namespace)", read_only=True),
+    "perception_node": Param("perception", "the perception node to hand a new perception model to", read_only=True),
+    "reward_source": Param("sim", "where the transitions' reward and episode end come from: 'sim' = the simulated "
+                                  "robot's task topic (its true target: an oracle); 'sensors' = the success sensor on "
+                                  "each state's features (target found by the camera, FK of the measured joints), the "
+                                  "task topic giving only cycle/episode counters", read_only=True),
+    "sensor_bundle": Param("", "reward_source 'sensors': the bundle whose features the sensor reads (its obs_terms; "
+                               "target_pos must be one of its image_terms)", read_only=True),
+    "sensor_env": Param("tinker/ArmReach-v0", "reward_source 'sensors': the env whose task gives the success rule "
+                                              "(success distance, bonus) and the time limit", read_only=True),
+    **topic_params(task_topic="task", features_topic="features", raw_action_topic="raw_action",
+                   joint_target_topic="joint_target", command_topic="command", estop_state_topic="estop_state",
+                   intervened_topic="intervened"),
+    "urdf": Param("", "robot model: forward kinematics for reward_source 'sensors', joint limits of the action chain a "
+                      "person's target is inverted through (empty: the KUKA iiwa, kuka_iiwa/model.urdf)", read_only=True),
+    "label_window": Param(3.0, "s: a label_episode call applies to the episode that ended within this time, else to "
+                               "the running one; each episode's last transition waits this long for a label",
+                          (0.0, 60.0)),
+    "label_success_reward": Param(1.0, "reward of an episode's last transition labelled success", (-1e3, 1e3)),
+    "label_failure_reward": Param(-1.0, "penalty (<= 0) added to the reward of an episode's last transition "
+                                  "labelled failure; that transition stays bootstrapped", (-1e3, 0.0)),
+}
+"""`tinker.experience_bridge.ExperienceBridgeNode`"""
