@@ -117,13 +117,13 @@ def _no_guard(args: argparse.Namespace, why: str) -> None:
 
 
 def _safety_yaml(args: argparse.Namespace) -> str | None:
-    """``--safety-config``, checked: a file that exists, and not together with ``--no-safety``."""
+    """``--safety-config``, checked: a file that exists (named as the flag's), and not together with ``--no-safety``."""
     from tinker_core.errors import ConfigError
 
     if not args.safety_config:
         return None
     if args.no_safety:
-        raise ConfigError("--safety-config: given with --no-safety, which runs without the SafetyWrapper")
+        _no_guard(args, "with --no-safety the policy runs")
     if not Path(args.safety_config).is_file():
         raise ConfigError(f"--safety-config: {args.safety_config} does not exist")
     return args.safety_config

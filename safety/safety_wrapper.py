@@ -91,6 +91,8 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
         self.command_upper = _frozen(hi - c.position_margin)
         """highest position commanded (URDF limit minus margin), unless the robot already is above it"""
         self._vmax = _frozen(limits.velocity * c.velocity_scale)
+        self._run_step = _frozen(self._vmax * c.control_period)
+        """rad: one step at the speed limit (how far a command from the command stream may lie from the measured pose)"""
         acc = np.array(math.inf if c.accel_limit is None else c.accel_limit, dtype=np.float64).reshape(-1)
         if acc.size not in (1, n):
             raise ConfigError(f"SafetyConfig.accel_limit: expected 1 or {n} values (one per joint), got {acc.size}")
@@ -326,15 +328,14 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
             clipped, rate = self._limiter.explain(target, x, v, cmd, ramping, status)
             counters["clipped"] += clipped
             counters["rate_limited"] += rate
-        out = np.array(cmd)
+        out, qa = np.array(cmd), np.array(q)
         if on_stream:
-            out, near = self._near_measured(out, np.asarray(q), status)
+            out, near = self._near_measured(out, qa, status)
             counters["rate_limited"] += near and not (changed and rate)
-            moved = bool(np.any(out != np.asarray(q)))
+            moved = bool(np.any(out != qa))
 
         geometry = self._geometry
         if moved and geometry is not None:
-            qa = np.array(q)
             out, shortened = geometry.keep_in_workspace(qa, out, status)
             counters["workspace"] += shortened
             hit = geometry.predict_collision(qa, out)
@@ -360,7 +361,7 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
         """A command from the command stream kept within one speed-limit step of the measured position ``q`` and
         inside the position limits (or between a pose beyond one and that limit), with a reason for each joint
         it changed: the bound a command from the measured state has."""
-        step = self._vmax * self.config.control_period
+        step = self._run_step
         lo = np.maximum(q - step, np.minimum(self.command_lower, q))
         hi = np.minimum(q + step, np.maximum(self.command_upper, q))
         kept = np.clip(out, lo, hi)

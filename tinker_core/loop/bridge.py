@@ -15,6 +15,7 @@ host keeps current: `tinker_core.action_chain.ActionChain.invert`).
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 import numpy as np
@@ -33,8 +34,6 @@ class ExperienceBridge:
     def __init__(self, labels: EpisodeLabels, sender: Any = None, recorder: Any = None,
                  sensed: SensorOutcome | None = None, info: dict[str, Any] | None = None,
                  wall_ns: Callable[[], int] | None = None):
-        import time
-
         self.join = CycleJoiner(info={**(info or {}), **({"reward_source": "sensors"} if sensed is not None else {})})
         self.labels, self.sender, self.recorder, self.sensed = labels, sender, recorder, sensed
         self.wall_ns = wall_ns or time.time_ns
