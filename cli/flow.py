@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
             ex.spin_once(timeout_sec=0.05)
             if not args.json and time.monotonic() >= next_print:
                 next_print += args.every
-                print(watcher.monitor.format(), "\n", flush=True)
+                print(_table(watcher), "\n", flush=True)
     except KeyboardInterrupt:
         pass
     finally:
@@ -63,12 +63,19 @@ def run(args: argparse.Namespace) -> int:
         node.destroy_node()
         rclpy.try_shutdown()
     if args.json:
-        print(json.dumps({"namespace": args.namespace, "edges": snap, "unstamped": watcher.unstamped}, indent=1))
+        print(json.dumps({"namespace": args.namespace, "edges": snap, "ends": watcher.ends,
+                          "unstamped": watcher.unstamped}, indent=1))
     if not snap:
         print("tinker flow: no message on any of the graph's topics (is it running, on this ROS_DOMAIN_ID "
               f"and namespace {args.namespace!r}?)")
         return 1
     return 0
+
+
+def _table(watcher: Any) -> str:
+    """The flow monitor's table, each edge followed by its ends in the loop's graph."""
+    rows = watcher.monitor.format().splitlines()
+    return "\n".join([rows[0] + "  from -> to"] + [r + "  " + watcher.ends.get(r.split()[0], "") for r in rows[1:]])
 
 
 def _wait_for_discovery(ex: Any, watcher: Any, wait_s: float) -> None:

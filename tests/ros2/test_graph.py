@@ -123,7 +123,9 @@ def test_tinker_flow_shows_each_edge_of_the_running_graph(g):
     p = subprocess.run([sys.executable, "-m", "tinker_cli", "flow", "--namespace", NS, "--duration", "4", "--json"],
                        env=g.env, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
-    edges = json.loads(p.stdout[p.stdout.index("{"):])["edges"]
+    out = json.loads(p.stdout[p.stdout.index("{"):])
+    edges = out["edges"]
+    assert out["ends"]["perception/features"] == "perception -> policy, experience_bridge"  # ROBOT_LOOP's edge
     for topic in ("joint_states", "perception/features", "policy/joint_target", "forward_position_controller/commands"):
         e = edges.get(topic)
         assert e and e["messages"] >= 5 and e["messages_per_s"] > 1 and e["bytes"] > 0, (topic, edges)

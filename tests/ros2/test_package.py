@@ -27,7 +27,12 @@ def _literal(tree: ast.Module, name: str):
 def test_launch_file_parses_and_names_every_installed_node_and_parameter_file():
     launch = ast.parse((PKG / "launch" / "bringup.launch.py").read_text())
     assert any(isinstance(n, ast.FunctionDef) and n.name == "generate_launch_description" for n in launch.body)
-    nodes = set(_literal(launch, "NODES")) | {_literal(launch, "VIEW_NODE")}
+    from tinker.bringup import LIFECYCLE, NODES, VIEW_NODE
+
+    imported = {a.name for n in launch.body if isinstance(n, ast.ImportFrom) and n.module == "tinker.bringup"
+                for a in n.names}
+    assert {"NODES", "LIFECYCLE"} <= imported  # the graph's description, not a second list
+    nodes = set(NODES) | {_literal(launch, "VIEW_NODE")}
     setup = ast.parse((PKG / "setup.py").read_text())
     scripts = {c.value.split("=")[0].strip() for c in ast.walk(setup)
                if isinstance(c, ast.Constant) and isinstance(c.value, str) and " = tinker." in c.value}
@@ -39,9 +44,7 @@ def test_launch_file_parses_and_names_every_installed_node_and_parameter_file():
     assert params_file in installed_yaml == {"config/bringup.yaml"}
     doc = yaml.safe_load((PKG / params_file).read_text())
     assert {k.split("/")[-1] for k in doc if k != "/**"} == nodes  # every node has its section
-    from tinker.bringup import LIFECYCLE, NODES, VIEW_NODE
-
-    assert tuple(NODES) == _literal(launch, "NODES") and tuple(LIFECYCLE) == _literal(launch, "LIFECYCLE")
+    assert tuple(LIFECYCLE) == ("safety", "policy")  # safety is active before the policy commands
     assert VIEW_NODE == _literal(launch, "VIEW_NODE")
     xml = (PKG / "package.xml").read_text()
     assert 'format="3"' in xml and "<build_type>ament_python</build_type>" in xml

@@ -25,10 +25,35 @@ def test_every_topic_is_declared_once_with_its_type_and_qos():
     from rclpy.qos import ReliabilityPolicy
 
     from tinker.wire import TOPICS
+    from tinker_core.loop.graph import ROBOT_LOOP
 
     names = [t.name for t in TOPICS.values()]
     assert len(set(names)) == len(names)
+    assert set(TOPICS) == {e.port for e in ROBOT_LOOP.edges}  # one wire format per edge of the loop's graph
     # state: best effort, so a reliable publisher (a ros2_control broadcaster) and a best-effort one both connect
     assert TOPICS["joint_states"].qos.reliability == ReliabilityPolicy.BEST_EFFORT
     assert TOPICS["command"].type.__name__ == "Float64MultiArray"  # what forward_command_controller reads
     assert TOPICS["goal"].type.__name__ == "PointStamped"
+
+
+def test_a_node_can_only_publish_and_subscribe_the_edges_the_loops_graph_gives_it(ros2):
+    """`NodeRuntime.subscribe` / ``advertise`` go through `tinker_core.loop.graph.ROBOT_LOOP`: a node that would grow
+    an edge the description lacks (the policy publishing the robot's command) stops, naming what it may use."""
+    import rclpy
+
+    from tinker.policy import PolicyNode
+    from tinker_core.errors import PipelineError
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=ros2.fresh_domain())
+    node = PolicyNode(context=ctx)
+    try:
+        with pytest.raises(PipelineError, match=r"stage 'policy' cannot publish 'command': the graph gives it "
+                                                r"\['joint_target', 'raw_action'\]"):
+            node.advertise("command_topic", "command")
+        with pytest.raises(PipelineError, match=r"stage 'policy' cannot subscribe 'task'"):
+            node.subscribe("features_topic", "task", lambda m: None)
+        assert node.advertise("command_topic", "joint_target").topic_name.endswith("policy/joint_target")
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)

@@ -30,12 +30,10 @@ from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
-from tinker.bringup import WITHOUT_SIM, node_parameters, sim_for_bundle
+from tinker.bringup import LIFECYCLE, NODES, WITHOUT_SIM, node_parameters, sim_for_bundle
 
-NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
-"""Every node the package installs (one console script each)."""
-LIFECYCLE = ("safety", "policy")
-"""The nodes that command the robot: lifecycle nodes, configured then activated in this order."""
+# NODES (every node of the loop, one console script each) and LIFECYCLE (the nodes that command the robot,
+# configured then activated in this order) come from the loop's one description, tinker_core.loop.graph.ROBOT_LOOP.
 PARAMS_FILE = "config/bringup.yaml"
 """The one parameter file, relative to the package share."""
 VIEW_NODE = "view"

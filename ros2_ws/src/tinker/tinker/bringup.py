@@ -32,6 +32,7 @@ import yaml
 from tinker.package_files import config_file
 from tinker.priority import die_with_parent
 from tinker_core.errors import ConfigError, TinkerError
+from tinker_core.loop.graph import ROBOT, ROBOT_LOOP
 
 
 NAME_SETTLE_S = 4.5
@@ -45,10 +46,10 @@ DISCOVERY_QUIET_S = 1.0
 with enclaves alone the name-clash test still failed about 1 run in 5 after the training tests (the
 failure's message was not caught again), and a late-discovered namesake is the one way it can pass."""
 
-NODES = ("sim_robot", "perception", "policy", "safety", "experience_bridge")
-"""Every node of the graph, in start order; the same list as the launch file's."""
-LIFECYCLE = ("safety", "policy")
-"""Commanding nodes: configured and activated in this order."""
+NODES = ROBOT_LOOP.start_order
+"""Every node of the graph, in start order (`tinker_core.loop.graph.ROBOT_LOOP`; the launch file reads it too)."""
+LIFECYCLE = ROBOT_LOOP.activation_order(ROBOT)
+"""Commanding nodes: configured and activated in this order (safety, then the policy)."""
 VIEW_NODE = "view"
 """The observer (`tinker.view`): records (``record``) and streams the live view (``view``). Started only when
 asked for, always as a process of its own (never composed with the loop)."""

@@ -1,7 +1,7 @@
 """The flow of a running ROS 2 graph, edge by edge: message rate, bytes and latency per topic.
 
 A `FlowWatcher` is a plain rclpy node outside the loop (its own process: ``tinker flow``). It subscribes to every
-topic `wire.TOPICS` declares, under the graph's namespace, with the type declared there (a command topic switched
+edge of the loop's graph (`tinker_core.loop.graph.ROBOT_LOOP`), on the topic `wire.TOPICS` declares for it, under the graph's namespace, with the type declared there (a command topic switched
 to JointTrajectory is not seen), as serialized messages (the size on the wire is the byte count), and feeds `tinker_core.monitor.FlowMonitor`, the same monitor the in-process pipeline reports with.
 An edge's latency is its arrival time minus the stamp of the robot state it derives from: ``header.stamp`` where
 the message has a header, the ``stamp_ns`` metadata of the loop's MultiArrays otherwise. Both are the robot's
@@ -22,6 +22,7 @@ from rclpy.node import Node
 from rclpy.serialization import deserialize_message
 
 from tinker import wire
+from tinker_core.loop.graph import ROBOT_LOOP
 from tinker_core.monitor import FlowMonitor
 
 
@@ -36,8 +37,9 @@ def _stamp_ns(msg: Any) -> int | None:
     return None
 
 
-LOOP_EDGES = ("joint_states", "features", "joint_target", "command")
-"""The roles in `wire.TOPICS` every running loop publishes: state, features, the policy's target, the safe command."""
+LOOP_EDGES = tuple(e.port for e in ROBOT_LOOP.edges if e.every_cycle)
+"""The edges every running loop publishes each cycle (`tinker_core.loop.graph.ROBOT_LOOP`): state, features, the
+policy's target, the safe command."""
 
 
 class FlowWatcher:
@@ -51,11 +53,15 @@ class FlowWatcher:
         ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
         self._subs = []
         self._loop_subs = {}
-        for role, topic in wire.TOPICS.items():
+        self.ends: dict[str, str] = {}
+        """topic -> the edge's ends in the loop's graph ("perception -> policy, experience_bridge")"""
+        for edge in ROBOT_LOOP.edges:
+            topic = wire.TOPICS[edge.port]
             sub = node.create_subscription(topic.type, f"{ns}/{topic.name}", self._callback(topic.name, topic.type),
                                            topic.qos, raw=True)
             self._subs.append(sub)
-            if role in LOOP_EDGES:
+            self.ends[topic.name] = f"{edge.source or '(outside)'} -> {', '.join(edge.targets)}"
+            if edge.every_cycle:
                 self._loop_subs[topic.name] = sub
 
     def unmatched(self) -> list[str]:

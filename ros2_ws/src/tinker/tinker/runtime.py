@@ -45,6 +45,7 @@ from tinker.dds_profile import use_service_profile
 from tinker.priority import lower_priority, set_realtime
 from tinker.quiet_gc import QUIET_GC
 from tinker_core.errors import TinkerError
+from tinker_core.loop.graph import ROBOT_LOOP
 from tinker_core.loop.input_ages import InputAges, Level
 from tinker_core.loop.namesake import NamesakeWatch
 from tinker_core.tracer import Tracer
@@ -210,14 +211,15 @@ class NodeRuntime:
     def param(self, name: str) -> Any:
         return self.get_parameter(name).value
 
-    def subscribe(self, param: str, role: str, callback: Callable, qos=None, stale: Level | None = Level.ERROR):
-        """Subscribe the topic named by parameter ``param``, with the type and QoS `tinker.wire.TOPICS` declares
-        for ``role`` (``qos``: another QoS, e.g. the recorder's deeper queue), watched as an input
-        (`watch_subscription`; ``stale``: the level when it goes quiet, None: its age only)."""
-        from tinker.wire import TOPICS
-
-        t = TOPICS[role]
-        return self.watch_subscription(t.type, self.param(param), callback, qos or t.qos, stale)
+    def subscribe(self, param: str, role: str, callback: Callable, qos=None, stale: Level | None = Level.ERROR,
+                  msg_type=None):
+        """Subscribe the topic named by parameter ``param``: the edge ``role`` of the loop's graph, which must lead
+        into this node's stage (`tinker_core.loop.graph.ROBOT_LOOP`), with the type and QoS `tinker.wire.TOPICS`
+        declares for it (``qos``: another QoS, e.g. the recorder's deeper queue; ``msg_type``: the other type a
+        parameter selects), watched as an input (`watch_subscription`; ``stale``: the level when it goes quiet,
+        None: its age only)."""
+        t = self._edge(role, "in")
+        return self.watch_subscription(msg_type or t.type, self.param(param), callback, qos or t.qos, stale)
 
     def watch_subscription(self, msg_type, topic: str, callback: Callable, qos, stale: Level | None = Level.ERROR):
         """``create_subscription``, the topic declared as an input of this node: each message's arrival is
@@ -238,12 +240,19 @@ class NodeRuntime:
         self.inputs.declare(name, stale)
         return sub
 
-    def advertise(self, param: str, role: str):
-        """A publisher on the topic named by parameter ``param``, as `tinker.wire.TOPICS` declares ``role``."""
+    def advertise(self, param: str, role: str, qos=None, msg_type=None):
+        """A publisher on the topic named by parameter ``param``: the edge ``role`` of the loop's graph, which this
+        node's stage must be the source of, as `tinker.wire.TOPICS` declares it (``qos``, ``msg_type``: as in
+        `subscribe`)."""
+        t = self._edge(role, "out")
+        return self.create_publisher(msg_type or t.type, self.param(param), qos or t.qos)
+
+    def _edge(self, role: str, direction: str):
+        """The wire declaration of edge ``role``, once the graph says this node publishes ('out') or consumes it."""
         from tinker.wire import TOPICS
 
-        t = TOPICS[role]
-        return self.create_publisher(t.type, self.param(param), t.qos)
+        ROBOT_LOOP.check_port(self.module, role, direction)
+        return TOPICS[role]
 
     name_watch: NamesakeWatch | None = None
 

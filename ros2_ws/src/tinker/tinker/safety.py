@@ -18,7 +18,6 @@ from __future__ import annotations
 import time
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticStatus
 from lifecycle_msgs.msg import State, TransitionEvent
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
@@ -29,8 +28,7 @@ from trajectory_msgs.msg import JointTrajectory
 
 from tinker.node_params import SAFETY_PARAMS
 from tinker.runtime import NodeRuntime, main_for
-from tinker.wire import (COMMAND_QOS, LATCHED_QOS, SENSOR_QOS, JointMap, array_msg, estop_msg, meta_of, read_array,
-                         stamp_ns, state_tags, trajectory_msg)
+from tinker.wire import JointMap, array_msg, estop_msg, meta_of, read_array, stamp_ns, state_tags, trajectory_msg
 from tinker_safety.guard_cycle import Command
 from tinker_safety.guard_session import GATE_PARAMS, TAKEOVER_PARAMS, GuardSession
 from tinker_core.errors import ValidationError
@@ -52,10 +50,10 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.cycle, self.command_type = self.session.cycle, self.session.command_type
         self._subs, self._srvs, self._own_timers = [], [], []
         # publishers live for the node's whole life: deactivate keeps them, the stop needs them
-        cmd_type = JointTrajectory if self.command_type == "joint_trajectory" else Float64MultiArray
-        self.cmd_pub = self.create_publisher(cmd_type, self.param("command_topic"), COMMAND_QOS)
-        self.estop_pub = self.create_publisher(DiagnosticStatus, self.param("estop_state_topic"), LATCHED_QOS)
-        self.intervened_pub = self.create_publisher(Float64MultiArray, self.param("intervened_topic"), COMMAND_QOS)
+        self.cmd_pub = self.advertise("command_topic", "command", msg_type=JointTrajectory
+                                      if self.command_type == "joint_trajectory" else None)
+        self.estop_pub = self.advertise("estop_state_topic", "estop_state")
+        self.intervened_pub = self.advertise("intervened_topic", "intervened")
         self.watch_namesake(log_while_present=True)
 
     @property
@@ -84,7 +82,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
 
     # --- lifecycle ----------------------------------------------------------------------------
     def on_configure(self, state) -> TransitionCallbackReturn:
-        g, watch = self.param, self.watch_subscription
+        g, sub = self.param, self.subscribe
         self.check_namesake()
         if self.namesake:
             return self._failed(f"configure refused: {self.namesake}")
@@ -96,12 +94,12 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             names = self.session.names
             self.jmap, self.tmap = JointMap(names, "safety.joint_states"), JointMap(names, "safety.intervention")
             self._subs = [
-                watch(Float64MultiArray, g("policy_command_topic"), self._on_command, COMMAND_QOS,
-                      Level.ERROR if self.cycle.policy_active else None),
-                watch(JointState, g("joint_states_topic"), self._on_joints, SENSOR_QOS),
-                watch(TransitionEvent, f"{g('policy_node')}/transition_event", self._on_policy_transition,
-                      TRANSITION_QOS, None),
-                *([watch(JointState, teleop, self._on_intervention, SENSOR_QOS, None)] if teleop else [])]
+                sub("policy_command_topic", "joint_target", self._on_command,
+                    stale=Level.ERROR if self.cycle.policy_active else None),
+                sub("joint_states_topic", "joint_states", self._on_joints),
+                self.watch_subscription(TransitionEvent, f"{g('policy_node')}/transition_event",
+                                        self._on_policy_transition, TRANSITION_QOS, None),
+                *([sub("intervention_topic", "intervention", self._on_intervention, stale=None)] if teleop else [])]
             self._js_sub, self._teleop_sub = self._subs[1], (self._subs[3] if teleop else None)
             self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
                           self.create_service(Trigger, "~/reset", self._on_reset)]

@@ -24,14 +24,14 @@ from array import array
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from tinker.node_params import SIM_ROBOT_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.sim_camera import MirrorCamera, snapshot
-from tinker.wire import COMMAND_QOS, SENSOR_QOS, JointMap, array_msg, image_msg, read_array, read_trajectory, set_stamp
+from tinker.wire import JointMap, array_msg, image_msg, read_array, read_trajectory, set_stamp
 from tinker_core.errors import TinkerError, ValidationError
 from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
 
@@ -57,21 +57,20 @@ class SimRobotNode(NodeRuntime, Node):
                                  submit_frame=self._submit_frame)
         self.arm, self.env, self.names = self.loop.arm, self.loop.env, self.loop.names
         self.jmap = JointMap(self.names, "sim_robot.command")
-        self.js_pub = self.create_publisher(JointState, g("joint_states_topic"), JOINT_STATE_QOS)
-        self.img_pub = self.create_publisher(Image, g("image_topic"), SENSOR_QOS) if cfg.camera else None
+        self.js_pub = self.advertise("joint_states_topic", "joint_states", qos=JOINT_STATE_QOS)
+        self.img_pub = self.advertise("image_topic", "image") if cfg.camera else None
         self.mirror: MirrorCamera | None = None
         if self.loop.frames is not None:
             scene = {"task": cfg.task, "dynamics": cfg.dynamics or None, "image_size": int(cfg.image_size),
                      "camera_views": int(cfg.camera_views), "control_period": self.period}
             self.mirror = MirrorCamera(scene, self.loop.seed, self._publish_frame,
                                        loop_priority=int(g("realtime_priority")))
-        self.task_pub = self.create_publisher(Float64MultiArray, g("task_topic"), COMMAND_QOS)
+        self.task_pub = self.advertise("task_topic", "task")
         on_command = self._on_trajectory if g("command_type") == "joint_trajectory" else self._on_array
-        self.cmd_sub = self.watch_subscription(COMMAND_TYPES[g("command_type")], g("command_topic"), on_command,
-                                               COMMAND_QOS)
+        self.cmd_sub = self.subscribe("command_topic", "command", on_command, msg_type=COMMAND_TYPES[g("command_type")])
         self.loop.publishers = self.cmd_sub.get_publisher_count
-        self.suction_sub = self.create_subscription(Float64MultiArray, g("raw_action_topic"), self._on_raw_action,
-                                                    COMMAND_QOS) if self.loop.suction else None
+        self.suction_sub = self.subscribe("raw_action_topic", "raw_action", self._on_raw_action,
+                                          stale=None) if self.loop.suction else None
         self.timer = self.create_timer(self.period, self._tick)
         self.watch_namesake()
         self.add_on_set_parameters_callback(self._on_set_parameters)
