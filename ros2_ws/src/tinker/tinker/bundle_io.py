@@ -154,7 +154,7 @@ def camera_settings(path: str | os.PathLike) -> dict[str, object]:
     machine, frames 0.17-0.3 s old, and the watchdog latched). Reads the manifest only."""
     from tinker_core.spec import DictSpec
 
-    manifest = _top_manifest(path)
+    manifest = top_manifest(path)
     spec = manifest.obs_spec
     images = [s.shape for _, s in spec.items() if len(s.shape) == 3] if isinstance(spec, DictSpec) else []
     if not images:
@@ -172,7 +172,7 @@ SIM_TASKS = {"tinker/ArmReach-v0": "reach", "tinker/ArmSort-v0": "sort"}
 (tests/ros2/test_package.py checks), but importing tinker_sim pulls in torch, which a robot's launch has not."""
 
 
-def _top_manifest(path: str | os.PathLike):
+def top_manifest(path: str | os.PathLike):
     """The manifest of bundle ``path``, or of a hierarchy's high level (which records the env it was trained on)."""
     from tinker_deploy.manifest import Manifest
 
@@ -192,7 +192,7 @@ def task_settings(path: str | os.PathLike) -> dict[str, object]:
     ``{"task": "sort", "max_objects": M}`` for a sorter (its M object slots make its observation; how many objects
     an episode has, ``num_objects``, stays the launch's choice), ``{"task": "reach"}`` for a reacher, ``{}`` for an
     env the simulated robot does not run. Reads the manifest only."""
-    m = _top_manifest(path)
+    m = top_manifest(path)
     task = SIM_TASKS.get(m.env_id or (m.env or {}).get("id", ""))
     if task is None:
         return {}
@@ -209,6 +209,17 @@ def _providers_check(session, wanted: tuple[str, ...] = ("CPUExecutionProvider",
 
 def chain_config(manifest) -> ActionChainConfig:
     return config_from_dict(ActionChainConfig, dict(manifest.action_chain or {}), "manifest.action_chain")
+
+
+def bundle_chain(path: str | os.PathLike, urdf: str | None = None) -> ActionChain:
+    """The action chain bundle ``path`` runs (its manifest's), within the joint limits of ``urdf`` (None: the KUKA
+    iiwa) for the manifest's joints: what a person's target is inverted through (the experience bridge)."""
+    from tinker_deploy.manifest import Manifest
+    from tinker_safety.limits import JointLimits
+
+    m = Manifest.from_json((Path(path) / "manifest.json").read_bytes())
+    limits = JointLimits.from_urdf(urdf or None, joint_names=m.joint_names)
+    return ActionChain(chain_config(m), limits.lower, limits.upper)
 
 
 class ActorRunner:

@@ -24,7 +24,7 @@ from rclpy.parameter import Parameter
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool
 
-from tinker.bundle_io import write_bundle
+from tinker.bundle_io import bundle_chain, write_bundle
 from tinker.node_params import BRIDGE_PARAMS as PARAMS
 from tinker.runtime import OK, WARN, NodeRuntime, main_for
 from tinker.wire import RECORD_QOS, meta_of, read_array, read_task
@@ -145,17 +145,10 @@ class ExperienceBridgeNode(NodeRuntime, Node):
 
     def use_chain(self, path: str) -> None:
         """Invert a person's targets through the action chain of bundle ``path`` from now on."""
-        from tinker.bundle_io import chain_config
-        from tinker_core.action_chain import ActionChain
-        from tinker_deploy.manifest import Manifest
-        from tinker_safety.limits import JointLimits
-
         b = self.bridge
         b.chain, b.chain_bundle = None, path  # never another bundle's chain; a failing path is not retried
         try:
-            m = Manifest.from_json((Path(path) / "manifest.json").read_bytes())
-            limits = JointLimits.from_urdf(self.param("urdf") or None, joint_names=m.joint_names)
-            b.chain = ActionChain(chain_config(m), limits.lower, limits.upper)
+            b.chain = bundle_chain(path, self.param("urdf"))
         except (OSError, TinkerError) as e:
             b.last_error = f"action chain of bundle {path} not read (interventions give no transition): {e}"
             self.get_logger().error(b.last_error)

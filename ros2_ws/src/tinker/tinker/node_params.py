@@ -4,6 +4,7 @@ launch YAML (config/bringup.yaml) holds the values that run."""
 
 from __future__ import annotations
 
+from tinker.channel_io import CHANNEL_PARAMS
 from tinker.runtime import Param
 from tinker.wire import topic_params
 
@@ -106,3 +107,30 @@ BRIDGE_PARAMS = {
                                   "labelled failure; that transition stays bootstrapped", (-1e3, 0.0)),
 }
 """`tinker.experience_bridge.ExperienceBridgeNode`"""
+
+PERCEPTION_PARAMS = {
+    "bundle": Param("", "deploy bundle directory (perception.onnx runs here); empty: the shipped default policy"),
+    "task_synced": Param(True, "true: wait for the task terms of each state's stamp (the simulated robot); "
+                               "false: the newest goal/task terms serve every state", read_only=True),
+    "urdf": Param("", "robot model for forward kinematics when task_synced is false (empty: the KUKA iiwa)", read_only=True),
+    **topic_params(image_topic="image", joint_states_topic="joint_states", task_topic="task", goal_topic="goal",
+                   raw_action_topic="raw_action", features_topic="features"),
+    "warmup_iterations": Param(100, "model runs before the first cycle", (0, 100000), True),
+    "camera_rate_hz": Param(20.0, "camera frames per s; 0: every cycle waits for the frame of its state", (0.0, 1000.0), True),
+    "max_frame_age": Param(0.25, "s; an older camera frame is refused and the cycle held", (0.0, 10.0)),
+    **CHANNEL_PARAMS,
+    "hold_estimate": Param(False, "true: the image terms (a located target) of each episode's first cycle are held "
+                                  "for the episode (needs task_synced)", read_only=True),
+}
+"""`tinker.perception.PerceptionNode`"""
+
+POLICY_PARAMS = {
+    "bundle": Param("", "deploy bundle directory (actor.onnx runs here); empty: the shipped default policy"),
+    "urdf": Param("", "robot model for the joint limits (empty: kuka_iiwa/model.urdf from pybullet_data)", read_only=True),
+    **topic_params(features_topic="features", joint_states_topic="joint_states", command_topic="joint_target",
+                   raw_action_topic="raw_action"),
+    "on_overrun": Param("hold", "a cycle over its budget: 'hold' drops the late command, 'stop' stops commanding"),
+    "warmup_iterations": Param(200, "actor runs at configure before the first cycle", (0, 100000), True),
+    **CHANNEL_PARAMS,
+}
+"""`tinker.policy.PolicyNode`"""

@@ -25,34 +25,19 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
 from tinker.bundle_io import open_perception, resolve_bundle
-from tinker.channel_io import CHANNEL_PARAMS, CHANNEL_QOS, PublisherWatch, declared, read_channel_msg, topic
-from tinker.runtime import OK, WARN, NodeRuntime, Param, main_for
-from tinker.wire import (GOAL_TERM, JointMap, array_msg, read_array, read_image, read_task, stamp_ns, state_cycle,
-                         topic_params)
+from tinker.channel_io import CHANNEL_QOS, PublisherWatch, declared, read_channel_msg, topic
+from tinker.node_params import PERCEPTION_PARAMS
+from tinker.runtime import OK, WARN, NodeRuntime, main_for
+from tinker.wire import GOAL_TERM, JointMap, array_msg, read_array, read_image, read_task, stamp_ns, state_cycle
 from tinker_core.errors import TinkerError, ValidationError
 from tinker_core.loop.input_ages import Level, RecentFaults
 from tinker_core.multiagent.channel_edge import ChannelInbox
-
-PARAMS = {
-    "bundle": Param("", "deploy bundle directory (perception.onnx runs here); empty: the shipped default policy"),
-    "task_synced": Param(True, "true: wait for the task terms of each state's stamp (the simulated robot); "
-                               "false: the newest goal/task terms serve every state", read_only=True),
-    "urdf": Param("", "robot model for forward kinematics when task_synced is false (empty: the KUKA iiwa)", read_only=True),
-    **topic_params(image_topic="image", joint_states_topic="joint_states", task_topic="task", goal_topic="goal",
-                   raw_action_topic="raw_action", features_topic="features"),
-    "warmup_iterations": Param(100, "model runs before the first cycle", (0, 100000), True),
-    "camera_rate_hz": Param(20.0, "camera frames per s; 0: every cycle waits for the frame of its state", (0.0, 1000.0), True),
-    "max_frame_age": Param(0.25, "s; an older camera frame is refused and the cycle held", (0.0, 10.0)),
-    **CHANNEL_PARAMS,
-    "hold_estimate": Param(False, "true: the image terms (a located target) of each episode's first cycle are held "
-                                  "for the episode (needs task_synced)", read_only=True),
-}
 
 
 class PerceptionNode(NodeRuntime, Node):
     def __init__(self, **kwargs):
         super().__init__("perception", **kwargs)
-        self._init_runtime("perception", PARAMS)
+        self._init_runtime("perception", PERCEPTION_PARAMS)
         self.refusals, self._checked, self.cycle, self._image_topic = RecentFaults(), False, None, None
         self.agent, _, heard = declared(self)
         self.inbox = ChannelInbox(heard) if heard else None

@@ -22,31 +22,21 @@ from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float32MultiArray, Float64MultiArray
+from std_msgs.msg import Float32MultiArray
 from std_srvs.srv import Trigger
 
 from tinker.bundle_io import PolicyBundle, resolve_bundle
-from tinker.channel_io import CHANNEL_PARAMS, CHANNEL_QOS, PublisherWatch, channel_msg, declared, topic
-from tinker.runtime import NodeRuntime, Param, main_for
-from tinker.wire import JointMap, array_msg, read_array, stamp_ns, topic_params
+from tinker.channel_io import CHANNEL_QOS, PublisherWatch, channel_msg, declared, topic
+from tinker.node_params import POLICY_PARAMS
+from tinker.runtime import NodeRuntime, main_for
+from tinker.wire import JointMap, array_msg, read_array, stamp_ns
 from tinker_core.errors import TinkerError, ValidationError
 from tinker_core.loop.policy import CommandGate, check_on_overrun
-
-PARAMS = {
-    "bundle": Param("", "deploy bundle directory (actor.onnx runs here); empty: the shipped default policy"),
-    "urdf": Param("", "robot model for the joint limits (empty: kuka_iiwa/model.urdf from pybullet_data)", read_only=True),
-    **topic_params(features_topic="features", joint_states_topic="joint_states", command_topic="joint_target",
-                   raw_action_topic="raw_action"),
-    "on_overrun": Param("hold", "a cycle over its budget: 'hold' drops the late command, 'stop' stops commanding"),
-    "warmup_iterations": Param(200, "actor runs at configure before the first cycle", (0, 100000), True),
-    **CHANNEL_PARAMS,
-}
-
 
 class PolicyNode(NodeRuntime, LifecycleNode):
     def __init__(self, **kwargs):
         super().__init__("policy", **kwargs)
-        self._init_runtime("policy", PARAMS)
+        self._init_runtime("policy", POLICY_PARAMS)
         self.core: PolicyBundle | None = None
         self.gate, self._entities = CommandGate(), []
         self.agent, self.says, self.say_pub, self.channel_watch = "", None, None, None
