@@ -61,6 +61,12 @@ def register(sub: Any) -> None:
                         "for the episode, as the perception node's hold_estimate does")
     p.add_argument("--curriculum", metavar="PARAM=VALUE", help="an env parameter set as a curriculum level before the "
                    "first episode, e.g. num_objects=3 (a policy trained with a curriculum records its first level)")
+    p.add_argument("--runtime", choices=("env", "loop"), default="env",
+                   help="env (default): the gymnasium env with the bundle and the SafetyWrapper as its command filter; "
+                        "loop: the robot loop's stages as the ROS 2 nodes run them (sim_robot, perception, policy, "
+                        "safety, experience_bridge from the launch YAML, wired by the loop's graph), in one process "
+                        "without ROS. Counts episodes that reached success, unsafe states, e-stops and the largest "
+                        "command step")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.add_argument("--plot", default="runs/eval/eval.png", metavar="PNG",
                    help="where to write the figure (default runs/eval/eval.png; '' for none)")
@@ -74,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.runtime == "loop":
+        return _run_loop(args)
     if args.policy and not (Path(args.policy) / "manifest.json").is_file() and (Path(args.policy) / "meta.json").is_file():
         return _run_checkpoint(args)
     if args.policy:
@@ -127,6 +135,72 @@ def _safety_yaml(args: argparse.Namespace) -> str | None:
     if not Path(args.safety_config).is_file():
         raise ConfigError(f"--safety-config: {args.safety_config} does not exist")
     return args.safety_config
+
+
+def _run_loop(args: argparse.Namespace) -> int:
+    """``--runtime loop``: the bundle through the robot loop's stages in one process (`tinker.in_process`)."""
+    import time
+
+    import gymnasium as gym
+    import yaml
+    from tqdm import tqdm
+
+    import tinker_sim  # noqa: F401  (registers the tinker/ ids: their time limits are the episodes' length)
+    from tinker.bundle_io import top_manifest, resolve_bundle
+    from tinker.in_process import InProcessConfig, InProcessLoop
+    from tinker_cli._compose import check_dynamics_for
+    from tinker_core.errors import ConfigError
+    from tinker_core.evaluate import wilson_interval
+
+    if args.no_safety:
+        raise ConfigError("--runtime loop: the loop's safety stage always runs (as the safety node does); "
+                          "--no-safety applies to --runtime env")
+    bundle = str(resolve_bundle(args.policy or "", args.env or DEFAULT_ENV))
+    manifest = top_manifest(bundle)
+    env_id = manifest.env_id or (manifest.env or {}).get("id") or DEFAULT_ENV
+    if args.env and args.env != env_id:
+        raise ConfigError(f"--runtime loop: the bundle {bundle} was trained on {env_id}; the simulated robot runs "
+                          f"that task (--env {args.env} cannot apply)")
+    check_dynamics_for(manifest, env_id, args.dynamics, f"the policy {bundle}")
+    sim: dict[str, Any] = {"seed": args.seed, "episode_cycles": int(gym.spec(env_id).max_episode_steps),
+                           "dynamics": args.dynamics or ""}
+    if args.curriculum:
+        param, sep, value = args.curriculum.partition("=")
+        if param != "num_objects" or not sep:
+            raise ConfigError(f"--curriculum {args.curriculum!r}: the loop's robot takes num_objects=N only")
+        sim["num_objects"] = int(yaml.safe_load(value))
+    overrides = {"sim_robot": sim, "perception": {"hold_estimate": bool(args.hold_estimate)},
+                 **({"safety": {"config": _safety_yaml(args)}} if args.safety_config else {})}
+    bar = tqdm(total=args.episodes, desc="eval (loop)", unit="ep", disable=args.json)
+    t0 = time.perf_counter()
+    with InProcessLoop(InProcessConfig(bundle=bundle, overrides=overrides)) as loop:
+        def on_cycle(s) -> None:
+            if s.done:
+                bar.update(1)
+                bar.set_postfix(success=f"{loop.robot.successes}/{loop.episodes_done}")
+
+        try:
+            out = loop.run_episodes(args.episodes, on_cycle)
+        finally:
+            bar.close()
+    k, n = out["successes"], out["episodes"]
+    lo, hi = wilson_interval(k, n)
+    d = {"runtime": "loop", "policy": bundle, "env": env_id, "dynamics": args.dynamics or "nominal", "episodes": n,
+         "successes": k, "success_rate": k / n, "ci_low": lo, "ci_high": hi, "cycles": out["cycles"],
+         "unsafe_states": out["unsafe_states"], "estopped": out["estopped"], "holds": out["holds"],
+         "deadline_misses": out["deadline_misses"], "max_command_step": out["max_command_step"],
+         "commands_over_velocity_limit": out["commands_over_velocity_limit"], "transitions": out["transitions"],
+         "flow": out["flow"], "wall_s": time.perf_counter() - t0}
+    if args.json:
+        print(json.dumps(d))
+    else:
+        print(f"{env_id} | policy {bundle} | dynamics {d['dynamics']} | the loop's stages in one process")
+        unsafe = sum(out["unsafe_states"].values())
+        print(f"success {k}/{n} = {k / n:.1%} [95% CI {lo:.1%}-{hi:.1%}]; unsafe states {unsafe}; e-stop "
+              f"{'latched' if out['estopped'] else 'never'}; holds {out['holds']}; largest command step "
+              f"{out['max_command_step']:.2f} of the velocity limit; {out['cycles']} cycles, {out['transitions']} "
+              f"transitions, {d['wall_s']:.1f} s")
+    return 0
 
 
 def _gym_env(args: argparse.Namespace, env_id: str, recorded: dict) -> Any:

@@ -16,8 +16,9 @@ itself, is decided here (the ROS node turns messages into calls, and the results
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -38,9 +39,11 @@ FILE_PARAMS = ("urdf", "config")
 """the node parameters read at configure: changed only while unconfigured"""
 
 
-def load_guard(config: str | None, urdf: str | None, period: float) -> SafetyWrapper:
+def load_guard(config: str | None, urdf: str | None, period: float,
+               clock: Callable[[], float] = time.monotonic) -> SafetyWrapper:
     """The SafetyWrapper of the safety YAML ``config`` (None: the shipped one) on ``urdf`` (None: the iiwa),
-    at the node's control ``period``; a ``watchdog_timeout`` equal to the YAML's period follows ``period``."""
+    at the node's control ``period``, its watchdog on ``clock``; a ``watchdog_timeout`` equal to the YAML's period
+    follows ``period``."""
     from tinker_core.config import read_yaml
     from tinker_safety.config import DEFAULT_CONFIG_PATH
 
@@ -48,17 +51,19 @@ def load_guard(config: str | None, urdf: str | None, period: float) -> SafetyWra
     if float(cfg.get("watchdog_timeout", period)) == float(cfg.get("control_period", period)):
         cfg["watchdog_timeout"] = period
     cfg["control_period"] = period
-    return SafetyWrapper.from_urdf(urdf or None, cfg)
+    return SafetyWrapper.from_urdf(urdf or None, cfg, clock=clock)
 
 
 class GuardSession:
-    """The safety node's state outside the cycle; ``ports``: the host's publishers and timer (`Ports`)."""
+    """The safety node's state outside the cycle; ``ports``: the host's publishers and timer (`Ports`); ``clock``:
+    the monotonic clock of the cycle and the wrapper's watchdog (s)."""
 
-    def __init__(self, ports: Ports, command_type: str = "float64_array"):
+    def __init__(self, ports: Ports, command_type: str = "float64_array", clock: Callable[[], float] = time.monotonic):
         if command_type not in COMMAND_TYPES:
             raise ConfigError(f"safety.command_type: expected one of {list(COMMAND_TYPES)}, got {command_type!r}")
         self.command_type = command_type
-        self.cycle = GuardCycle(ports)
+        self.clock = clock
+        self.cycle = GuardCycle(ports, clock)
         self.estop_carry = ""  # an e-stop latched before cleanup: latched again at configure
         self.refused = 0
         self.last_error = ""
@@ -69,7 +74,7 @@ class GuardSession:
                   gate_limits: Sequence[float], teleop_topic: str = "", takeover_limits: Sequence[float] = ()) -> None:
         """Wrapper, gate and takeover (``teleop_topic`` '': none) for the next activation; raises on a bad file.
         The node releases (`release`) what it made when this raises."""
-        guard = load_guard(config, urdf, period)
+        guard = load_guard(config, urdf, period, self.clock)
         self.cycle.configure(guard, StateGate(guard.limits.velocity, state_topic, *gate_limits))
         self.names = list(guard.limits.names)
         self.cycle.takeover = Takeover(len(self.names), teleop_topic, *takeover_limits) if teleop_topic else None

@@ -114,3 +114,20 @@ def test_eval_takes_the_safety_settings_from_a_yaml_it_names(tmp_path):
     assert p.returncode == 2 and "limit_from" in p.stderr and "stream" in p.stderr, p.stderr[-1000:]
     p = tinker("eval", "--episodes", "1", "--no-safety", "--safety-config", str(measured))
     assert p.returncode == 2 and "--no-safety" in p.stderr
+
+
+def test_eval_runs_the_robot_loops_stages_in_one_process_and_refuses_what_cannot_apply():
+    """``--runtime loop``: the nodes' classes wired by the loop's graph (tinker.in_process), no ROS."""
+    p = tinker("eval", "--runtime", "loop", "--dynamics", "sim/config/dynamics/far_latency_reach.yaml",
+               "--episodes", "8", "--json")
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = json.loads(p.stdout.strip().splitlines()[-1])
+    assert d["runtime"] == "loop" and d["episodes"] == 8 and d["dynamics"].endswith("far_latency_reach.yaml")
+    assert 0.0 <= d["ci_low"] <= d["success_rate"] <= d["ci_high"] <= 1.0 and d["successes"] >= 4, d
+    assert not any(d["unsafe_states"].values()) and d["commands_over_velocity_limit"] == 0 and not d["estopped"]
+    for edge in ("joint_states", "features", "joint_target", "command"):
+        assert d["flow"][edge]["messages"] == d["cycles"], (edge, d["flow"])
+    p = tinker("eval", "--runtime", "loop", "--no-safety", "--episodes", "1")
+    assert p.returncode == 2 and "safety stage always runs" in p.stderr, p.stderr[-500:]
+    p = tinker("eval", "pretrained/arm_sort/bundle", "--runtime", "loop", "--env", "tinker/ArmReach-v0")
+    assert p.returncode == 2 and "trained on tinker/ArmSort-v0" in p.stderr, p.stderr[-500:]

@@ -1,0 +1,281 @@
+"""`InProcessLoop`: the robot loop's graph (`tinker_core.loop.graph.ROBOT_LOOP`) in one thread, without ROS.
+
+The third runtime of the same description. Its stages are the classes the ROS nodes run, built from the same launch
+YAML (``config/bringup.yaml``): `tinker_sim.robot_loop.SimRobotLoop` (sim_robot), `tinker.bundle_io.open_perception`
+(perception), `tinker.bundle_io.PolicyBundle` (policy), `tinker_safety.guard_session.GuardSession` (safety) and
+`tinker_core.loop.bridge.ExperienceBridge` (experience_bridge). Each stage handles the edges the graph leads into it
+and publishes only the edges it is the source of (`LocalBus` checks both against the graph, as the nodes' topics
+are checked). Delivery is first in, first out, as a DDS reader gets one writer's messages: every consumer of a state
+has it before what answers it arrives. Nothing here imports rclpy.
+
+Time: each cycle advances the loop's monotonic clock by one control period, so the guard's watchdog, its state
+checks and the robot's hold see a robot at its real rate however fast the loop runs; the deadline of a cycle whose
+command never came falls at the end of that cycle. Stamps are the robot's wall clock, as on the graph.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from tinker_core.errors import ConfigError
+from tinker_core.loop.graph import ROBOT, ROBOT_LOOP, LoopGraph
+from tinker_core.monitor import FlowMonitor
+
+class LocalBus:
+    """The graph's edges in one process: ``on(stage, port, fn)`` and ``publish(stage, port, value)``, both checked
+    against ``graph``; `drain` delivers in order. A `FlowMonitor` counts every edge (messages, bytes, latency from
+    the robot state's stamp), as ``tinker flow`` does on the ROS graph."""
+
+    def __init__(self, graph: LoopGraph = ROBOT_LOOP):
+        self.graph = graph
+        self.monitor = FlowMonitor()
+        self._handlers: dict[tuple[str, str], Callable[[Any], None]] = {}
+        self._queue: deque = deque()
+
+    def on(self, stage: str, port: str, fn: Callable[[Any], None]) -> None:
+        self.graph.check_port(stage, port, "in")
+        self._handlers[(stage, port)] = fn
+
+    def publish(self, stage: str, port: str, value: Any, stamp_ns: int = 0, nbytes: int = 0) -> None:
+        edge = self.graph.check_port(stage, port, "out")
+        now = time.time_ns()
+        self.monitor.record(port, nbytes, (now - stamp_ns) / 1e9 if stamp_ns else float("nan"), now / 1e9)
+        for target in edge.targets:
+            fn = self._handlers.get((target, port))
+            if fn is not None:  # a stage that is not running hears nothing, like a node that is not up
+                self._queue.append((fn, value))
+
+    def drain(self) -> None:
+        while self._queue:
+            fn, value = self._queue.popleft()
+            fn(value)
+
+
+@dataclass
+class InProcessConfig:
+    """What to run: the launch YAML's parameters, with these on top."""
+
+    bundle: str = ""
+    """deploy bundle directory ('' = the shipped default policy)"""
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """node -> parameters over the YAML's, as `tinker.bringup.Graph` takes them: ``sim_robot`` (episode_cycles,
+    dynamics, seed, num_objects, ...; the bundle's task and camera are applied first, `tinker.bringup.sim_for_bundle`),
+    ``perception`` (hold_estimate), ``safety`` (config, urdf), ``policy`` (urdf)"""
+    bridge: bool = True
+    """run the experience bridge (its transitions are kept in `InProcessLoop.transitions`)"""
+    params_file: str = ""
+    """the launch YAML ('' = config/bringup.yaml)"""
+
+
+class _Collector:
+    """The bridge's sender here: keeps the transitions."""
+
+    def __init__(self) -> None:
+        self.items: list = []
+        self.sent = self.dropped = 0
+
+    def send(self, t) -> None:
+        self.items.append(t)
+        self.sent += 1
+
+
+class InProcessLoop:
+    """The loop's stages on a `LocalBus`; `run` cycles it. Also the safety stage's `Ports` (send, deadline, log)."""
+
+    def __init__(self, cfg: InProcessConfig | None = None):
+        from tinker.bringup import default_params_file, node_parameters, sim_for_bundle
+        from tinker.bundle_io import PolicyBundle, open_perception, resolve_bundle
+        from tinker_safety.guard_session import GATE_PARAMS, GuardSession
+        from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
+
+        self.cfg = cfg = cfg or InProcessConfig()
+        pfile = cfg.params_file or default_params_file()
+        unknown = sorted(set(cfg.overrides) - set(ROBOT_LOOP.start_order))
+        if unknown:
+            raise ConfigError(f"in-process loop overrides: unknown node(s) {unknown}; "
+                              f"known: {list(ROBOT_LOOP.start_order)}")
+        p = {n: {**node_parameters(pfile, n), **cfg.overrides.get(n, {})} for n in ROBOT_LOOP.start_order}
+        self.period = float(p["policy"]["control_period"])
+        bundle = str(resolve_bundle(cfg.bundle))
+        # the camera only where the bundle looks; its frames in line with their state: no camera process here
+        sim = {**node_parameters(pfile, ROBOT), "camera": False, **sim_for_bundle({"bundle": bundle}),
+               **cfg.overrides.get(ROBOT, {}), "camera_rate_hz": 0.0}
+        self.bus = LocalBus(ROBOT_LOOP)
+        self.messages: list[tuple[str, str]] = []
+        """what the stages logged: (level, message)"""
+        self._mono_ns = time.monotonic_ns()
+        self._deadline_armed = False
+        self.last_command = None
+        """the newest safe command (`tinker_safety.guard_cycle.Command`: its version and status)"""
+        self.model, self.perception, _ = open_perception(bundle, synced=True, sync_frames=True,
+                                                         hold_estimate=bool(p["perception"].get("hold_estimate")))
+        self.sha = self.model.sha256
+        self.policy = PolicyBundle(bundle, p["policy"].get("urdf") or None, self.period)
+        self.session = GuardSession(self, "float64_array", clock=lambda: self._mono_ns / 1e9)
+        s = p["safety"]
+        fields = SimRobotConfig.__dataclass_fields__
+        try:
+            self.session.configure(s.get("config") or None, s.get("urdf") or None, self.period,
+                                   "joint_states", [float(s[k]) for k in GATE_PARAMS])
+            self.robot = SimRobotLoop(SimRobotConfig(**{k: v for k, v in sim.items() if k in fields}), self.period,
+                                      log=self.log)
+        except Exception:  # nothing half-built stays open
+            self.session.release()
+            self.policy.runner.close()
+            raise
+        if list(self.policy.runner.joint_names) != self.robot.names:  # the nodes map joints by name; here by order
+            self.close()
+            raise ConfigError(f"in-process loop: the bundle's joints {list(self.policy.runner.joint_names)} are not "
+                              f"the robot's {self.robot.names}")
+        self.bridge = self.sent = None
+        if cfg.bridge:
+            from tinker_core.loop.bridge import ExperienceBridge
+            from tinker_core.loop.episode_label import EpisodeLabels
+
+            b = p["experience_bridge"]
+            self.sent = _Collector()
+            self.bridge = ExperienceBridge(EpisodeLabels(float(b["label_window"]), float(b["label_success_reward"]),
+                                                         float(b["label_failure_reward"])), self.sent,
+                                           info={"source": "in_process"})
+        self._wire()
+        self.policy.cycle.restart(self.policy.new_chain())
+        self.session.cycle.activate()
+        self.cycles = self.episodes_done = 0
+
+    # --- the edges each stage handles (ROBOT_LOOP's inputs) -----------------------------------------
+    def _wire(self) -> None:
+        on, pub, per, pol, guard = self.bus.on, self.bus.publish, self.perception, self.policy.cycle, self.session.cycle
+
+        def features(out) -> None:
+            if out is not None:
+                pub("perception", "features", out, out.stamp_ns, out.features.nbytes)
+
+        def policy_step(step) -> None:
+            if step is None:
+                return
+            pub("policy", "raw_action", step, step.stamp_ns, step.raw.nbytes)
+            pub("policy", "joint_target", step, step.stamp_ns, step.target.nbytes)
+
+        on("perception", "task", lambda s: features(per.on_task(s.stamp, self._terms(s), str(s.episode))))
+        on("perception", "image", lambda s: features(per.on_frame(s.stamp, s.image)))
+        on("perception", "joint_states", lambda s: features(per.on_state(s.stamp, s.q, s.qd, s.cycle)))
+        on("perception", "raw_action", lambda step: per.on_action(step.raw))
+        on("policy", "joint_states", lambda s: policy_step(pol.on_state(s.stamp, s.q)))
+        on("policy", "features", lambda out: policy_step(pol.on_features(out.stamp_ns, out.features, out.cycle,
+                                                                         out.episode, self.sha)))
+        on("safety", "joint_states", lambda s: guard.state(s.q, s.qd, s.stamp, s.cycle, s.episode, 1, time.time_ns(),
+                                                           self._mono_ns))
+        on("safety", "joint_target", lambda step: guard.command(step.target, True, self._meta(step), time.time_ns()))
+        on(ROBOT, "command", lambda c: self.robot.command(c.q, {"stamp_ns": str(c.stamp), "status": c.status}))
+        if self.robot.suction:
+            on(ROBOT, "raw_action", lambda step: self.robot.raw_action(step.raw, {"stamp_ns": str(step.stamp_ns)}))
+        if self.bridge is not None:
+            b = self.bridge
+            on("experience_bridge", "task", lambda s: b.task(s.stamp, s.cycle, s.episode, float(s.task[0]),
+                                                             s.success, s.done, self._mono_ns / 1e9))
+            on("experience_bridge", "features", lambda out: b.features(out.stamp_ns, out.features, self._mono_ns / 1e9))
+            on("experience_bridge", "raw_action", lambda step: b.action(step.stamp_ns, step.raw,
+                                                                        str(self.policy.version)))
+            on("experience_bridge", "joint_target", lambda step: b.target(step.stamp_ns, step.target))
+            on("experience_bridge", "command", lambda c: b.command(c.stamp, c.q, c.status))
+
+    def _terms(self, s) -> dict[str, np.ndarray]:
+        """The task terms of state ``s`` by name (the values after reward, done, success, distance)."""
+        out, off = {}, 4
+        for name, size in self.robot.task_terms:
+            out[name] = s.task[off: off + size]
+            off += size
+        return out
+
+    def _meta(self, step) -> dict[str, str]:
+        return {"stamp_ns": str(step.stamp_ns), "cycle": str(step.cycle), "version": str(self.policy.version)}
+
+    # --- the safety stage's ports (tinker_safety.guard_cycle.Ports) ---------------------------------
+    def send(self, command) -> None:
+        self.last_command = command
+        self.bus.publish("safety", "command", command, command.stamp, command.q.nbytes)
+
+    def arm_deadline(self) -> None:
+        self._deadline_armed = True
+
+    def cancel_deadline(self) -> None:
+        self._deadline_armed = False
+
+    def log(self, level: str, message: str) -> None:
+        self.messages.append((level, message))
+
+    def estop_changed(self) -> None:
+        self.log("info", f"e-stop: {self.session.estop_reason() or 'clear'}")
+
+    def expect_commands(self, expected: bool, arrived: bool) -> None:
+        """The safety node's input watch; nothing watches inputs in one thread."""
+
+    # --- running ----------------------------------------------------------------------------------
+    def step(self) -> Any:
+        """One cycle: the robot's state out, every stage's answer, the deadline, the end of the cycle."""
+        self._mono_ns += int(self.period * 1e9)
+        s, _ = self.robot.step(self._mono_ns)
+        self.robot.sent(s.stamp, time.time_ns())
+        nbytes = s.q.nbytes + s.qd.nbytes
+        self.bus.publish(ROBOT, "task", s, s.stamp, s.task.nbytes)  # the terms first, as sim_robot sends them
+        self.bus.publish(ROBOT, "joint_states", s, s.stamp, nbytes)
+        if s.image is not None:
+            self.bus.publish(ROBOT, "image", s, s.stamp, s.image.nbytes)
+        self.bus.drain()
+        if self._deadline_armed:  # no command answered this state: the guard's deadline passes
+            self.session.cycle.deadline()
+            self.bus.drain()
+        if self.bridge is not None:
+            self.bridge.tick(self._mono_ns / 1e9)  # transitions that waited out their label window go out
+        self.robot.end_cycle(s, self._mono_ns)
+        self.cycles += 1
+        self.episodes_done += bool(s.done and self.robot.episode_cycles > 0)
+        return s
+
+    def run(self, cycles: int, on_cycle: Callable[[Any], None] | None = None) -> dict[str, Any]:
+        """``cycles`` cycles; a summary of what the robot, the guard and the bridge counted."""
+        if cycles < 1:
+            raise ConfigError(f"in-process loop: cycles must be >= 1, got {cycles}")
+        for _ in range(int(cycles)):
+            s = self.step()
+            if on_cycle is not None:
+                on_cycle(s)
+        return self.summary()
+
+    def run_episodes(self, episodes: int, on_cycle: Callable[[Any], None] | None = None) -> dict[str, Any]:
+        """Cycles until ``episodes`` more episodes have ended (the robot's ``episode_cycles`` must be > 0)."""
+        if self.robot.episode_cycles <= 0:
+            raise ConfigError("in-process loop: episodes end only with sim_robot's episode_cycles > 0")
+        goal = self.episodes_done + int(episodes)
+        while self.episodes_done < goal:
+            s = self.step()
+            if on_cycle is not None:
+                on_cycle(s)
+        return self.summary()
+
+    def summary(self) -> dict[str, Any]:
+        r, g = self.robot, self.session.cycle
+        return {"cycles": self.cycles, "episodes": self.episodes_done, "successes": r.successes,
+                "max_command_step": r.step_max, "commands_over_velocity_limit": r.steps_over_limit,
+                "unsafe_states": dict(r.env.violations), "holds": g.holds, "deadline_misses": g.deadline_misses,
+                "estopped": bool(g.guard is not None and g.guard.estopped), "stale_commands": r.stale,
+                "transitions": self.sent.sent if self.sent is not None else 0, "flow": self.bus.monitor.snapshot()}
+
+    def close(self) -> None:
+        if getattr(self, "bridge", None) is not None:
+            self.bridge.flush(self._mono_ns / 1e9)
+        self.session.release()
+        self.policy.runner.close()
+        self.robot.close()
+
+    def __enter__(self) -> "InProcessLoop":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+

@@ -1,0 +1,113 @@
+"""The robot loop's graph in one process (`tinker.in_process.InProcessLoop`): the stages the ROS nodes run, wired by
+`tinker_core.loop.graph.ROBOT_LOOP` instead of topics, from the launch YAML. No rclpy: these run wherever tinker
+does. Real PyBullet, real onnxruntime bundles (the shipped ones), the real SafetyWrapper."""
+
+from __future__ import annotations
+
+import pytest
+
+from tinker_core.loop.graph import ROBOT_LOOP
+
+EVERY_CYCLE = [e.port for e in ROBOT_LOOP.edges if e.every_cycle]
+
+
+def _run(bundle: str, cycles: int, **sim):
+    from tinker.in_process import InProcessConfig, InProcessLoop
+
+    with InProcessLoop(InProcessConfig(bundle=bundle, overrides={"sim_robot": {"seed": 1000, **sim}})) as loop:
+        out = loop.run(cycles)
+        out["suction_switches"] = loop.robot.suction_switches
+        out["messages"] = list(loop.messages)
+    return out
+
+
+def _safe(out: dict) -> None:
+    """What every run must show: no command beyond the URDF velocity limit from the arm's true pose, no unsafe state
+    (the simulator's own count), no e-stop, no missed cycle, and every cycle's edges carried once per cycle."""
+    assert out["commands_over_velocity_limit"] == 0 and out["max_command_step"] <= 1.0, out
+    assert not any(out["unsafe_states"].values()), out["unsafe_states"]
+    assert not out["estopped"] and out["deadline_misses"] == 0, out["messages"]
+    for port in EVERY_CYCLE:
+        assert out["flow"][port]["messages"] == out["cycles"], (port, out["flow"])
+
+
+def test_the_shipped_reach_policy_reaches_through_the_loops_stages_in_one_process():
+    out = _run("", 300, episode_cycles=50)
+    _safe(out)
+    assert out["episodes"] >= 20 and out["successes"] >= 0.9 * out["episodes"], out
+    # the experience bridge joined the cycles into transitions, as on the robot (each episode's last waits for its
+    # label window, 3 s = 60 cycles, or the flush at close)
+    assert out["transitions"] >= out["cycles"] - 70, out
+
+
+def test_the_vision_policy_finds_its_target_in_the_image_rendered_in_line():
+    out = _run("pretrained/arm_reach_vision", 200, episode_cycles=50)
+    _safe(out)
+    assert out["flow"]["image"]["messages"] == out["cycles"] and out["flow"]["image"]["bytes"] > 0
+    assert out["episodes"] >= 15 and out["successes"] >= 0.85 * out["episodes"], out
+
+
+@pytest.mark.parametrize("bundle,sim", [("pretrained/arm_sort/bundle", {"episode_cycles": 300}),
+                                        ("pretrained/arm_sort_hppo/bundle", {"episode_cycles": 120, "num_objects": 1})])
+def test_sorters_flat_and_hierarchical_sort_with_the_suction_taken_from_the_safe_cycle(bundle, sim):
+    out = _run(bundle, 480, **sim)
+    _safe(out)
+    assert out["suction_switches"] >= 2 * out["successes"] > 0, out
+    assert out["successes"] >= 0.8 * max(out["episodes"], 1), out
+
+
+def test_the_bus_holds_each_stage_to_the_edges_the_graph_gives_it():
+    from tinker.in_process import LocalBus
+    from tinker_core.errors import PipelineError
+
+    bus, got = LocalBus(), []
+    with pytest.raises(PipelineError, match="stage 'policy' cannot publish 'command'"):
+        bus.publish("policy", "command", None)
+    with pytest.raises(PipelineError, match="stage 'perception' cannot subscribe 'command'"):
+        bus.on("perception", "command", got.append)
+    bus.on("safety", "joint_target", got.append)
+    bus.on("experience_bridge", "joint_target", lambda v: got.append(("bridge", v)))
+    bus.publish("policy", "joint_target", 1)
+    bus.publish("policy", "joint_target", 2)
+    assert got == []  # delivered in order at drain, not inside publish
+    bus.drain()
+    assert got == [1, ("bridge", 1), 2, ("bridge", 2)]
+    assert bus.monitor.snapshot()["joint_target"]["messages"] == 2
+
+
+def test_a_hot_swapped_bundle_goes_live_between_two_cycles_and_a_damaged_one_is_refused(tmp_path):
+    """Hot swap as on the robot (the policy node's `PolicyBundle.reload`: validated in the background, live between
+    two calls): every cycle gets its command, from v1 until the swap and v2 after it."""
+    import shutil
+    import time
+
+    from tinker.in_process import InProcessConfig, InProcessLoop
+    from tinker.reach_bundle import build_reach_bundle
+
+    v1 = build_reach_bundle(tmp_path / "v1", gain=0.5, policy_version=1, camera=False)
+    v2 = build_reach_bundle(tmp_path / "v2", gain=0.4, policy_version=2, camera=False)
+    broken = tmp_path / "broken"
+    shutil.copytree(v1, broken)
+    (broken / "actor.onnx").write_bytes((broken / "actor.onnx").read_bytes()[:-10])
+    with InProcessLoop(InProcessConfig(bundle=str(v1), overrides={"sim_robot": {"episode_cycles": 40}})) as loop:
+        served = []
+
+        def cycle(s) -> None:
+            c = loop.last_command
+            served.append((s.cycle, c.stamp == s.stamp and c.version, c.status))
+
+        loop.run(20, cycle)
+        done = loop.policy.reload(str(v2))
+        end = time.monotonic() + 30
+        while not done.done() and time.monotonic() < end:
+            loop.run(1, cycle)
+        assert done.result(timeout=1), "v2 was not validated"
+        loop.run(20, cycle)
+        assert loop.policy.reload(str(broken)).result(timeout=30) is False  # refused: v2 keeps running
+        out = loop.run(20, cycle)
+    versions = [v for _, v, _ in served]
+    assert all(versions), f"a cycle without its own command: {served}"
+    swap = versions.index("2")
+    assert set(versions[:swap]) == {"1"} and set(versions[swap:]) == {"2"} and swap >= 20, versions
+    assert all(st in ("passed", "rate_limited", "clipped") for _, _, st in served), served
+    assert out["deadline_misses"] == 0 and not out["estopped"]
