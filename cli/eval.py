@@ -65,8 +65,9 @@ def register(sub: Any) -> None:
                    help="env (default): the gymnasium env with the bundle and the SafetyWrapper as its command filter; "
                         "loop: the robot loop's stages as the ROS 2 nodes run them (sim_robot, perception, policy, "
                         "safety, experience_bridge from the launch YAML, wired by the loop's graph), in one process "
-                        "without ROS. Counts episodes that reached success, unsafe states, e-stops and the largest "
-                        "command step")
+                        "without ROS. Counts episodes that reached success, unsafe states, e-stops (a latched one is "
+                        "cleared at the next episode start, as an operator's /safety/reset) and the largest command "
+                        "step")
     p.add_argument("--json", action="store_true", help="print one JSON object on the last line")
     p.add_argument("--plot", default="runs/eval/eval.png", metavar="PNG",
                    help="where to write the figure (default runs/eval/eval.png; '' for none)")
@@ -173,7 +174,9 @@ def _run_loop(args: argparse.Namespace) -> int:
                  **({"safety": {"config": _safety_yaml(args)}} if args.safety_config else {})}
     bar = tqdm(total=args.episodes, desc="eval (loop)", unit="ep", disable=args.json)
     t0 = time.perf_counter()
-    with InProcessLoop(InProcessConfig(bundle=bundle, overrides=overrides)) as loop:
+    # an e-stop is cleared at the next episode start (as an operator's /safety/reset; --runtime env resets its guard
+    # every episode): each episode is judged on its own, and the e-stops are counted
+    with InProcessLoop(InProcessConfig(bundle=bundle, overrides=overrides, reset_estop=True)) as loop:
         def on_cycle(s) -> None:
             if s.done:
                 bar.update(1)
@@ -187,7 +190,7 @@ def _run_loop(args: argparse.Namespace) -> int:
     lo, hi = wilson_interval(k, n)
     d = {"runtime": "loop", "policy": bundle, "env": env_id, "dynamics": args.dynamics or "nominal", "episodes": n,
          "successes": k, "success_rate": k / n, "ci_low": lo, "ci_high": hi, "cycles": out["cycles"],
-         "unsafe_states": out["unsafe_states"], "estopped": out["estopped"], "holds": out["holds"],
+         "unsafe_states": out["unsafe_states"], "estops": out["estops"], "holds": out["holds"],
          "deadline_misses": out["deadline_misses"], "max_command_step": out["max_command_step"],
          "commands_over_velocity_limit": out["commands_over_velocity_limit"], "transitions": out["transitions"],
          "flow": out["flow"], "wall_s": time.perf_counter() - t0}
@@ -196,8 +199,8 @@ def _run_loop(args: argparse.Namespace) -> int:
     else:
         print(f"{env_id} | policy {bundle} | dynamics {d['dynamics']} | the loop's stages in one process")
         unsafe = sum(out["unsafe_states"].values())
-        print(f"success {k}/{n} = {k / n:.1%} [95% CI {lo:.1%}-{hi:.1%}]; unsafe states {unsafe}; e-stop "
-              f"{'latched' if out['estopped'] else 'never'}; holds {out['holds']}; largest command step "
+        print(f"success {k}/{n} = {k / n:.1%} [95% CI {lo:.1%}-{hi:.1%}]; unsafe states {unsafe}; e-stops "
+              f"{out['estops']} (each cleared at the next episode); holds {out['holds']}; largest command step "
               f"{out['max_command_step']:.2f} of the velocity limit; {out['cycles']} cycles, {out['transitions']} "
               f"transitions, {d['wall_s']:.1f} s")
     return 0

@@ -40,10 +40,11 @@ FILE_PARAMS = ("urdf", "config")
 
 
 def load_guard(config: str | None, urdf: str | None, period: float,
-               clock: Callable[[], float] = time.monotonic) -> SafetyWrapper:
+               clock: Callable[[], float] = time.monotonic, extra_scene: Sequence[dict] = ()) -> SafetyWrapper:
     """The SafetyWrapper of the safety YAML ``config`` (None: the shipped one) on ``urdf`` (None: the iiwa),
-    at the node's control ``period``, its watchdog on ``clock``; a ``watchdog_timeout`` equal to the YAML's period
-    follows ``period``."""
+    at the node's control ``period``, its watchdog on ``clock``, ``extra_scene`` (scene items: a simulated task's
+    table and bins) added to the YAML's known scene; a ``watchdog_timeout`` equal to the YAML's period follows
+    ``period``."""
     from tinker_core.config import read_yaml
     from tinker_safety.config import DEFAULT_CONFIG_PATH
 
@@ -51,7 +52,24 @@ def load_guard(config: str | None, urdf: str | None, period: float,
     if float(cfg.get("watchdog_timeout", period)) == float(cfg.get("control_period", period)):
         cfg["watchdog_timeout"] = period
     cfg["control_period"] = period
+    if extra_scene:
+        cfg["scene"] = list(cfg.get("scene") or []) + [dict(item) for item in extra_scene]
     return SafetyWrapper.from_urdf(urdf or None, cfg, clock=clock)
+
+
+def read_scene_items(text: str, where: str) -> list[dict]:
+    """Scene items from JSON ``text`` ('' = none); ConfigError naming ``where`` when it is not a list of objects."""
+    import json
+
+    if not text:
+        return []
+    try:
+        items = json.loads(text)
+    except ValueError as e:
+        raise ConfigError(f"{where}: not JSON ({e})") from None
+    if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        raise ConfigError(f"{where}: expected a JSON list of scene items (objects), got {type(items).__name__}")
+    return items
 
 
 class GuardSession:
@@ -71,10 +89,12 @@ class GuardSession:
 
     # --- configuration --------------------------------------------------------------------------
     def configure(self, config: str | None, urdf: str | None, period: float, state_topic: str,
-                  gate_limits: Sequence[float], teleop_topic: str = "", takeover_limits: Sequence[float] = ()) -> None:
+                  gate_limits: Sequence[float], teleop_topic: str = "", takeover_limits: Sequence[float] = (),
+                  extra_scene: Sequence[dict] = ()) -> None:
         """Wrapper, gate and takeover (``teleop_topic`` '': none) for the next activation; raises on a bad file.
-        The node releases (`release`) what it made when this raises."""
-        guard = load_guard(config, urdf, period, self.clock)
+        ``extra_scene``: scene items added to the YAML's (`load_guard`). The node releases (`release`) what it made
+        when this raises."""
+        guard = load_guard(config, urdf, period, self.clock, extra_scene)
         self.cycle.configure(guard, StateGate(guard.limits.velocity, state_topic, *gate_limits))
         self.names = list(guard.limits.names)
         self.cycle.takeover = Takeover(len(self.names), teleop_topic, *takeover_limits) if teleop_topic else None

@@ -1,9 +1,21 @@
 """Tasks: what the arm must do (targets, objects, reward, success), separate from the robot and the world."""
 
-from tinker_sim.tasks.base import Task, term
+from typing import Any
+
+from tinker_core.errors import ConfigError
+from tinker_sim.tasks.base import Task, scene_item, term
 from tinker_sim.tasks.reach import ReachTask
-from tinker_sim.tasks.sort import SortTask
+from tinker_sim.tasks.sort import SortTask, sort_fixtures
 
 TASKS: dict[str, type[Task]] = {"reach": ReachTask, "sort": SortTask}
 
-__all__ = ["Task", "term", "ReachTask", "SortTask", "TASKS"]
+
+def fixture_scene(task: str) -> list[dict[str, Any]]:
+    """The static boxes task ``task`` puts in the arm's way (the sorter's table and bins) as SafetyWrapper scene
+    items, without a simulator: what `Task.fixtures` gives once the task is built, for a guard in another process."""
+    if task not in TASKS:
+        raise ConfigError(f"task: expected one of {sorted(TASKS)}, got {task!r}")
+    return [scene_item(name, half, center) for name, half, center, _ in sort_fixtures()] if task == "sort" else []
+
+
+__all__ = ["Task", "term", "ReachTask", "SortTask", "TASKS", "fixture_scene"]

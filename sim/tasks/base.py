@@ -74,8 +74,7 @@ class Task:
         violation count and a primitive of the guard's known scene."""
         half, center = np.asarray(half_extents, dtype=float), np.asarray(center_in_base, dtype=float)
         body = self.world.add_box(half, center + self.robot.base_position, rgba)
-        self._fixtures.append((body, {"name": name, "shape": "box", "size": (2 * half).tolist(),
-                                      "position": center.tolist(), "rpy": [0.0, 0.0, 0.0]}))
+        self._fixtures.append((body, scene_item(name, half, center)))
         return body
 
     def observe(self, ee: np.ndarray) -> np.ndarray:
@@ -90,3 +89,10 @@ class Task:
         """A JSON-friendly summary of the task (for the real-time robot's task topic)."""
         _, success, info = self.evaluate(ee)
         return {"success": bool(success), **{k: v for k, v in info.items() if k != "is_success"}}
+
+
+def scene_item(name: str, half_extents: Any, center_in_base: Any) -> dict[str, Any]:
+    """A task's static box as a SafetyWrapper scene item (``SafetyConfig.scene``: full size, base frame)."""
+    half, center = np.asarray(half_extents, dtype=float), np.asarray(center_in_base, dtype=float)
+    return {"name": name, "shape": "box", "size": (2 * half).tolist(), "position": center.tolist(),
+            "rpy": [0.0, 0.0, 0.0]}

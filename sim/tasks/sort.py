@@ -46,6 +46,23 @@ KIND_COLORS = [(0.85, 0.15, 0.1, 1.0), (0.1, 0.3, 0.9, 1.0)]
 NUM_KINDS = 2
 
 
+def sort_fixtures() -> list[tuple[str, tuple, tuple, tuple]]:
+    """The sorter's static boxes, (name, half extents, centre in the base frame, rgba): the table, then each bin's
+    four walls. The task adds them to the world (`Task.add_fixture`); `fixture_scene` gives them to a guard that has
+    no world."""
+    out = [("sort_table", tuple(TABLE_HALF), tuple(TABLE_CENTER), (0.55, 0.45, 0.35, 1.0))]
+    h, t = BIN_WALL_HEIGHT / 2, 0.005
+    z = TABLE_TOP + h
+    for kind, (bx, by) in enumerate(BIN_CENTERS):
+        rgba = tuple(0.5 + 0.5 * c for c in KIND_COLORS[kind][:3]) + (1.0,)
+        for w, (dx, dy, hx, hy) in enumerate(((BIN_INNER_HALF + t, 0, t, BIN_INNER_HALF + 2 * t),
+                                              (-BIN_INNER_HALF - t, 0, t, BIN_INNER_HALF + 2 * t),
+                                              (0, BIN_INNER_HALF + t, BIN_INNER_HALF, t),
+                                              (0, -BIN_INNER_HALF - t, BIN_INNER_HALF, t))):
+            out.append((f"bin{kind}_wall{w}", (hx, hy, h), (bx + dx, by + dy, z), rgba))
+    return out
+
+
 class SortTask(Task):
     name = "sort"
     action_terms = [term("suction", 1, "on>0", 1.0, 0.0, "none")]
@@ -61,17 +78,9 @@ class SortTask(Task):
         """object slots in the observation (fixed for the task's life)"""
         self._num_objects = self._next_num_objects = self._check_count(num_objects)
         self.params = DynamicsParams()
-        self.table = self.add_fixture("sort_table", TABLE_HALF, TABLE_CENTER, (0.55, 0.45, 0.35, 1.0))
-        self.bin_parts = []
-        for kind, (bx, by) in enumerate(BIN_CENTERS):
-            rgba = tuple(0.5 + 0.5 * c for c in KIND_COLORS[kind][:3]) + (1.0,)
-            h, t = BIN_WALL_HEIGHT / 2, 0.005
-            z = TABLE_TOP + h
-            for w, (dx, dy, hx, hy) in enumerate(((BIN_INNER_HALF + t, 0, t, BIN_INNER_HALF + 2 * t),
-                                                  (-BIN_INNER_HALF - t, 0, t, BIN_INNER_HALF + 2 * t),
-                                                  (0, BIN_INNER_HALF + t, BIN_INNER_HALF, t),
-                                                  (0, -BIN_INNER_HALF - t, BIN_INNER_HALF, t))):
-                self.bin_parts.append(self.add_fixture(f"bin{kind}_wall{w}", (hx, hy, h), (bx + dx, by + dy, z), rgba))
+        table, *walls = sort_fixtures()
+        self.table = self.add_fixture(*table)
+        self.bin_parts = [self.add_fixture(*wall) for wall in walls]
         self.objects: list[int] = []
         self._shapes: dict[tuple[int, int], tuple[int, int]] = {}
         self._parked: dict[tuple[int, int], list[int]] = {}

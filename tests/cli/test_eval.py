@@ -124,7 +124,7 @@ def test_eval_runs_the_robot_loops_stages_in_one_process_and_refuses_what_cannot
     d = json.loads(p.stdout.strip().splitlines()[-1])
     assert d["runtime"] == "loop" and d["episodes"] == 8 and d["dynamics"].endswith("far_latency_reach.yaml")
     assert 0.0 <= d["ci_low"] <= d["success_rate"] <= d["ci_high"] <= 1.0 and d["successes"] >= 4, d
-    assert not any(d["unsafe_states"].values()) and d["commands_over_velocity_limit"] == 0 and not d["estopped"]
+    assert not any(d["unsafe_states"].values()) and d["commands_over_velocity_limit"] == 0 and d["estops"] == 0
     for edge in ("joint_states", "features", "joint_target", "command"):
         assert d["flow"][edge]["messages"] == d["cycles"], (edge, d["flow"])
     p = tinker("eval", "--runtime", "loop", "--no-safety", "--episodes", "1")

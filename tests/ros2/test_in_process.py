@@ -18,6 +18,7 @@ def _run(bundle: str, cycles: int, **sim):
         out = loop.run(cycles)
         out["suction_switches"] = loop.robot.suction_switches
         out["messages"] = list(loop.messages)
+        out["scene"] = [item.name for item in loop.session.cycle.guard.config.scene]
     return out
 
 
@@ -52,6 +53,7 @@ def test_the_vision_policy_finds_its_target_in_the_image_rendered_in_line():
 def test_sorters_flat_and_hierarchical_sort_with_the_suction_taken_from_the_safe_cycle(bundle, sim):
     out = _run(bundle, 480, **sim)
     _safe(out)
+    assert {"sort_table", "bin0_wall0", "bin1_wall3"} <= set(out["scene"])  # the task's fixtures, as the node gets them
     assert out["suction_switches"] >= 2 * out["successes"] > 0, out
     assert out["successes"] >= 0.8 * max(out["episodes"], 1), out
 

@@ -127,3 +127,21 @@ def test_tinker_bringup_composed_under_a_namespace_stops_cleanly_on_ctrl_c(ros2,
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert not [pid for pid in left if int(pid) != os.getpid()], "a process outlived tinker bringup"
+
+
+def test_bringup_gives_the_safety_node_the_simulated_sorters_table_and_bins():
+    """With the simulated robot on a sorting task, the guard knows the task's table and bins (as `tinker eval`'s
+    does); a reach task has none, and without the simulator the safety YAML alone describes the cell."""
+    import json
+
+    from tinker.bringup import Graph, safety_for_sim
+    from tinker_sim.tasks import fixture_scene
+
+    g = Graph(overrides={"perception": {"bundle": str(ROOT / "pretrained" / "arm_sort" / "bundle")}})
+    assert json.loads(g.parameters("safety")["task_fixtures"]) == fixture_scene("sort")
+    assert "task_fixtures" not in Graph().overrides.get("safety", {})
+    assert "task_fixtures" not in Graph(sim=False, overrides={"perception": {"bundle": str(
+        ROOT / "pretrained" / "arm_sort" / "bundle")}}).overrides.get("safety", {})
+    assert safety_for_sim({"task": "reach"}) == {}
+    launch = (PKG / "launch" / "bringup.launch.py").read_text()
+    assert "safety_for_sim(" in launch  # the launch file applies the same rule

@@ -136,3 +136,19 @@ def test_commands_are_read_only_while_active_with_a_trusted_state(session):
     assert not session.takes_commands  # no measured state yet
     _trusted_state(session)
     assert session.takes_commands
+
+
+def test_a_simulated_tasks_fixtures_join_the_known_scene_and_bad_json_is_named(session):
+    from tinker_safety.guard_session import read_scene_items
+
+    table = {"name": "sort_table", "shape": "box", "size": [0.6, 1.2, 0.05], "position": [0.55, 0.0, 0.025],
+             "rpy": [0.0, 0.0, 0.0]}
+    items = read_scene_items(__import__("json").dumps([table]), "safety.task_fixtures")
+    session.configure(None, None, 0.05, "/joint_states", GATE, extra_scene=items)
+    names = [s.name for s in session.cycle.guard.config.scene]
+    assert "sort_table" in names and len(names) >= 2  # the YAML's own scene (its mounting table) stays
+    assert read_scene_items("", "x") == []
+    with pytest.raises(ConfigError, match=r"safety.task_fixtures: not JSON"):
+        read_scene_items("[{", "safety.task_fixtures")
+    with pytest.raises(ConfigError, match=r"safety.task_fixtures: expected a JSON list of scene items .*dict"):
+        read_scene_items('{"name": "t"}', "safety.task_fixtures")

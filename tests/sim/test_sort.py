@@ -66,3 +66,20 @@ def test_an_object_dropped_in_the_wrong_bin_is_not_success(make_env):
         if terminated:
             break
     assert info["is_success"] and info["sorted"] == 2 and terminated
+
+
+def test_the_sorters_fixtures_are_known_without_a_simulator_as_the_built_task_gives_them(make_env):
+    """`fixture_scene` is what a guard in another process (the safety node) adds to its scene: the same items as the
+    built task's `fixtures()`, from one description (`sort_fixtures`)."""
+    import pytest
+
+    from tinker_core.errors import ConfigError
+    from tinker_sim.tasks import fixture_scene
+
+    env = make_env("tinker/ArmSort-v0")
+    env.reset(seed=0)
+    built = env.unwrapped.task.fixtures()
+    assert fixture_scene("sort") == built and [f["name"] for f in built][:2] == ["sort_table", "bin0_wall0"]
+    assert len(built) == 9 and fixture_scene("reach") == []
+    with pytest.raises(ConfigError, match=r"task: expected one of \['reach', 'sort'\], got 'stack'"):
+        fixture_scene("stack")

@@ -30,7 +30,7 @@ from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
-from tinker.bringup import LIFECYCLE, NODES, WITHOUT_SIM, node_parameters, sim_for_bundle
+from tinker.bringup import LIFECYCLE, NODES, WITHOUT_SIM, node_parameters, safety_for_sim, sim_for_bundle
 
 # NODES (every node of the loop, one console script each) and LIFECYCLE (the nodes that command the robot,
 # configured then activated in this order) come from the loop's one description, tinker_core.loop.graph.ROBOT_LOOP.
@@ -86,6 +86,11 @@ def _robot(context, namespace, own):
             params.append(camera)
         if name == "perception" and "camera_rate_hz" in camera:
             params.append({"camera_rate_hz": camera["camera_rate_hz"]})
+        if name == "safety" and sim:  # the simulated task's table and bins join the guard's known scene
+            task = {**node_parameters(params_file, "sim_robot"), **camera, **own.get("nodes", {}).get("sim_robot", {})}
+            fixtures = safety_for_sim(task)
+            if fixtures:
+                params.append(fixtures)
         if name == "experience_bridge" and bundle and not node_parameters(params_file, name).get("sensor_bundle"):
             params.append({"sensor_bundle": bundle})  # reward_source sensors reads perception's features
         if name == VIEW_NODE:

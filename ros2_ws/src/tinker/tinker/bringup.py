@@ -73,6 +73,18 @@ def sim_for_bundle(params: Mapping[str, Any]) -> dict[str, Any]:
     return {**task_settings(bundle), **camera_settings(bundle)}
 
 
+def safety_for_sim(sim_params: Mapping[str, Any]) -> dict[str, Any]:
+    """The safety node's settings the simulated robot needs (``sim_params``: sim_robot's parameters): its task's
+    fixtures (the sorter's table and bins) as ``task_fixtures``, so the guard keeps the arm off them as `tinker eval`
+    does; ``{}`` for a task without any. `Graph`, the launch file and `tinker.in_process` apply it."""
+    import json
+
+    from tinker_sim.tasks import fixture_scene
+
+    items = fixture_scene(str(sim_params.get("task") or "reach"))
+    return {"task_fixtures": json.dumps(items)} if items else {}
+
+
 class BringupError(TinkerError):
     """The graph did not come up (a node died, a transition failed); the message quotes its log."""
 
@@ -190,6 +202,9 @@ class Graph:
             if rate is not None and not any("camera_rate_hz" in self.overrides.get(n, {})
                                             for n in ("/**", "sim_robot", "perception")):
                 self.overrides.setdefault("/**", {})["camera_rate_hz"] = rate  # sim_robot renders, perception waits
+            fixtures = safety_for_sim(self.parameters("sim_robot"))  # the sorter's table and bins: safety's scene
+            if fixtures:
+                self.overrides["safety"] = {**fixtures, **self.overrides.get("safety", {})}
         bridge = self.parameters("experience_bridge")  # the success sensor reads perception's features
         if bridge.get("reward_source") == "sensors" and not bridge.get("sensor_bundle"):
             self.overrides.setdefault("experience_bridge", {})["sensor_bundle"] = self.parameters("perception").get("bundle", "")

@@ -68,6 +68,9 @@ class InProcessConfig:
     ``perception`` (hold_estimate), ``safety`` (config, urdf), ``policy`` (urdf)"""
     bridge: bool = True
     """run the experience bridge (its transitions are kept in `InProcessLoop.transitions`)"""
+    reset_estop: bool = False
+    """clear a latched e-stop when the robot starts its next episode, as an operator's ``/safety/reset`` would
+    (False: it stays latched, as on the robot, and every later cycle holds)"""
     params_file: str = ""
     """the launch YAML ('' = config/bringup.yaml)"""
 
@@ -88,9 +91,9 @@ class InProcessLoop:
     """The loop's stages on a `LocalBus`; `run` cycles it. Also the safety stage's `Ports` (send, deadline, log)."""
 
     def __init__(self, cfg: InProcessConfig | None = None):
-        from tinker.bringup import default_params_file, node_parameters, sim_for_bundle
+        from tinker.bringup import default_params_file, node_parameters, safety_for_sim, sim_for_bundle
         from tinker.bundle_io import PolicyBundle, open_perception, resolve_bundle
-        from tinker_safety.guard_session import GATE_PARAMS, GuardSession
+        from tinker_safety.guard_session import GATE_PARAMS, GuardSession, read_scene_items
         from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
 
         self.cfg = cfg = cfg or InProcessConfig()
@@ -109,7 +112,8 @@ class InProcessLoop:
         self.messages: list[tuple[str, str]] = []
         """what the stages logged: (level, message)"""
         self._mono_ns = time.monotonic_ns()
-        self._deadline_armed = False
+        self._deadline_armed = self._latched = False
+        self.estops = self.estop_resets = 0
         self.last_command = None
         """the newest safe command (`tinker_safety.guard_cycle.Command`: its version and status)"""
         self.model, self.perception, _ = open_perception(bundle, synced=True, sync_frames=True,
@@ -120,13 +124,17 @@ class InProcessLoop:
         s = p["safety"]
         fields = SimRobotConfig.__dataclass_fields__
         try:
-            self.session.configure(s.get("config") or None, s.get("urdf") or None, self.period,
-                                   "joint_states", [float(s[k]) for k in GATE_PARAMS])
             self.robot = SimRobotLoop(SimRobotConfig(**{k: v for k, v in sim.items() if k in fields}), self.period,
                                       log=self.log)
+            scene = read_scene_items(s.get("task_fixtures") or safety_for_sim(sim).get("task_fixtures", ""),
+                                     "safety.task_fixtures")
+            self.session.configure(s.get("config") or None, s.get("urdf") or None, self.period,
+                                   "joint_states", [float(s[k]) for k in GATE_PARAMS], extra_scene=scene)
         except Exception:  # nothing half-built stays open
             self.session.release()
             self.policy.runner.close()
+            if getattr(self, "robot", None) is not None:
+                self.robot.close()
             raise
         if list(self.policy.runner.joint_names) != self.robot.names:  # the nodes map joints by name; here by order
             self.close()
@@ -210,6 +218,9 @@ class InProcessLoop:
         self.messages.append((level, message))
 
     def estop_changed(self) -> None:
+        latched = bool(self.session.estop_reason())
+        self.estops += latched and not self._latched
+        self._latched = latched
         self.log("info", f"e-stop: {self.session.estop_reason() or 'clear'}")
 
     def expect_commands(self, expected: bool, arrived: bool) -> None:
@@ -234,7 +245,10 @@ class InProcessLoop:
             self.bridge.tick(self._mono_ns / 1e9)  # transitions that waited out their label window go out
         self.robot.end_cycle(s, self._mono_ns)
         self.cycles += 1
-        self.episodes_done += bool(s.done and self.robot.episode_cycles > 0)
+        if s.done and self.robot.episode_cycles > 0:  # the robot reset itself: a new episode starts
+            self.episodes_done += 1
+            if self.cfg.reset_estop and self._latched:
+                self.estop_resets += self.session.reset()[0]
         return s
 
     def run(self, cycles: int, on_cycle: Callable[[Any], None] | None = None) -> dict[str, Any]:
@@ -263,7 +277,8 @@ class InProcessLoop:
         return {"cycles": self.cycles, "episodes": self.episodes_done, "successes": r.successes,
                 "max_command_step": r.step_max, "commands_over_velocity_limit": r.steps_over_limit,
                 "unsafe_states": dict(r.env.violations), "holds": g.holds, "deadline_misses": g.deadline_misses,
-                "estopped": bool(g.guard is not None and g.guard.estopped), "stale_commands": r.stale,
+                "estopped": bool(g.guard is not None and g.guard.estopped), "estops": self.estops,
+                "estop_resets": self.estop_resets, "stale_commands": r.stale,
                 "transitions": self.sent.sent if self.sent is not None else 0, "flow": self.bus.monitor.snapshot()}
 
     def close(self) -> None:

@@ -24,6 +24,10 @@ SAFETY_PARAMS = {
         ("intervened_topic", "safety/intervened", "each cycle served from teleop: target and measured pose"),
         ("policy_node", "policy", "the policy lifecycle node (its transition_event tells a deactivated policy "
                                   "from a dead one)"))},
+    "task_fixtures": Param("", "The simulated robot's task fixtures (the sorter's table and bins) as a JSON list of "
+                               "safety.config scene items, added to the safety YAML's scene; set by tinker bringup and "
+                               "the launch file from sim_robot's task. '' = none: on a real robot the safety YAML "
+                               "describes the cell." + _FIXED, read_only=True),
     "command_type": Param("float64_array", "Command message: float64_array (Float64MultiArray, "
                                            "forward_command_controller) or joint_trajectory (JointTrajectory, "
                                            "joint_trajectory_controller)." + _FIXED, read_only=True),

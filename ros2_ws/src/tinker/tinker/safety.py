@@ -30,7 +30,7 @@ from tinker.node_params import SAFETY_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.wire import JointMap, array_msg, estop_msg, meta_of, read_array, stamp_ns, state_tags, trajectory_msg
 from tinker_safety.guard_cycle import Command
-from tinker_safety.guard_session import GATE_PARAMS, TAKEOVER_PARAMS, GuardSession
+from tinker_safety.guard_session import GATE_PARAMS, TAKEOVER_PARAMS, GuardSession, read_scene_items
 from tinker_core.errors import ValidationError
 from tinker_core.loop.input_ages import Level
 
@@ -90,7 +90,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             teleop = g("intervention_topic")  # empty: nothing on the graph can take over from the policy
             self.session.configure(g("config") or None, g("urdf") or None, self.period,
                                    self.resolve_topic_name(g("joint_states_topic")), [g(n) for n in GATE_PARAMS],
-                                   self.resolve_topic_name(teleop) if teleop else "", [g(n) for n in TAKEOVER_PARAMS])
+                                   self.resolve_topic_name(teleop) if teleop else "", [g(n) for n in TAKEOVER_PARAMS],
+                                   read_scene_items(g("task_fixtures"), "safety.task_fixtures"))
             names = self.session.names
             self.jmap, self.tmap = JointMap(names, "safety.joint_states"), JointMap(names, "safety.intervention")
             self._subs = [
