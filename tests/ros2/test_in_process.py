@@ -27,7 +27,7 @@ def _safe(out: dict) -> None:
     (the simulator's own count), no e-stop, no missed cycle, and every cycle's edges carried once per cycle."""
     assert out["commands_over_velocity_limit"] == 0 and out["max_command_step"] <= 1.0, out
     assert not any(out["unsafe_states"].values()), out["unsafe_states"]
-    assert not out["estopped"] and out["deadline_misses"] == 0, out["messages"]
+    assert not out["estopped"] and out["deadline_misses"] == 0 and out["refused_inputs"] == 0, out["messages"]
     for port in EVERY_CYCLE:
         assert out["flow"][port]["messages"] == out["cycles"], (port, out["flow"])
 
@@ -60,7 +60,7 @@ def test_sorters_flat_and_hierarchical_sort_with_the_suction_taken_from_the_safe
 
 def test_the_bus_holds_each_stage_to_the_edges_the_graph_gives_it():
     from tinker.in_process import LocalBus
-    from tinker_core.errors import PipelineError
+    from tinker_core.errors import PipelineError, ValidationError
 
     bus, got = LocalBus(), []
     with pytest.raises(PipelineError, match="stage 'policy' cannot publish 'command'"):
@@ -75,6 +75,15 @@ def test_the_bus_holds_each_stage_to_the_edges_the_graph_gives_it():
     bus.drain()
     assert got == [1, ("bridge", 1), 2, ("bridge", 2)]
     assert bus.monitor.snapshot()["joint_target"]["messages"] == 2
+
+    def refuse(value) -> None:
+        raise ValidationError("policy.features", "8 values", f"{value} values")
+
+    bus.on("policy", "features", refuse)
+    bus.publish("perception", "features", 5)
+    bus.publish("policy", "joint_target", 3)
+    bus.drain()  # a refused input is noted, as a node logs it, and the loop goes on
+    assert bus.refused == ["policy.features: expected 8 values, got 5 values"] and got[-2:] == [3, ("bridge", 3)]
 
 
 def test_a_hot_swapped_bundle_goes_live_between_two_cycles_and_a_damaged_one_is_refused(tmp_path):

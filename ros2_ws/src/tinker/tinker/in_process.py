@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tinker_core.errors import ConfigError
+from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.graph import ROBOT, ROBOT_LOOP, LoopGraph
 from tinker_core.monitor import FlowMonitor
 
@@ -36,6 +36,9 @@ class LocalBus:
         self.monitor = FlowMonitor()
         self._handlers: dict[tuple[str, str], Callable[[Any], None]] = {}
         self._queue: deque = deque()
+        self.refused: list[str] = []
+        """inputs a stage refused (`ValidationError`), as a node logs them: that stage holds its cycle, the loop
+        goes on"""
 
     def on(self, stage: str, port: str, fn: Callable[[Any], None]) -> None:
         self.graph.check_port(stage, port, "in")
@@ -53,7 +56,10 @@ class LocalBus:
     def drain(self) -> None:
         while self._queue:
             fn, value = self._queue.popleft()
-            fn(value)
+            try:
+                fn(value)
+            except ValidationError as e:  # as the nodes do: refused, that cycle held downstream
+                self.refused.append(str(e))
 
 
 @dataclass
@@ -278,7 +284,7 @@ class InProcessLoop:
                 "max_command_step": r.step_max, "commands_over_velocity_limit": r.steps_over_limit,
                 "unsafe_states": dict(r.env.violations), "holds": g.holds, "deadline_misses": g.deadline_misses,
                 "estopped": bool(g.guard is not None and g.guard.estopped), "estops": self.estops,
-                "estop_resets": self.estop_resets, "stale_commands": r.stale,
+                "estop_resets": self.estop_resets, "stale_commands": r.stale, "refused_inputs": len(self.bus.refused),
                 "transitions": self.sent.sent if self.sent is not None else 0, "flow": self.bus.monitor.snapshot()}
 
     def close(self) -> None:
