@@ -53,9 +53,10 @@ def build(method: str, seed: int):
     raise ValueError(method)
 
 
-def run(method: str, seed: int, steps: int, eval_episodes: int) -> dict:
+def run(method: str, seed: int, steps: int, eval_episodes: int, levels: list[int] = LEVELS) -> dict:
+    """One training run; ``levels``: the curriculum's (``[6]``: 6 objects from the first step, no curriculum)."""
     algo = build(method, seed)
-    cur = Curriculum(CurriculumConfig(param="num_objects", levels=LEVELS, promote_at=0.8, window=20))
+    cur = Curriculum(CurriculumConfig(param="num_objects", levels=levels, promote_at=0.8, window=20))
     curve: list[dict] = []
     promotions: list[dict] = []
     recent: list[bool] = []
@@ -124,7 +125,12 @@ def main() -> None:
     ap = arg_parser(__doc__.splitlines()[0])
     ap.add_argument("--no-sac", action="store_true", help="leave SAC out (the slowest run)")
     ap.add_argument("--plot-only", action="store_true", help="redraw the PNG from the existing result file, run nothing")
+    ap.add_argument("--no-curriculum", action="store_true",
+                    help="the ablation: hppo_skills with the curriculum and at 6 objects from the first step, same "
+                         "steps and seeds, in one run (hierarchy_no_curriculum.json)")
     args = ap.parse_args()
+    if args.no_curriculum:
+        return no_curriculum(args)
     if args.plot_only:
         import json
 
@@ -162,6 +168,33 @@ def main() -> None:
         "figures": figures, "runs": runs,
         "goals": {"hppo_skills_level_reached_num_objects_median": "> ppo_level_reached_num_objects_median"}})
     print(f"wrote {out} and {png}")
+
+
+def no_curriculum(args) -> None:
+    """hppo_skills with the curriculum (1 -> 6 objects) and at 6 objects from the first step, per seed in turn, in
+    the same run: whether the curriculum is what gets it there."""
+    steps, seeds = (20_000, [0]) if args.quick else (300_000, [0, 1, 2])
+    eval_episodes = 5 if args.quick else 20
+    head = header("hierarchy_no_curriculum", args.quick, machine(("torch",), load_key="load_avg_start"),
+                  "python benchmarks/hierarchy.py --no-curriculum" + (" --quick" if args.quick else ""))
+    runs = []
+    for s in seeds:
+        for arm, levels in (("curriculum", LEVELS), ("no_curriculum", [LEVELS[-1]])):
+            r = {"arm": arm, **run("hppo_skills", s, steps, eval_episodes, levels=levels)}
+            print(f"hppo_skills, {arm}, seed {s}: eval at 6 objects {r['eval_6_objects']}, {r['wall_s']} s", flush=True)
+            runs.append(r)
+    figures = {}
+    for arm in ("curriculum", "no_curriculum"):
+        ev = [r["eval_6_objects"] for r in runs if r["arm"] == arm]
+        figures[f"hppo_skills_{arm}_eval6_success_rate_median"] = float(np.median([e["success_rate"] for e in ev]))
+        figures[f"hppo_skills_{arm}_eval6_objects_sorted_rate_median"] = float(np.median(
+            [e["objects_sorted_rate"] for e in ev]))
+    out = write_result("hierarchy_no_curriculum", args.quick, {
+        **head, "settings": {"env": ENV, "env_steps_per_run": steps, "seeds": seeds,
+                             "arms": {"curriculum": LEVELS, "no_curriculum": [LEVELS[-1]]}, "promote_at": 0.8,
+                             "window": 20, "eval_episodes_at_6_objects": eval_episodes},
+        "figures": figures, "runs": runs})
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
