@@ -15,19 +15,16 @@ import numpy as np
 from tinker_core.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
-SAFETY_YAML = REPO / "safety" / "config" / "kuka_iiwa.yaml"
 
 
-def make_guard(safety_yaml: str | os.PathLike | None = None, fixtures: list[dict] | tuple = ()):
-    """The SafetyWrapper from the safety YAML, with the task's ``fixtures`` (``Task.fixtures()``: its table, bins)
-    added to the YAML's known scene, so the guard keeps the arm off them as off the mounting table."""
-    from tinker_safety.safety_wrapper import SafetyWrapper
-    from tinker_core.config import read_yaml
+def make_guard(safety_yaml: str | os.PathLike | None = None, fixtures: list[dict] | tuple = (),
+               control_period: float = 0.05):
+    """The SafetyWrapper as the safety node builds it (`tinker_safety.guard_session.load_guard`): the safety YAML
+    (None: the shipped one) at the env's ``control_period``, with the task's ``fixtures`` (``Task.fixtures()``: its
+    table, bins) added to the YAML's known scene, so the guard keeps the arm off them as off the mounting table."""
+    from tinker_safety.guard_session import load_guard
 
-    cfg = read_yaml(Path(safety_yaml) if safety_yaml else SAFETY_YAML)
-    if fixtures:
-        cfg["scene"] = list(cfg.get("scene") or []) + [dict(f) for f in fixtures]
-    return SafetyWrapper.from_urdf(None, cfg)
+    return load_guard(str(safety_yaml) if safety_yaml else None, None, float(control_period), extra_scene=fixtures)
 
 
 class GuardedEnv(gym.Wrapper):
@@ -67,7 +64,7 @@ def make_env(env_id: str, *, dynamics: Any = None, randomize: Any = False, actio
     chain = ActionChainConfig(**action_chain) if action_chain else None
     env = gym.make(env_id, dynamics=dynamics, randomize=randomize, action_chain=chain, camera=camera, **kwargs)
     if safety:
-        guard = make_guard(safety_yaml, env.unwrapped.task.fixtures())
+        guard = make_guard(safety_yaml, env.unwrapped.task.fixtures(), env.unwrapped.control_period)
         env.unwrapped.command_filter = guard
         env = GuardedEnv(env, guard)
     if seed is not None:
