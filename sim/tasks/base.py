@@ -63,6 +63,12 @@ class Task:
         """Static bodies the arm must never touch (besides the ground), for the violation count."""
         return [body for body, _ in self._fixtures]
 
+    @staticmethod
+    def static_fixtures() -> list[tuple[str, Any, Any, Any]]:
+        """The task's static boxes as (name, half extents, centre in the base frame, rgba), known without a world
+        (`tinker_sim.tasks.fixture_scene`); a task that has some adds them with `add_fixture` when it is built."""
+        return []
+
     def fixtures(self) -> list[dict[str, Any]]:
         """The same static bodies as the SafetyWrapper's known scene takes them (``SafetyConfig.scene`` items:
         name, shape, full size, position and rpy in the robot's base frame), so the guard keeps the arm off

@@ -48,8 +48,8 @@ NUM_KINDS = 2
 
 def sort_fixtures() -> list[tuple[str, tuple, tuple, tuple]]:
     """The sorter's static boxes, (name, half extents, centre in the base frame, rgba): the table, then each bin's
-    four walls. The task adds them to the world (`Task.add_fixture`); `fixture_scene` gives them to a guard that has
-    no world."""
+    four walls (`SortTask.static_fixtures`). The task adds them to the world (`Task.add_fixture`); `fixture_scene`
+    gives them to a guard that has no world."""
     out = [("sort_table", tuple(TABLE_HALF), tuple(TABLE_CENTER), (0.55, 0.45, 0.35, 1.0))]
     h, t = BIN_WALL_HEIGHT / 2, 0.005
     z = TABLE_TOP + h
@@ -67,6 +67,7 @@ class SortTask(Task):
     name = "sort"
     action_terms = [term("suction", 1, "on>0", 1.0, 0.0, "none")]
     dynamics_keys = ("friction", "object_mass_scale", "object_size_scale")
+    static_fixtures = staticmethod(sort_fixtures)
 
     def __init__(self, world: PyBulletWorld, robot: ArmRobot, num_objects: int = 2, max_objects: int | None = None,
                  sorted_reward: str = "per_step"):
@@ -78,7 +79,7 @@ class SortTask(Task):
         """object slots in the observation (fixed for the task's life)"""
         self._num_objects = self._next_num_objects = self._check_count(num_objects)
         self.params = DynamicsParams()
-        table, *walls = sort_fixtures()
+        table, *walls = self.static_fixtures()
         self.table = self.add_fixture(*table)
         self.bin_parts = [self.add_fixture(*wall) for wall in walls]
         self.objects: list[int] = []
