@@ -138,12 +138,23 @@ def _safety_yaml(args: argparse.Namespace) -> str | None:
     return args.safety_config
 
 
+def _curriculum(args: argparse.Namespace) -> tuple[str, Any]:
+    """``--curriculum PARAM=VALUE`` as (param, value), the value read as YAML (``3`` is an int)."""
+    import yaml
+
+    from tinker_core.errors import ConfigError
+
+    param, sep, value = args.curriculum.partition("=")
+    if not sep or not param:
+        raise ConfigError(f"--curriculum {args.curriculum!r}: expected PARAM=VALUE, e.g. num_objects=3")
+    return param, yaml.safe_load(value)
+
+
 def _run_loop(args: argparse.Namespace) -> int:
     """``--runtime loop``: the bundle through the robot loop's stages in one process (`tinker.in_process`)."""
     import time
 
     import gymnasium as gym
-    import yaml
     from tqdm import tqdm
 
     import tinker_sim  # noqa: F401  (registers the tinker/ ids: their time limits are the episodes' length)
@@ -166,10 +177,10 @@ def _run_loop(args: argparse.Namespace) -> int:
     sim: dict[str, Any] = {"seed": args.seed, "episode_cycles": int(gym.spec(env_id).max_episode_steps),
                            "dynamics": args.dynamics or ""}
     if args.curriculum:
-        param, sep, value = args.curriculum.partition("=")
-        if param != "num_objects" or not sep:
+        param, value = _curriculum(args)
+        if param != "num_objects":
             raise ConfigError(f"--curriculum {args.curriculum!r}: the loop's robot takes num_objects=N only")
-        sim["num_objects"] = int(yaml.safe_load(value))
+        sim["num_objects"] = int(value)
     overrides = {"sim_robot": sim, "perception": {"hold_estimate": bool(args.hold_estimate)},
                  **({"safety": {"config": _safety_yaml(args)}} if args.safety_config else {})}
     bar = tqdm(total=args.episodes, desc="eval (loop)", unit="ep", disable=args.json)
@@ -292,15 +303,9 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     from tinker_core.evaluate import evaluate
 
     if args.curriculum:
-        import yaml
-
         from tinker_core.curriculum import apply_env_param
-        from tinker_core.errors import ConfigError
 
-        param, sep, value = args.curriculum.partition("=")
-        if not sep or not param:
-            raise ConfigError(f"--curriculum {args.curriculum!r}: expected PARAM=VALUE, e.g. num_objects=3")
-        apply_env_param(env, param, yaml.safe_load(value))  # in force from the first reset
+        apply_env_param(env, *_curriculum(args))  # in force from the first reset
 
     bar = tqdm(total=args.episodes, desc="eval", unit="ep", disable=args.json)
     wins = [0]

@@ -91,11 +91,10 @@ class SafetyWrapper(ModuleBase[SafetyConfig]):
         self.command_upper = _frozen(hi - c.position_margin)
         """highest position commanded (URDF limit minus margin), unless the robot already is above it"""
         self._vmax = _frozen(limits.velocity * c.velocity_scale)
-        self._run_step = _frozen(self._vmax * c.control_period)
-        self._near_bounds = list(zip(self._run_step.tolist(), self.command_lower.tolist(), self.command_upper.tolist()))
+        run_step = self._vmax * c.control_period  # rad: how far a command-stream command may lie from the measured pose
+        self._near_bounds = list(zip(run_step.tolist(), self.command_lower.tolist(), self.command_upper.tolist()))
         """per joint (speed-limit step, lower, upper) as floats: `_near_measured` runs every cycle on 7 values, where
         list arithmetic costs a fraction of numpy's per-call overhead"""
-        """rad: one step at the speed limit (how far a command from the command stream may lie from the measured pose)"""
         acc = np.array(math.inf if c.accel_limit is None else c.accel_limit, dtype=np.float64).reshape(-1)
         if acc.size not in (1, n):
             raise ConfigError(f"SafetyConfig.accel_limit: expected 1 or {n} values (one per joint), got {acc.size}")

@@ -28,6 +28,8 @@ from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.input_ages import Level, RecentFaults
 from tinker_sim.realtime import RealTimeArm
 
+TASK_HEAD = 4
+"""values before the task terms in a state's ``task``: reward, done, success, distance (`SimRobotLoop.step`)"""
 KEEP_STAMPS = 16
 """states remembered for a late command's end-to-end time, and raw actions for their safe command's suction"""
 
@@ -257,6 +259,15 @@ class SimRobotLoop:
         values = np.concatenate([[float(reward), float(done), float(success), float(info.get("distance", 0.0))],
                                  ee, self.env.task.observe(ee)])
         return SimState(q, qd, stamp, self.cycle, self.episode, values, img, done, bool(success)), missed
+
+    def terms(self, task: np.ndarray) -> dict[str, np.ndarray]:
+        """The task terms of a state's ``task`` values by name (`task_terms`: what follows reward, done, success and
+        distance), as the ``task`` topic's metadata lays them out."""
+        out, off = {}, TASK_HEAD
+        for name, size in self.task_terms:
+            out[name] = task[off: off + size]
+            off += size
+        return out
 
     def sent(self, stamp: int, wall_ns: int) -> None:
         """State ``stamp`` is going out now (before its first publish: waking subscribers is the loop's latency)."""

@@ -56,7 +56,10 @@ def test_env_runs_inside_a_ray_actor(monkeypatch):
     temp_dir = tempfile.mkdtemp(prefix="tkray", dir="/tmp")  # short: Ray's socket paths must stay < 108 bytes
     ray.init(num_cpus=1, include_dashboard=False, _temp_dir=temp_dir, log_to_driver=False, configure_logging=False)
     try:
-        runner = ray.remote(EnvRunner).remote(EnvFactory("tinker/ArmReach-v0", {"randomize": True}), seed=1)
+        def start():
+            return ray.remote(EnvRunner).remote(EnvFactory("tinker/ArmReach-v0", {"randomize": True}), seed=1)
+
+        runner = start()
         try:
             batch = ray.get(runner.rollout.remote(60), timeout=120)
         except ray.exceptions.ActorDiedError as e:
@@ -64,7 +67,7 @@ def test_env_runs_inside_a_ray_actor(monkeypatch):
             # started ("cancelled before it started running"). Only that case gets one fresh actor.
             if "before it started" not in str(e):
                 raise
-            runner = ray.remote(EnvRunner).remote(EnvFactory("tinker/ArmReach-v0", {"randomize": True}), seed=1)
+            runner = start()
             batch = ray.get(runner.rollout.remote(60), timeout=120)
         assert batch["obs"].shape == (60, 30) and batch["action"].shape == (60, 7)
         assert batch["episodes"] >= 1  # the 50-step time limit ended at least one episode inside the actor

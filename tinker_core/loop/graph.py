@@ -42,8 +42,13 @@ class Edge:
     """True when every running loop publishes it each cycle (`tinker flow` waits until each has a publisher)."""
     does: str = ""
 
+    @property
+    def ends(self) -> str:
+        """``"perception -> policy, experience_bridge"``"""
+        return f"{self.source or '(outside)'} -> {', '.join(self.targets)}"
+
     def __str__(self) -> str:
-        return f"{self.source or '(outside)'} -> {', '.join(self.targets)} ({self.port})"
+        return f"{self.ends} ({self.port})"
 
 
 class LoopGraph:

@@ -1,8 +1,10 @@
 """The flow of a running ROS 2 graph, edge by edge: message rate, bytes and latency per topic.
 
 A `FlowWatcher` is a plain rclpy node outside the loop (its own process: ``tinker flow``). It subscribes to every
-edge of the loop's graph (`tinker_core.loop.graph.ROBOT_LOOP`), on the topic `wire.TOPICS` declares for it, under the graph's namespace, with the type declared there (a command topic switched
-to JointTrajectory is not seen), as serialized messages (the size on the wire is the byte count), and feeds `tinker_core.monitor.FlowMonitor`, the same monitor the in-process pipeline reports with.
+edge of the loop's graph (`tinker_core.loop.graph.ROBOT_LOOP`), on the topic `wire.TOPICS` declares for it, under
+the graph's namespace, with the type declared there (a command topic switched to JointTrajectory is not seen), as
+serialized messages (the size on the wire is the byte count), and feeds `tinker_core.monitor.FlowMonitor`, the same
+monitor the in-process pipeline reports with.
 An edge's latency is its arrival time minus the stamp of the robot state it derives from: ``header.stamp`` where
 the message has a header, the ``stamp_ns`` metadata of the loop's MultiArrays otherwise. Both are the robot's
 clock, so a driver on another machine needs synchronized clocks for the latency column (rate and bytes need none).
@@ -60,7 +62,7 @@ class FlowWatcher:
             sub = node.create_subscription(topic.type, f"{ns}/{topic.name}", self._callback(topic.name, topic.type),
                                            topic.qos, raw=True)
             self._subs.append(sub)
-            self.ends[topic.name] = f"{edge.source or '(outside)'} -> {', '.join(edge.targets)}"
+            self.ends[topic.name] = edge.ends
             if edge.every_cycle:
                 self._loop_subs[topic.name] = sub
 

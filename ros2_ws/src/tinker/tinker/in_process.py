@@ -20,11 +20,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import numpy as np
-
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.graph import ROBOT, ROBOT_LOOP, LoopGraph
 from tinker_core.monitor import FlowMonitor
+
 
 class LocalBus:
     """The graph's edges in one process: ``on(stage, port, fn)`` and ``publish(stage, port, value)``, both checked
@@ -73,7 +72,7 @@ class InProcessConfig:
     dynamics, seed, num_objects, ...; the bundle's task and camera are applied first, `tinker.bringup.sim_for_bundle`),
     ``perception`` (hold_estimate), ``safety`` (config, urdf), ``policy`` (urdf)"""
     bridge: bool = True
-    """run the experience bridge (its transitions are kept in `InProcessLoop.transitions`)"""
+    """run the experience bridge (the transitions it joins are kept in `InProcessLoop.transitions`)"""
     reset_estop: bool = False
     """clear a latched e-stop when the robot starts its next episode, as an operator's ``/safety/reset`` would
     (False: it stays latched, as on the robot, and every later cycle holds)"""
@@ -108,11 +107,12 @@ class InProcessLoop:
         if unknown:
             raise ConfigError(f"in-process loop overrides: unknown node(s) {unknown}; "
                               f"known: {list(ROBOT_LOOP.start_order)}")
-        p = {n: {**node_parameters(pfile, n), **cfg.overrides.get(n, {})} for n in ROBOT_LOOP.start_order}
+        launch_yaml = {n: node_parameters(pfile, n) for n in ROBOT_LOOP.start_order}
+        p = {n: {**launch_yaml[n], **cfg.overrides.get(n, {})} for n in ROBOT_LOOP.start_order}
         self.period = float(p["policy"]["control_period"])
         bundle = str(resolve_bundle(cfg.bundle))
         # the camera only where the bundle looks; its frames in line with their state: no camera process here
-        sim = {**node_parameters(pfile, ROBOT), "camera": False, **sim_for_bundle({"bundle": bundle}),
+        sim = {**launch_yaml[ROBOT], "camera": False, **sim_for_bundle({"bundle": bundle}),
                **cfg.overrides.get(ROBOT, {}), "camera_rate_hz": 0.0}
         self.bus = LocalBus(ROBOT_LOOP)
         self.messages: list[tuple[str, str]] = []
@@ -175,7 +175,7 @@ class InProcessLoop:
             pub("policy", "raw_action", step, step.stamp_ns, step.raw.nbytes)
             pub("policy", "joint_target", step, step.stamp_ns, step.target.nbytes)
 
-        on("perception", "task", lambda s: features(per.on_task(s.stamp, self._terms(s), str(s.episode))))
+        on("perception", "task", lambda s: features(per.on_task(s.stamp, self.robot.terms(s.task), str(s.episode))))
         on("perception", "image", lambda s: features(per.on_frame(s.stamp, s.image)))
         on("perception", "joint_states", lambda s: features(per.on_state(s.stamp, s.q, s.qd, s.cycle)))
         on("perception", "raw_action", lambda step: per.on_action(step.raw))
@@ -198,14 +198,6 @@ class InProcessLoop:
             on("experience_bridge", "joint_target", lambda step: b.target(step.stamp_ns, step.target))
             on("experience_bridge", "command", lambda c: b.command(c.stamp, c.q, c.status))
 
-    def _terms(self, s) -> dict[str, np.ndarray]:
-        """The task terms of state ``s`` by name (the values after reward, done, success, distance)."""
-        out, off = {}, 4
-        for name, size in self.robot.task_terms:
-            out[name] = s.task[off: off + size]
-            off += size
-        return out
-
     def _meta(self, step) -> dict[str, str]:
         return {"stamp_ns": str(step.stamp_ns), "cycle": str(step.cycle), "version": str(self.policy.version)}
 
@@ -224,10 +216,10 @@ class InProcessLoop:
         self.messages.append((level, message))
 
     def estop_changed(self) -> None:
-        latched = bool(self.session.estop_reason())
-        self.estops += latched and not self._latched
-        self._latched = latched
-        self.log("info", f"e-stop: {self.session.estop_reason() or 'clear'}")
+        reason = self.session.estop_reason()
+        self.estops += bool(reason) and not self._latched
+        self._latched = bool(reason)
+        self.log("info", f"e-stop: {reason or 'clear'}")
 
     def expect_commands(self, expected: bool, arrived: bool) -> None:
         """The safety node's input watch; nothing watches inputs in one thread."""
@@ -286,6 +278,11 @@ class InProcessLoop:
                 "estopped": bool(g.guard is not None and g.guard.estopped), "estops": self.estops,
                 "estop_resets": self.estop_resets, "stale_commands": r.stale, "refused_inputs": len(self.bus.refused),
                 "transitions": self.sent.sent if self.sent is not None else 0, "flow": self.bus.monitor.snapshot()}
+
+    @property
+    def transitions(self) -> list:
+        """The transitions the experience bridge joined and let go (empty without the bridge)."""
+        return self.sent.items if self.sent is not None else []
 
     def close(self) -> None:
         if getattr(self, "bridge", None) is not None:
