@@ -1,6 +1,10 @@
 """A new participant joining a running graph, as ``ros2 topic echo`` or ``ros2 param get`` is: its own process.
 
     python participant.py NAMESPACE PUBLISHERS SECONDS
+    python participant.py --quiet SECONDS
+
+``--quiet``: one node and nothing else (no subscription, no call), staying SECONDS, as the ``ros2`` CLI's
+daemon does after it starts; prints ``stayed=<s>``.
 
 Starts rclpy in a fresh process (the CPU burst of a CLI tool starting), subscribes every topic of the
 graph (`tinker.wire.TOPICS` under NAMESPACE, and /diagnostics) with RELIABLE QoS, as a default
@@ -66,5 +70,20 @@ def main(namespace: str, publishers: int, seconds: float) -> None:
     os._exit(0)
 
 
+def quiet(seconds: float) -> None:
+    import rclpy
+
+    rclpy.init()
+    node = rclpy.create_node(f"tinker_test_quiet_{os.getpid()}", start_parameter_services=False)
+    start = time.monotonic()
+    while time.monotonic() - start < seconds:
+        rclpy.spin_once(node, timeout_sec=0.1)
+    print(f"stayed={time.monotonic() - start:.1f}", flush=True)
+    os._exit(0)  # as main: no rclpy teardown
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))
+    if sys.argv[1] == "--quiet":
+        quiet(float(sys.argv[2]))
+    else:
+        main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))

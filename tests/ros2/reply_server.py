@@ -4,7 +4,7 @@
 
 Answers REQUESTS requests (at most TIMEOUT_S), then prints one JSON line: each answer's send time (s)
 and the longest gap a second Python thread of the process saw (what the loop of a node would miss).
-``tinker`` applies `tinker.dds_profile.use_service_profile` before ``rclpy.init``, as every tinker node does.
+``tinker`` applies `tinker.dds_profile.use_loop_profile` before ``rclpy.init``, as every tinker node does.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ TIMEOUT_S = 30.0
 
 def main(service: str, profile: str, requests: int) -> None:
     if profile == "tinker":
-        from tinker.dds_profile import use_service_profile
+        from tinker.dds_profile import use_loop_profile
 
-        use_service_profile()
+        use_loop_profile()
     import rclpy
     from std_srvs.srv import Trigger
 

@@ -41,7 +41,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
-from tinker.dds_profile import use_service_profile
+from tinker.dds_profile import use_loop_profile
 from tinker.priority import lower_priority, set_realtime
 from tinker.quiet_gc import QUIET_GC
 from tinker_core.errors import TinkerError
@@ -447,7 +447,7 @@ def run_nodes(make_nodes: Callable[[], list], args: list[str] | None, label: str
 
     3 when a node refuses to run (`NodeFatal`), 2 on any other tinker error, 0 after a clean stop.
     """
-    profile = use_service_profile()  # before the participant exists: Fast DDS reads it at creation
+    profile = use_loop_profile()  # before the participant exists: Fast DDS reads it at creation
     rclpy.init(args=args, signal_handler_options=SignalHandlerOptions.NO)
     try:
         nodes = make_nodes()
