@@ -61,7 +61,11 @@ def pct(a, q) -> float:
 
 def floor_node(role: str, period: float, out: str, realtime: int = 0) -> int:
     """One process of the bare chain (run as ``control_loop.py --floor-node ROLE``), scheduled as the
-    loop's processes are (``realtime``: their SCHED_FIFO priority from the launch YAML, 0 = normal)."""
+    loop's processes are (``realtime``: their SCHED_FIFO priority from the launch YAML, 0 = normal) and on
+    their Fast DDS profile (`tinker.dds_profile`: UDPv4 only), so that floor and loop differ only in tinker's code."""
+    from tinker.dds_profile import use_loop_profile
+
+    use_loop_profile()
     import rclpy
     from rclpy.signals import SignalHandlerOptions
     from sensor_msgs.msg import JointState
