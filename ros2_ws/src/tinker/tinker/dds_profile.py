@@ -67,5 +67,5 @@ def use_loop_profile(environ: MutableMapping[str, str] = os.environ) -> str:
     environ[PROFILE_ENV] = str(path)
     if localhost:
         environ[RANGE_ENV] = "SYSTEM_DEFAULT"  # the profile's discovery is LOCALHOST's, without shared memory
-        return f"Fast DDS profiles from {path}: LOCALHOST discovery on UDPv4 only, service replies wait <= 2 ms"
-    return f"Fast DDS profiles from {path}: UDPv4 only, service replies wait <= {REPLY_WAIT_S * 1e3:.0f} ms"
+    what = "LOCALHOST discovery on UDPv4 only" if localhost else "UDPv4 only"
+    return f"Fast DDS profiles from {path}: {what}, service replies wait <= {REPLY_WAIT_S * 1e3:.0f} ms"
