@@ -25,11 +25,10 @@ from typing import Callable
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.edges import RobotState, TaskReport, task_report
 from tinker_core.loop.input_ages import Level, RecentFaults
 from tinker_sim.realtime import RealTimeArm
 
-TASK_HEAD = 4
-"""values before the task terms in a state's ``task``: reward, done, success, distance (`SimRobotLoop.step`)"""
 KEEP_STAMPS = 16
 """states remembered for a late command's end-to-end time, and raw actions for their safe command's suction"""
 
@@ -260,14 +259,14 @@ class SimRobotLoop:
                                  ee, self.env.task.observe(ee)])
         return SimState(q, qd, stamp, self.cycle, self.episode, values, img, done, bool(success)), missed
 
-    def terms(self, task: np.ndarray) -> dict[str, np.ndarray]:
-        """The task terms of a state's ``task`` values by name (`task_terms`: what follows reward, done, success and
-        distance), as the ``task`` topic's metadata lays them out."""
-        out, off = {}, TASK_HEAD
-        for name, size in self.task_terms:
-            out[name] = task[off: off + size]
-            off += size
-        return out
+    def report(self, s: SimState) -> TaskReport:
+        """State ``s``'s outcome and task terms by name, as the ``task`` topic carries them
+        (`tinker_core.loop.edges.task_report`: the same split a node makes of the message)."""
+        return task_report(s.task, self.task_terms, s.stamp, s.cycle, s.episode)
+
+    def robot_state(self, s: SimState) -> RobotState:
+        """State ``s`` as the ``joint_states`` edge carries it."""
+        return RobotState(s.stamp, s.q, s.qd, s.cycle, s.episode)
 
     def sent(self, stamp: int, wall_ns: int) -> None:
         """State ``stamp`` is going out now (before its first publish: waking subscribers is the loop's latency)."""

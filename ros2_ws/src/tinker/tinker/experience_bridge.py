@@ -18,27 +18,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from diagnostic_msgs.msg import DiagnosticStatus
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import SetBool
 
 from tinker.bundle_io import bundle_chain, write_bundle
 from tinker.node_params import BRIDGE_PARAMS as PARAMS
 from tinker.runtime import OK, WARN, NodeRuntime, main_for
-from tinker.wire import RECORD_QOS, meta_of, read_array, read_task
-from tinker_core.errors import ConfigError, TinkerError, ValidationError
+from tinker.wire import RECORD_QOS, Reader
+from tinker_core.errors import ConfigError, TinkerError
 from tinker_core.loop.bridge import ExperienceBridge
+from tinker_core.loop.bridge_stage import BridgeStage
 from tinker_core.loop.episode_label import EpisodeLabels
 from tinker_core.loop.input_ages import RecentFaults
 
 LABEL_PARAMS = ("label_window", "label_success_reward", "label_failure_reward")
-
-
-def _stamp(msg) -> int:
-    v = meta_of(msg).get("stamp_ns", "")
-    return int(v) if v.isdigit() else 0
 
 
 class ExperienceBridgeNode(NodeRuntime, Node):
@@ -47,7 +41,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self._init_runtime("experience_bridge", PARAMS)
         g = self.param
         sender = recorder = self.weights = self.deployed_version = None
-        self.bundles_received, self.estopped = 0, False
+        self.bundles_received = 0
         self.drops, self._dropped_seen = RecentFaults(), 0  # WARN while transitions are being dropped
         if g("learner_endpoint"):
             from tinker_core.transport import TransitionSender
@@ -74,15 +68,10 @@ class ExperienceBridgeNode(NodeRuntime, Node):
 
         ns = self.get_namespace().rstrip("/")
         self._param_clients = {n: AsyncParameterClient(self, f"{ns}/{g(n + '_node')}") for n in ("policy", "perception")}
-        b = self.bridge
-        for role, callback in (("task", self._on_task),
-                               ("features", lambda m: b.features(_stamp(m), m.data, time.monotonic())),
-                               ("raw_action", lambda m: b.action(_stamp(m), m.data, meta_of(m).get("version", ""))),
-                               ("joint_target", lambda m: b.target(_stamp(m), m.data)),
-                               ("command", self._on_command)):
-            self.subscribe(f"{role}_topic", role, callback, RECORD_QOS)
-        self.subscribe("estop_state_topic", "estop_state", self._on_estop, stale=None)
-        self.subscribe("intervened_topic", "intervened", self._on_intervened, RECORD_QOS, stale=None)
+        self.stage = BridgeStage(self.bridge)
+        streams = ("task", "features", "raw_action", "joint_target", "command", "intervened")
+        self.serve(self.stage, Reader("experience_bridge"), {p: f"{p}_topic" for p in (*streams, "estop_state")},
+                   stale={"intervened": None, "estop_state": None}, qos={p: RECORD_QOS for p in streams})
         self.create_service(SetBool, "~/label_episode", self._on_label)
         self.create_timer(0.2, self._tick)
 
@@ -96,28 +85,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
             return None
         return sensor_outcome(self.param("sensor_bundle"), self.param("sensor_env"), self.param("urdf"))
 
-    # --- messages into the bridge -----------------------------------------------------------------
-    def _on_task(self, msg: Float64MultiArray) -> None:
-        try:
-            t = read_task(msg, "experience_bridge.task")
-        except ValidationError as e:
-            self.bridge.last_error = str(e)
-            return
-        self.bridge.task(t.stamp_ns, t.cycle, int(t.episode), t.reward, t.success, t.done, time.monotonic())
-
-    def _on_command(self, msg: Float64MultiArray) -> None:
-        meta = meta_of(msg)
-        self.bridge.command(_stamp(msg), msg.data, meta.get("status", ""), meta.get("intervention") == "1")
-
-    def _on_intervened(self, msg: Float64MultiArray) -> None:
-        try:
-            self.bridge.intervened(_stamp(msg), read_array(msg, None, "experience_bridge.intervened")[0])
-        except TinkerError as e:
-            self.bridge.last_error = str(e)
-
-    def _on_estop(self, msg: DiagnosticStatus) -> None:
-        self.estopped = any(kv.key == "estopped" and kv.value == "true" for kv in msg.values)
-
+    # --- a person's label --------------------------------------------------------------------------
     def _on_label(self, request, response):
         done = self.bridge.label(bool(request.data), time.monotonic())
         response.success, response.message = done.episode is not None, done.message
@@ -175,7 +143,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
 
     # --- diagnostics and shutdown -----------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
-        return {**self.bridge.values(), "bundles_received": self.bundles_received, "estopped": self.estopped}
+        return {**self.bridge.values(), "bundles_received": self.bundles_received, "estopped": self.stage.estopped}
 
     def diagnostic_level(self):
         sender = self.bridge.sender

@@ -1,12 +1,14 @@
 """`InProcessLoop`: the robot loop's graph (`tinker_core.loop.graph.ROBOT_LOOP`) in one thread, without ROS.
 
 The third runtime of the same description. Its stages are the classes the ROS nodes run, built from the same launch
-YAML (``config/bringup.yaml``): `tinker_sim.robot_loop.SimRobotLoop` (sim_robot), `tinker.bundle_io.open_perception`
-(perception), `tinker.bundle_io.PolicyBundle` (policy), `tinker_safety.guard_session.GuardSession` (safety) and
-`tinker_core.loop.bridge.ExperienceBridge` (experience_bridge). Each stage handles the edges the graph leads into it
-and publishes only the edges it is the source of (`LocalBus` checks both against the graph, as the nodes' topics
-are checked). Delivery is first in, first out, as a DDS reader gets one writer's messages: every consumer of a state
-has it before what answers it arrives. Nothing here imports rclpy.
+YAML (``config/bringup.yaml``). Perception, policy and the experience bridge are `tinker_core.loop.stage.LoopStage`s
+(`PerceptionStage`, `PolicyStage`, `BridgeStage`): the very objects the nodes host with
+`tinker.runtime.NodeRuntime.serve`, here on a `LocalBus` (`InProcessLoop._host`), the edge values the same
+(`tinker_core.loop.edges`). The robot and safety are `tinker_sim.robot_loop.SimRobotLoop` and
+`tinker_safety.guard_session.GuardSession`, wired edge by edge as their nodes do. Each stage handles the edges the
+graph leads into it and publishes only the edges it is the source of (`LocalBus` checks both against the graph, as
+the nodes' topics are checked). Delivery is first in, first out, as a DDS reader gets one writer's messages: every
+consumer of a state has it before what answers it arrives. Nothing here imports rclpy.
 
 Time: each cycle advances the loop's monotonic clock by one control period, so the guard's watchdog, its state
 checks and the robot's hold see a robot at its real rate however fast the loop runs; the deadline of a cycle whose
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.edges import Frame, SafeCommand
 from tinker_core.loop.graph import ROBOT, ROBOT_LOOP, LoopGraph
 from tinker_core.monitor import FlowMonitor
 
@@ -80,6 +83,13 @@ class InProcessConfig:
     """the launch YAML ('' = config/bringup.yaml)"""
 
 
+def _nbytes(value: Any) -> int:
+    """Bytes of an edge value's vector (features, action), for the flow monitor."""
+    v = getattr(value, "features", None)
+    v = getattr(value, "values", None) if v is None else v
+    return int(getattr(v, "nbytes", 0))
+
+
 class _Collector:
     """The bridge's sender here: keeps the transitions."""
 
@@ -99,6 +109,8 @@ class InProcessLoop:
         from tinker.bringup import default_params_file, node_parameters, safety_for_sim, sim_for_bundle
         from tinker.bundle_io import PolicyBundle, open_perception, resolve_bundle
         from tinker_safety.guard_session import GATE_PARAMS, GuardSession, read_scene_items
+        from tinker_core.loop.perception_stage import PerceptionStage
+        from tinker_core.loop.policy_stage import PolicyStage
         from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
 
         self.cfg = cfg = cfg or InProcessConfig()
@@ -122,10 +134,11 @@ class InProcessLoop:
         self.estops = self.estop_resets = 0
         self.last_command = None
         """the newest safe command (`tinker_safety.guard_cycle.Command`: its version and status)"""
-        self.model, self.perception, _ = open_perception(bundle, synced=True, sync_frames=True,
-                                                         hold_estimate=bool(p["perception"].get("hold_estimate")))
-        self.sha = self.model.sha256
+        self.model, cycle, _ = open_perception(bundle, synced=True, sync_frames=True,
+                                               hold_estimate=bool(p["perception"].get("hold_estimate")))
         self.policy = PolicyBundle(bundle, p["policy"].get("urdf") or None, self.period)
+        self.stages = {"perception": PerceptionStage(cycle, self.model.sha256),
+                       "policy": PolicyStage(self.policy)}  # no budget: time is virtual here
         self.session = GuardSession(self, "float64_array", clock=lambda: self._mono_ns / 1e9)
         s = p["safety"]
         fields = SimRobotConfig.__dataclass_fields__
@@ -149,6 +162,7 @@ class InProcessLoop:
         self.bridge = self.sent = None
         if cfg.bridge:
             from tinker_core.loop.bridge import ExperienceBridge
+            from tinker_core.loop.bridge_stage import BridgeStage
             from tinker_core.loop.episode_label import EpisodeLabels
 
             b = p["experience_bridge"]
@@ -156,55 +170,40 @@ class InProcessLoop:
             self.bridge = ExperienceBridge(EpisodeLabels(float(b["label_window"]), float(b["label_success_reward"]),
                                                          float(b["label_failure_reward"])), self.sent,
                                            info={"source": "in_process"})
+            self.stages["experience_bridge"] = BridgeStage(self.bridge, now=lambda: self._mono_ns / 1e9)
         self._wire()
         self.policy.cycle.restart(self.policy.new_chain())
+        self.stages["policy"].gate.activate()
         self.session.cycle.activate()
         self.cycles = self.episodes_done = 0
 
     # --- the edges each stage handles (ROBOT_LOOP's inputs) -----------------------------------------
+    def _host(self, stage) -> None:
+        """A `tinker_core.loop.stage.LoopStage` on the bus: its handlers on the edges into it, its ``emit`` onto
+        the edges out of it (the same stage class a node hosts with `tinker.runtime.NodeRuntime.serve`)."""
+        for port, handler in stage.inputs().items():
+            if self.bus.graph.edge(port).source:  # an input from outside the graph (a goal) has no sender here
+                self.bus.on(stage.name, port, handler)
+        stage.emit = lambda port, v: self.bus.publish(stage.name, port, v, v.stamp_ns, _nbytes(v))
+
     def _wire(self) -> None:
-        on, pub, per, pol, guard = self.bus.on, self.bus.publish, self.perception, self.policy.cycle, self.session.cycle
-
-        def features(out) -> None:
-            if out is not None:
-                pub("perception", "features", out, out.stamp_ns, out.features.nbytes)
-
-        def policy_step(step) -> None:
-            if step is None:
-                return
-            pub("policy", "raw_action", step, step.stamp_ns, step.raw.nbytes)
-            pub("policy", "joint_target", step, step.stamp_ns, step.target.nbytes)
-
-        on("perception", "task", lambda s: features(per.on_task(s.stamp, self.robot.terms(s.task), str(s.episode))))
-        on("perception", "image", lambda s: features(per.on_frame(s.stamp, s.image)))
-        on("perception", "joint_states", lambda s: features(per.on_state(s.stamp, s.q, s.qd, s.cycle)))
-        on("perception", "raw_action", lambda step: per.on_action(step.raw))
-        on("policy", "joint_states", lambda s: policy_step(pol.on_state(s.stamp, s.q)))
-        on("policy", "features", lambda out: policy_step(pol.on_features(out.stamp_ns, out.features, out.cycle,
-                                                                         out.episode, self.sha)))
-        on("safety", "joint_states", lambda s: guard.state(s.q, s.qd, s.stamp, s.cycle, s.episode, 1, time.time_ns(),
+        on, guard = self.bus.on, self.session.cycle
+        for stage in self.stages.values():
+            self._host(stage)
+        on("safety", "joint_states", lambda s: guard.state(s.q, s.qd, s.stamp_ns, s.cycle, s.episode, 1, time.time_ns(),
                                                            self._mono_ns))
-        on("safety", "joint_target", lambda step: guard.command(step.target, True, self._meta(step), time.time_ns()))
-        on(ROBOT, "command", lambda c: self.robot.command(c.q, {"stamp_ns": str(c.stamp), "status": c.status}))
+        on("safety", "joint_target", lambda a: guard.command(a.values, True, {"stamp_ns": str(a.stamp_ns), "cycle":
+                                                             str(a.cycle), "version": str(a.version)}, time.time_ns()))
+        on(ROBOT, "command", lambda c: self.robot.command(c.q, {"stamp_ns": str(c.stamp_ns), "status": c.status}))
         if self.robot.suction:
-            on(ROBOT, "raw_action", lambda step: self.robot.raw_action(step.raw, {"stamp_ns": str(step.stamp_ns)}))
-        if self.bridge is not None:
-            b = self.bridge
-            on("experience_bridge", "task", lambda s: b.task(s.stamp, s.cycle, s.episode, float(s.task[0]),
-                                                             s.success, s.done, self._mono_ns / 1e9))
-            on("experience_bridge", "features", lambda out: b.features(out.stamp_ns, out.features, self._mono_ns / 1e9))
-            on("experience_bridge", "raw_action", lambda step: b.action(step.stamp_ns, step.raw,
-                                                                        str(self.policy.version)))
-            on("experience_bridge", "joint_target", lambda step: b.target(step.stamp_ns, step.target))
-            on("experience_bridge", "command", lambda c: b.command(c.stamp, c.q, c.status))
-
-    def _meta(self, step) -> dict[str, str]:
-        return {"stamp_ns": str(step.stamp_ns), "cycle": str(step.cycle), "version": str(self.policy.version)}
+            on(ROBOT, "raw_action", lambda a: self.robot.raw_action(a.values, {"stamp_ns": str(a.stamp_ns)}))
 
     # --- the safety stage's ports (tinker_safety.guard_cycle.Ports) ---------------------------------
     def send(self, command) -> None:
         self.last_command = command
-        self.bus.publish("safety", "command", command, command.stamp, command.q.nbytes)
+        self.bus.publish("safety", "command", SafeCommand(command.stamp, command.cycle, command.q, command.status,
+                                                          command.version, command.teleop is not None),
+                         command.stamp, command.q.nbytes)
 
     def arm_deadline(self) -> None:
         self._deadline_armed = True
@@ -230,11 +229,10 @@ class InProcessLoop:
         self._mono_ns += int(self.period * 1e9)
         s, _ = self.robot.step(self._mono_ns)
         self.robot.sent(s.stamp, time.time_ns())
-        nbytes = s.q.nbytes + s.qd.nbytes
-        self.bus.publish(ROBOT, "task", s, s.stamp, s.task.nbytes)  # the terms first, as sim_robot sends them
-        self.bus.publish(ROBOT, "joint_states", s, s.stamp, nbytes)
+        self.bus.publish(ROBOT, "task", self.robot.report(s), s.stamp, s.task.nbytes)  # first, as sim_robot sends it
+        self.bus.publish(ROBOT, "joint_states", self.robot.robot_state(s), s.stamp, s.q.nbytes + s.qd.nbytes)
         if s.image is not None:
-            self.bus.publish(ROBOT, "image", s, s.stamp, s.image.nbytes)
+            self.bus.publish(ROBOT, "image", Frame(s.stamp, s.image, s.cycle), s.stamp, s.image.nbytes)
         self.bus.drain()
         if self._deadline_armed:  # no command answered this state: the guard's deadline passes
             self.session.cycle.deadline()

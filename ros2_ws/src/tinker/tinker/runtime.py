@@ -44,7 +44,7 @@ from rclpy.signals import SignalHandlerOptions
 from tinker.dds_profile import use_loop_profile
 from tinker.priority import lower_priority, set_realtime
 from tinker.quiet_gc import QUIET_GC
-from tinker_core.errors import TinkerError
+from tinker_core.errors import TinkerError, ValidationError
 from tinker_core.loop.graph import ROBOT_LOOP
 from tinker_core.loop.input_ages import InputAges, Level
 from tinker_core.loop.namesake import NamesakeWatch
@@ -246,6 +246,47 @@ class NodeRuntime:
         `subscribe`)."""
         t = self._edge(role, "out")
         return self.create_publisher(msg_type or t.type, self.param(param), qos or t.qos)
+
+    def serve(self, stage, reader, topics: Mapping[str, str], stale: Mapping[str, Level | None] | None = None,
+              read: Mapping[str, Callable] | None = None, qos: Mapping[str, Any] | None = None) -> list:
+        """Host ``stage`` (a `tinker_core.loop.stage.LoopStage`): a publisher for each edge out of it and a
+        subscription for each edge into it that ``topics`` names (port -> the parameter naming its topic), each
+        message turned into its edge value by ``reader`` (`tinker.wire.Reader`; ``read``: another reader for a
+        port; ``qos``: another QoS for a port, e.g. the recorder's deeper queue) and handed to the stage. A refused
+        input (ValidationError, a missing key) is logged and noted in the stage; a handler that closes a cycle is
+        timed into the cycle statistics and the trace. The entities made, for `destroy_entities`."""
+        from tinker.wire import WRITERS
+
+        stale, read, qos = dict(stale or {}), dict(read or {}), dict(qos or {})
+        outs = [e.port for e in ROBOT_LOOP.outputs(self.module) if e.port in topics]
+        pubs = self.edge_publishers = {port: self.advertise(topics[port], port) for port in outs}
+        writers = {port: (pubs[port].publish, WRITERS[port]) for port in outs}
+
+        def emit(port: str, value) -> None:
+            publish, write = writers[port]
+            publish(write(value))
+
+        stage.emit = emit
+        subs = [self.subscribe(topics[port], port, self._served(stage, handler, read.get(port) or getattr(reader, port)),
+                               qos.get(port), stale=stale.get(port, Level.ERROR))
+                for port, handler in stage.inputs().items() if port in topics]
+        return [*pubs.values(), *subs]
+
+    def _served(self, stage, handler: Callable, read: Callable) -> Callable:
+        def on_message(msg) -> None:
+            t_wall, t0 = time.time_ns(), time.perf_counter_ns()
+            try:
+                done = handler(read(msg))
+            except (ValidationError, KeyError) as e:
+                stage.refuse(e)
+                self.get_logger().warning(f"input refused, cycle held: {e}", throttle_duration_sec=1.0)
+                return
+            if done is not None:
+                dur = time.perf_counter_ns() - t0
+                self.stats.record(dur)
+                self.span(done.cycle, t_wall, dur, since_state_us=(t_wall - done.stamp_ns) // 1000,
+                          **getattr(done, "extra", {}))
+        return on_message
 
     def _edge(self, role: str, direction: str):
         """The wire declaration of edge ``role``, once the graph says this node publishes ('out') or consumes it."""

@@ -33,6 +33,8 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimension
 
 from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.edges import (GOAL_TERM, TASK_FIELDS, Action, EstopState, Features, Frame, Goal,  # noqa: F401
+                                   Intervened, RobotState, SafeCommand, TaskReport, task_report)
 
 SENSOR_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT,
                         durability=DurabilityPolicy.VOLATILE)
@@ -106,46 +108,18 @@ def topic_params(**param_roles: str) -> dict:
     return {k: Param(TOPICS[r].name, TOPICS[r].doc, read_only=True) for k, r in param_roles.items()}
 
 
-TASK_FIELDS = ("reward", "done", "success", "distance")
-"""the values at the head of a ``task`` message, in this order; the task terms follow"""
-GOAL_TERM = "target_pos"
-"""the observation term a ``goal`` message sets"""
-
-
-@dataclass
-class TaskMsg:
-    """A ``task`` message, decoded."""
-
-    stamp_ns: int
-    cycle: int
-    episode: str
-    reward: float
-    done: bool
-    success: bool
-    distance: float
-    terms: dict[str, np.ndarray]
-
-
-def read_task(msg: Float64MultiArray, where: str = "task") -> TaskMsg:
+def read_task(msg: Float64MultiArray, where: str = "task") -> TaskReport:
     """Outcome and named terms of a ``task`` message; ValidationError when its layout does not add up."""
     v, meta = read_array(msg, None, where)
-    head = len(TASK_FIELDS)
-    if v.shape[0] < head:
-        raise ValidationError(where, f"at least {head} values {TASK_FIELDS}", f"{v.shape[0]} values")
-    terms, off = {}, head
     try:
-        for item in filter(None, meta.get("terms", "").split(",")):
-            name, size = item.split(":")
-            terms[name] = v[off: off + int(size)]
-            off += int(size)
+        layout = [(name, int(size)) for name, size in
+                  (item.split(":") for item in filter(None, meta.get("terms", "").split(",")))]
         stamp, cycle = int(meta.get("stamp_ns", 0) or 0), int(meta.get("cycle", 0) or 0)
-        episode = str(int(meta.get("episode", 0) or 0))
+        episode = int(meta.get("episode", 0) or 0)
     except ValueError as e:
         raise ValidationError(f"{where}.meta", "terms 'name:size,...' and integer stamp_ns/cycle/episode",
                               repr(meta)) from e
-    if off != v.shape[0] and meta.get("terms"):
-        raise ValidationError(f"{where}.terms", f"{v.shape[0] - head} values after the head", f"terms of {off - head}")
-    return TaskMsg(stamp, cycle, episode, float(v[0]), bool(v[1] > 0.5), bool(v[2] > 0.5), float(v[3]), terms)
+    return task_report(v, layout, stamp, cycle, episode, where)
 
 
 def task_msg(stamp_ns: int, cycle: int, episode: int, reward: float, done: bool, success: bool, distance: float,
@@ -352,3 +326,76 @@ def estop_msg(node_name: str, reason: str) -> DiagnosticStatus:
                           message=f"e-stop latched: {reason}" if reason else "e-stop clear", hardware_id=node_name)
     st.values = [KeyValue(key="estopped", value=str(bool(reason)).lower())]
     return st
+
+
+class Reader:
+    """The messages of each edge into stage ``stage`` as the edge values its handlers take
+    (`tinker_core.loop.edges`); ValidationError naming the stage's field where a message cannot be one.
+    ``joint_names``: the stage's joint order (JointStates are mapped by name)."""
+
+    def __init__(self, stage: str, joint_names: Sequence[str] = ()):
+        self.stage = stage
+        self.jmap = JointMap(joint_names, f"{stage}.joint_states")
+
+    def joint_states(self, msg: JointState) -> RobotState:
+        q, qd = self.jmap.read(msg)
+        cycle, episode = state_tags(msg)
+        return RobotState(stamp_ns(msg.header), q, qd, cycle, episode)
+
+    def image(self, msg: Image) -> Frame:
+        return Frame(stamp_ns(msg.header), read_image(msg, f"{self.stage}.image"))
+
+    def task(self, msg: Float64MultiArray) -> TaskReport:
+        return read_task(msg, f"{self.stage}.task")
+
+    def goal(self, msg: PointStamped) -> Goal:
+        p = np.array([msg.point.x, msg.point.y, msg.point.z])
+        if not np.isfinite(p).all():
+            raise ValidationError(f"{self.stage}.goal.point", "finite x, y, z", f"{p.tolist()}")
+        return Goal(stamp_ns(msg.header), p)
+
+    def features(self, msg: Float32MultiArray) -> Features:
+        v, meta = read_array(msg, None, f"{self.stage}.features")
+        return Features(_int(meta, "stamp_ns"), _int(meta, "cycle"), meta.get("episode", ""), v,
+                        meta.get("perception_sha256", ""))
+
+    def raw_action(self, msg: Float64MultiArray) -> Action:
+        return self._action(msg, "raw_action")
+
+    def joint_target(self, msg: Float64MultiArray) -> Action:
+        return self._action(msg, "joint_target")
+
+    def command(self, msg: Float64MultiArray) -> SafeCommand:
+        v, meta = read_array(msg, None, f"{self.stage}.command")
+        return SafeCommand(_int(meta, "stamp_ns"), _int(meta, "cycle"), v, meta.get("status", ""),
+                           meta.get("version", ""), meta.get("intervention") == "1")
+
+    def intervened(self, msg: Float64MultiArray) -> Intervened:
+        v, meta = read_array(msg, None, f"{self.stage}.intervened")
+        return Intervened(_int(meta, "stamp_ns"), _int(meta, "cycle"), v)
+
+    def estop_state(self, msg: DiagnosticStatus) -> EstopState:
+        return EstopState(any(kv.key == "estopped" and kv.value == "true" for kv in msg.values),
+                          msg.message if msg.level != DiagnosticStatus.OK else "")
+
+    def _action(self, msg, port: str) -> Action:
+        v, meta = read_array(msg, None, f"{self.stage}.{port}")
+        return Action(_int(meta, "stamp_ns"), _int(meta, "cycle"), v, meta.get("version", ""))
+
+
+def _int(meta: Mapping[str, str], key: str) -> int:
+    v = meta.get(key, "")
+    return int(v) if v.isdigit() else 0
+
+
+def features_msg(f: Features) -> Float32MultiArray:
+    return array_msg(f.features, {"stamp_ns": f.stamp_ns, "cycle": f.cycle, "episode": f.episode,
+                                  "perception_sha256": f.perception_sha256}, double=False)
+
+
+def action_msg(a: Action) -> Float64MultiArray:
+    return array_msg(a.values, {"stamp_ns": a.stamp_ns, "cycle": a.cycle, "version": a.version})
+
+
+WRITERS = {"features": features_msg, "joint_target": action_msg, "raw_action": action_msg}
+"""edge value -> message, for the edges a `tinker.runtime.NodeRuntime.serve`d stage emits"""

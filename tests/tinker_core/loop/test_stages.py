@@ -1,0 +1,152 @@
+"""The loop's stages as every runtime hosts them (no ROS): edge values in, edge values out through ``emit``."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from tinker_core.action_chain import ActionChain, ActionChainConfig
+from tinker_core.errors import PipelineError, ValidationError
+from tinker_core.loop.edges import Features, Goal, RobotState, split_terms, task_report
+from tinker_core.loop.graph import ROBOT_LOOP
+from tinker_core.loop.input_ages import Level
+from tinker_core.loop.perception import PerceptionCycle
+from tinker_core.loop.perception_stage import PerceptionStage
+from tinker_core.loop.policy import PolicyCycle
+from tinker_core.loop.policy_stage import PolicyStage
+from tinker_deploy.manifest import Manifest
+
+REACH = Path(__file__).resolve().parents[3] / "pretrained" / "arm_reach" / "bundle" / "manifest.json"
+
+
+def _emitted(stage) -> list:
+    """The stage's outputs, each checked against the loop's graph as a host's bus does."""
+    out: list = []
+
+    def emit(port, value):
+        ROBOT_LOOP.check_port(stage.name, port, "out")
+        out.append((port, value))
+
+    stage.emit = emit
+    return out
+
+
+def test_every_handler_is_an_edge_into_the_stage_in_the_loops_graph():
+    m = Manifest.from_json(REACH.read_text())
+    stages = [PerceptionStage(PerceptionCycle(m.obs_spec, list(m.obs_terms), lambda o: o, 7), "sha"),
+              PolicyStage(None)]
+    for stage in stages:
+        assert set(stage.inputs()) == {e.port for e in ROBOT_LOOP.inputs(stage.name)}, stage.name
+
+
+def test_a_stage_that_emits_before_its_host_wired_it_says_so():
+    m = Manifest.from_json(REACH.read_text())
+    stage = PerceptionStage(PerceptionCycle(m.obs_spec, list(m.obs_terms), lambda o: o, 7, synced=False,
+                                            ee_fn=lambda q: np.zeros(3)), "sha")
+    stage.on_goal(Goal(1, np.array([0.5, 0.0, 0.4])))
+    with pytest.raises(PipelineError, match="before its host wired"):
+        stage.on_state(RobotState(2, np.zeros(7), np.zeros(7)))
+
+
+def test_perception_emits_the_features_of_each_state_with_its_models_sha():
+    m = Manifest.from_json(REACH.read_text())
+    stage = PerceptionStage(PerceptionCycle(m.obs_spec, list(m.obs_terms), lambda o: o * 2, 7), "abc")
+    out = _emitted(stage)
+    values = np.concatenate([[0.5, 0.0, 0.0, 0.2], np.full(3, 0.1), [0.6, 0.0, 0.4], [0.5, -0.1, 0.3]])
+    report = task_report(values, [("ee_pos", 3), ("target_pos", 3), ("target_minus_ee", 3)], 7, 3, 2)
+    assert stage.on_task(report) is None  # its state is on its way
+    f = stage.on_state(RobotState(7, np.zeros(7), np.zeros(7), cycle=3, episode=2))
+    assert out == [("features", f)]
+    assert (f.stamp_ns, f.cycle, f.episode, f.perception_sha256) == (7, 3, "2", "abc")
+    assert stage.on_state(RobotState(8, np.zeros(7), np.zeros(7))) is None  # state 8 waits for its own terms
+    assert len(out) == 1
+
+
+def test_task_terms_that_do_not_add_up_are_refused_naming_where():
+    values = np.zeros(4 + 5)
+    with pytest.raises(ValidationError, match=r"perception\.task\.terms"):
+        split_terms(values, [("ee_pos", 3), ("target_pos", 3)], "perception.task")
+    with pytest.raises(ValidationError, match=r"at least 4 values"):
+        task_report(np.zeros(2), [], 1, 1, 0, "perception.task")
+
+
+class _Core:
+    """A running bundle as `PolicyStage` sees it: a `PolicyCycle` and a version."""
+
+    def __init__(self, actor=lambda f, sha: f[:2].astype(np.float64)):
+        self.cycle = PolicyCycle(actor, ActionChain(ActionChainConfig(), -np.ones(2), np.ones(2)))
+        self.version = 4
+        self.runner = None
+
+
+def test_policy_sends_the_joint_target_first_then_the_raw_action_only_while_the_gate_is_open():
+    stage = PolicyStage(_Core())
+    out = _emitted(stage)
+    stage.on_state(RobotState(1, np.zeros(2), np.zeros(2)))
+    assert stage.on_features(Features(1, 1, "0", np.ones(3, np.float32), "")) is None  # inactive: nothing
+    stage.gate.activate()
+    stage.on_state(RobotState(2, np.zeros(2), np.zeros(2)))
+    target = stage.on_features(Features(2, 2, "0", np.ones(3, np.float32), ""))
+    assert [p for p, _ in out] == ["joint_target", "raw_action"]
+    assert out[0][1] is target and (target.stamp_ns, target.cycle, target.version) == (2, 2, 4)
+    np.testing.assert_array_equal(out[1][1].values, [1.0, 1.0])
+    assert stage.level()[0] == Level.OK
+
+
+def test_a_policy_step_over_its_budget_is_never_sent_and_stop_closes_the_gate():
+    def slow(f, sha):
+        time.sleep(0.003)
+        return f[:2].astype(np.float64)
+
+    notes = []
+    how = {"v": "hold"}
+    stage = PolicyStage(_Core(slow), budget_ns=1_000_000, on_overrun=lambda: how["v"],
+                        overran=lambda step, dur, h: notes.append((step.cycle, dur > 1_000_000, h)))
+    out = _emitted(stage)
+    stage.gate.activate()
+    for k, mode in ((1, "hold"), (2, "stop")):
+        how["v"] = mode
+        stage.on_state(RobotState(k, np.zeros(2), np.zeros(2)))
+        assert stage.on_features(Features(k, k, "0", np.ones(3, np.float32), "")) is None
+    assert out == [] and notes == [(1, True, "hold"), (2, True, "stop")]
+    assert not stage.gate.active and stage.level()[0] == Level.ERROR
+
+
+def test_policy_values_name_the_bundle_and_the_refusals():
+    stage = PolicyStage(SimpleNamespace(version=3, reloads=1, cycle=None, runner=SimpleNamespace(
+        actor_sha256="a", perception_sha256="p", rejected_reloads=0)))
+    stage.refuse(ValidationError("policy.features", "finite values", "NaN"))
+    v = stage.values()
+    assert (v["model_version"], v["reloads"], v["refused_inputs"]) == (3, 1, 1)
+    assert "policy.features" in v["last_error"]
+
+
+def test_the_bridge_stage_joins_the_edge_values_of_each_cycle_into_transitions():
+    """The values a host delivers (in process, or read from the topics) become the bridge's transitions; a person's
+    cycle with no action chain known is refused (no transition), and the e-stop state is kept."""
+    from tinker_core.loop.bridge import ExperienceBridge
+    from tinker_core.loop.bridge_stage import BridgeStage
+    from tinker_core.loop.edges import Action, EstopState, Intervened, SafeCommand
+    from tinker_core.loop.episode_label import EpisodeLabels
+
+    sent = []
+    stage = BridgeStage(ExperienceBridge(EpisodeLabels(window_s=0.0), SimpleNamespace(send=sent.append, sent=0,
+                                                                                        dropped=0)), now=lambda: 0.0)
+    assert set(stage.inputs()) == {e.port for e in ROBOT_LOOP.inputs(stage.name)}
+    h = stage.inputs()
+    for cycle in range(1, 8):
+        stamp = 1_000_000 * cycle
+        h["features"](Features(stamp, cycle, "0", np.full(5, cycle, np.float32), "sha"))
+        h["raw_action"](Action(stamp, cycle, np.full(7, 0.1), 1))
+        h["joint_target"](Action(stamp, cycle, np.zeros(7), 1))
+        h["command"](SafeCommand(stamp, cycle, np.zeros(7), "passed", 1))
+        h["task"](task_report(np.array([-0.1 * cycle, 0.0, 0.0, 0.3]), [], stamp, cycle, 0))
+    assert [(int(t.obs[0]), int(t.next_obs[0])) for t in sent] == [(1, 2), (2, 3), (3, 4), (4, 5)]
+    h["intervened"](Intervened(8_000_000, 8, np.zeros(14)))
+    assert stage.refusals.count == 1 and "action chain" in stage.bridge.last_error
+    h["estop_state"](EstopState(True, "operator"))
+    assert stage.estopped

@@ -1,0 +1,86 @@
+"""`PolicyStage`: the policy stage of the loop, on every runtime (no ROS).
+
+Features and joint states go to the running bundle's `tinker_core.loop.policy.PolicyCycle`; a step goes out as
+``raw_action`` and ``joint_target`` while the `tinker_core.loop.policy.CommandGate` is open. A step that took
+longer than ``budget_ns`` (None: no budget, as in one process on virtual time) is not sent: safety holds that
+cycle, and ``on_overrun`` says what follows (``hold``: just that cycle; ``stop``: no command until activated again).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+from tinker_core.loop.edges import Action, Features, RobotState
+from tinker_core.loop.input_ages import Level
+from tinker_core.loop.policy import CommandGate, PolicyStep
+from tinker_core.loop.stage import LoopStage
+
+
+class PolicyStage(LoopStage):
+    """``core``: the running bundle (``cycle``, a `PolicyCycle`, and ``version``; hot-swapped behind it);
+    ``overran(step, dur_ns, on_overrun)``: the host's note of a step over its budget (logged, counted);
+    ``say(step)``: sends a step's channel message (None: the robot sends on no channel)."""
+
+    name = "policy"
+
+    def __init__(self, core: Any, gate: CommandGate | None = None, budget_ns: int | None = None,
+                 on_overrun: Callable[[], str] = lambda: "hold",
+                 overran: Callable[[PolicyStep, int, str], None] | None = None,
+                 say: Callable[[PolicyStep], None] | None = None):
+        super().__init__()
+        self.core, self.gate = core, gate or CommandGate()
+        self.refusals = self.gate.refusals
+        self.budget_ns, self.on_overrun, self.overran, self.say = budget_ns, on_overrun, overran, say
+
+    def inputs(self) -> dict[str, Callable[[Any], Any]]:
+        return {"joint_states": self.on_state, "features": self.on_features}
+
+    def on_state(self, s: RobotState) -> Action | None:
+        t0 = time.perf_counter_ns()
+        return self._send(self.core.cycle.on_state(s.stamp_ns, s.q), t0)  # features that waited for it
+
+    def on_features(self, f: Features) -> Action | None:
+        if not self.gate.active:
+            return None
+        t0 = time.perf_counter_ns()
+        return self._send(self.core.cycle.on_features(f.stamp_ns, f.features, f.cycle, f.episode,
+                                                      f.perception_sha256), t0)
+
+    def _send(self, step: PolicyStep | None, t0: int) -> Action | None:
+        if step is None or not self.gate.active:
+            return None
+        if self.budget_ns is not None:
+            dur = time.perf_counter_ns() - t0
+            if dur > self.budget_ns:  # a late command is not sent: safety holds this cycle
+                how = self.on_overrun()
+                if self.overran is not None:
+                    self.overran(step, dur, how)
+                self.gate.overran(how)
+                return None
+        v = self.core.version
+        target = Action(step.stamp_ns, step.cycle, step.target, v)
+        self.emit("joint_target", target)  # first: safety's input is the one the cycle waits for
+        self.emit("raw_action", Action(step.stamp_ns, step.cycle, step.raw, v))
+        if step.message is not None and self.say is not None:
+            self.say(step)
+        return target
+
+    def stop_target(self) -> np.ndarray | None:
+        """The hold at the newest measured pose, for a stop (None before any state)."""
+        return self.core.cycle.q_latest if self.core is not None else None
+
+    def values(self, channel: dict[str, object] | None = None) -> dict[str, object]:
+        """/diagnostics values: the running bundle, its reloads, refused inputs (``channel``: the channel's own)."""
+        c, g = self.core, self.gate
+        r = c.runner if c is not None else None
+        return {"active": g.active, "model_version": c.version if c else None,
+                "actor_sha256": r.actor_sha256 if r else "", "perception_sha256": r.perception_sha256 if r else "",
+                "reloads": c.reloads if c else 0, "reload_rejections": r.rejected_reloads if r else 0,
+                "refused_inputs": g.refusals.count, "last_error": g.last_error or g.refusals.last,
+                **(channel or {}), **(r.diagnostic_values() if hasattr(r, "diagnostic_values") else {})}
+
+    def level(self, crowded: str = "") -> tuple[Level, str]:
+        return self.gate.level(self.core.version if self.core is not None else None, crowded)

@@ -1,0 +1,41 @@
+"""`LoopStage`: one stage of the robot loop as every runtime hosts it (no ROS).
+
+A stage maps each edge into it (`tinker_core.loop.graph.ROBOT_LOOP`) to a handler that takes that edge's value
+(`tinker_core.loop.edges`), and sends what it makes through ``emit(port, value)``, which its host sets: a bus in
+one process (`tinker.in_process.LocalBus`), publishers in a ROS 2 node (`tinker.runtime.NodeRuntime.serve`). A
+handler returns the value that closed a cycle (its ``stamp_ns`` and ``cycle`` go to the host's trace) or None. An
+input a stage must not use raises `tinker_core.errors.ValidationError`: the host refuses it (`refuse`) and the
+loop goes on, that cycle held downstream.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from tinker_core.errors import PipelineError
+from tinker_core.loop.input_ages import Level, RecentFaults
+
+
+def _unwired(port: str, value: Any) -> None:
+    raise PipelineError(f"a loop stage emitted {port!r} before its host wired its outputs (LoopStage.emit)")
+
+
+class LoopStage:
+    """Base of the loop's stages: ``name`` (the graph's stage), `inputs`, ``emit`` and the refused inputs."""
+
+    name = ""
+
+    def __init__(self) -> None:
+        self.emit: Callable[[str, Any], None] = _unwired
+        self.refusals = RecentFaults()
+
+    def inputs(self) -> dict[str, Callable[[Any], Any]]:
+        """Edge port -> handler of that edge's value."""
+        raise NotImplementedError
+
+    def refuse(self, err: Exception) -> None:
+        """An input this stage could not use (the host logs it): a WARN while such inputs go on."""
+        self.refusals.note(str(err))
+
+    def refusal_level(self) -> tuple[Level, str]:
+        return self.refusals.level()
