@@ -9,8 +9,8 @@ itself, is decided here (the ROS node turns messages into calls, and the results
   `reset` with a trusted measured state clears it. No lifecycle transition does;
 - **parameters**: ``urdf`` and ``config`` change only while unconfigured, and must name a file;
 - **refused inputs** (a wire check failed): counted, the last one named; the cycle holds;
-- **what goes out**: a command's wire metadata (``stamp_ns;cycle;version;status``, ``why``, ``intervention=1``
-  for a cycle served from a person's target), and the target + measured pose recorded for such a cycle;
+- **what goes out**: the target + measured pose recorded for a cycle served from a person's target (the command's
+  wire metadata is `tinker.wire.command_meta`'s);
 - **status**: the values and the level (with its message) the node reports in /diagnostics.
 """
 
@@ -161,17 +161,6 @@ class GuardSession:
         return f"{rep['estop_cause']}: {rep['estop_detail']}"
 
     # --- what goes out -----------------------------------------------------------------------------
-    @staticmethod
-    def command_meta(command: Command) -> dict[str, object]:
-        """The command's wire metadata; ``intervention=1`` when served from a person's target."""
-        meta: dict[str, object] = {"stamp_ns": command.stamp, "cycle": command.cycle, "version": command.version,
-                                   "status": command.status}
-        if command.why:
-            meta["why"] = command.why.replace(";", ",").replace("=", ":")
-        if command.teleop is not None:  # served from a person's target: marked, and recorded for the learner
-            meta["intervention"] = 1
-        return meta
-
     @staticmethod
     def intervened(command: Command) -> np.ndarray | None:
         """What a cycle served from a person's target records for the learner: target, then measured pose."""

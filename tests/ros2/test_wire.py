@@ -21,6 +21,25 @@ def test_task_message_round_trip_and_a_layout_that_does_not_add_up_is_named():
         read_task(msg)
 
 
+def test_a_commands_metadata_says_how_it_was_made_and_every_edge_value_reads_back_as_written():
+    from tinker.wire import Reader, WRITERS, command_meta
+    from tinker_core.loop.edges import Action, Features, SafeCommand
+
+    held = SafeCommand(12, 3, np.ones(7), "held", "v1", why="state refused; stamp=old")
+    assert command_meta(held) == {"stamp_ns": 12, "cycle": 3, "version": "v1", "status": "held",
+                                  "why": "state refused, stamp:old"}  # the wire's separators go
+    served = SafeCommand(12, 3, np.ones(7), "passed", "v1", intervention=True)
+    assert command_meta(served)["intervention"] == 1
+    r = Reader("experience_bridge")
+    back = r.command(WRITERS["command"](served))
+    assert (back.stamp_ns, back.cycle, back.status, back.version, back.intervention) == (12, 3, "passed", "v1", True)
+    f = Features(5, 2, "1", np.arange(4, dtype=np.float32), "abc")
+    g = r.features(WRITERS["features"](f))
+    assert (g.stamp_ns, g.cycle, g.episode, g.perception_sha256, g.features.tolist()) == (5, 2, "1", "abc", [0, 1, 2, 3])
+    a = r.joint_target(WRITERS["joint_target"](Action(5, 2, np.full(7, 0.25), 3)))
+    assert (a.stamp_ns, a.cycle, a.version, a.stop, a.values.tolist()) == (5, 2, "3", False, [0.25] * 7)
+
+
 def test_every_topic_is_declared_once_with_its_type_and_qos():
     from rclpy.qos import ReliabilityPolicy
 

@@ -110,6 +110,8 @@ class Action:
     values: np.ndarray
     version: object = ""
     """the policy version of the bundle that made it"""
+    stop: bool = False
+    """the policy's last target when it stops: a hold at its measured pose"""
 
 
 @dataclass(slots=True)
@@ -124,6 +126,8 @@ class SafeCommand:
     version: object = ""
     intervention: bool = False
     """made from a person's teleop target, not the policy's"""
+    why: str = ""
+    """why the guard changed or held it ('' = it did not)"""
 
 
 @dataclass(slots=True)

@@ -2,10 +2,10 @@
 
 The third runtime of the same description. Its stages are the classes the ROS nodes run, built from the same launch
 YAML (``config/bringup.yaml``). Perception, policy and the experience bridge are `tinker_core.loop.stage.LoopStage`s
-(`PerceptionStage`, `PolicyStage`, `BridgeStage`): the very objects the nodes host with
-`tinker.runtime.NodeRuntime.serve`, here on a `LocalBus` (`InProcessLoop._host`), the edge values the same
-(`tinker_core.loop.edges`). The robot and safety are `tinker_sim.robot_loop.SimRobotLoop` and
-`tinker_safety.guard_session.GuardSession`, wired edge by edge as their nodes do. Each stage handles the edges the
+(`PerceptionStage`, `PolicyStage`, `BridgeStage`, `tinker_safety.safety_stage.SafetyStage`): the very objects the
+nodes host with `tinker.runtime.NodeRuntime.serve`, here on a `LocalBus` (`InProcessLoop._host`), the edge values
+the same (`tinker_core.loop.edges`). The robot is `tinker_sim.robot_loop.SimRobotLoop`, wired edge by edge as its
+node does. Each stage handles the edges the
 graph leads into it and publishes only the edges it is the source of (`LocalBus` checks both against the graph, as
 the nodes' topics are checked). Delivery is first in, first out, as a DDS reader gets one writer's messages: every
 consumer of a state has it before what answers it arrives. Nothing here imports rclpy.
@@ -84,10 +84,12 @@ class InProcessConfig:
 
 
 def _nbytes(value: Any) -> int:
-    """Bytes of an edge value's vector (features, action), for the flow monitor."""
-    v = getattr(value, "features", None)
-    v = getattr(value, "values", None) if v is None else v
-    return int(getattr(v, "nbytes", 0))
+    """Bytes of an edge value's vector (features, action, command), for the flow monitor."""
+    for name in ("features", "values", "q"):
+        v = getattr(value, name, None)
+        if v is not None:
+            return int(getattr(v, "nbytes", 0))
+    return 0
 
 
 class _Collector:
@@ -103,12 +105,13 @@ class _Collector:
 
 
 class InProcessLoop:
-    """The loop's stages on a `LocalBus`; `run` cycles it. Also the safety stage's `Ports` (send, deadline, log)."""
+    """The loop's stages on a `LocalBus`; `run` cycles it. Also the safety stage's host (deadline, log)."""
 
     def __init__(self, cfg: InProcessConfig | None = None):
         from tinker.bringup import default_params_file, node_parameters, safety_for_sim, sim_for_bundle
         from tinker.bundle_io import PolicyBundle, open_perception, resolve_bundle
-        from tinker_safety.guard_session import GATE_PARAMS, GuardSession, read_scene_items
+        from tinker_safety.guard_session import GATE_PARAMS, read_scene_items
+        from tinker_safety.safety_stage import SafetyStage
         from tinker_core.loop.perception_stage import PerceptionStage
         from tinker_core.loop.policy_stage import PolicyStage
         from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
@@ -132,14 +135,15 @@ class InProcessLoop:
         self._mono_ns = time.monotonic_ns()
         self._deadline_armed = self._latched = False
         self.estops = self.estop_resets = 0
-        self.last_command = None
-        """the newest safe command (`tinker_safety.guard_cycle.Command`: its version and status)"""
         self.model, cycle, _ = open_perception(bundle, synced=True, sync_frames=True,
                                                hold_estimate=bool(p["perception"].get("hold_estimate")))
         self.policy = PolicyBundle(bundle, p["policy"].get("urdf") or None, self.period)
         self.stages = {"perception": PerceptionStage(cycle, self.model.sha256),
                        "policy": PolicyStage(self.policy)}  # no budget: time is virtual here
-        self.session = GuardSession(self, "float64_array", clock=lambda: self._mono_ns / 1e9)
+        self.stages["safety"] = safety = SafetyStage(self, "float64_array", clock=lambda: self._mono_ns / 1e9,
+                                                     mono_ns=lambda: self._mono_ns)
+        safety.on_estop = self._estop_changed
+        self.session = safety.session
         s = p["safety"]
         fields = SimRobotConfig.__dataclass_fields__
         try:
@@ -184,26 +188,21 @@ class InProcessLoop:
         for port, handler in stage.inputs().items():
             if self.bus.graph.edge(port).source:  # an input from outside the graph (a goal) has no sender here
                 self.bus.on(stage.name, port, handler)
-        stage.emit = lambda port, v: self.bus.publish(stage.name, port, v, v.stamp_ns, _nbytes(v))
+        stage.emit = lambda port, v: self.bus.publish(stage.name, port, v, getattr(v, "stamp_ns", 0), _nbytes(v))
 
     def _wire(self) -> None:
-        on, guard = self.bus.on, self.session.cycle
+        on = self.bus.on
         for stage in self.stages.values():
             self._host(stage)
-        on("safety", "joint_states", lambda s: guard.state(s.q, s.qd, s.stamp_ns, s.cycle, s.episode, 1, time.time_ns(),
-                                                           self._mono_ns))
-        on("safety", "joint_target", lambda a: guard.command(a.values, True, {"stamp_ns": str(a.stamp_ns), "cycle":
-                                                             str(a.cycle), "version": str(a.version)}, time.time_ns()))
         on(ROBOT, "command", lambda c: self.robot.command(c.q, {"stamp_ns": str(c.stamp_ns), "status": c.status}))
         if self.robot.suction:
             on(ROBOT, "raw_action", lambda a: self.robot.raw_action(a.values, {"stamp_ns": str(a.stamp_ns)}))
 
-    # --- the safety stage's ports (tinker_safety.guard_cycle.Ports) ---------------------------------
-    def send(self, command) -> None:
-        self.last_command = command
-        self.bus.publish("safety", "command", SafeCommand(command.stamp, command.cycle, command.q, command.status,
-                                                          command.version, command.teleop is not None),
-                         command.stamp, command.q.nbytes)
+    # --- the safety stage's host (tinker_safety.safety_stage.SafetyHost) ------------------------------
+    @property
+    def last_command(self):
+        """the newest safe command (`tinker_safety.guard_cycle.Command`: its version and status)"""
+        return self.stages["safety"].last_command
 
     def arm_deadline(self) -> None:
         self._deadline_armed = True
@@ -214,8 +213,7 @@ class InProcessLoop:
     def log(self, level: str, message: str) -> None:
         self.messages.append((level, message))
 
-    def estop_changed(self) -> None:
-        reason = self.session.estop_reason()
+    def _estop_changed(self, reason: str) -> None:
         self.estops += bool(reason) and not self._latched
         self._latched = bool(reason)
         self.log("info", f"e-stop: {reason or 'clear'}")

@@ -249,28 +249,45 @@ class NodeRuntime:
 
     def serve(self, stage, reader, topics: Mapping[str, str], stale: Mapping[str, Level | None] | None = None,
               read: Mapping[str, Callable] | None = None, qos: Mapping[str, Any] | None = None) -> list:
-        """Host ``stage`` (a `tinker_core.loop.stage.LoopStage`): a publisher for each edge out of it and a
-        subscription for each edge into it that ``topics`` names (port -> the parameter naming its topic), each
-        message turned into its edge value by ``reader`` (`tinker.wire.Reader`; ``read``: another reader for a
-        port; ``qos``: another QoS for a port, e.g. the recorder's deeper queue) and handed to the stage. A refused
-        input (ValidationError, a missing key) is logged and noted in the stage; a handler that closes a cycle is
-        timed into the cycle statistics and the trace. The entities made, for `destroy_entities`."""
+        """Host ``stage`` (a `tinker_core.loop.stage.LoopStage`): `serve_outputs` and `serve_inputs` at once.
+        The entities made, for `destroy_entities`."""
+        return self.serve_outputs(stage, topics) + self.serve_inputs(stage, reader, topics, stale, read, qos)
+
+    def serve_outputs(self, stage, topics: Mapping[str, str], write: Mapping[str, Callable] | None = None,
+                      msg_types: Mapping[str, type] | None = None) -> list:
+        """A publisher for each edge out of ``stage`` that ``topics`` names (port -> the parameter naming its
+        topic), the stage's ``emit`` writing each value as `tinker.wire.WRITERS` says (``write``: another writer
+        for a port, ``msg_types`` its message type). The publishers, also in ``edge_publishers``."""
         from tinker.wire import WRITERS
 
-        stale, read, qos = dict(stale or {}), dict(read or {}), dict(qos or {})
+        write, msg_types = {**WRITERS, **(write or {})}, dict(msg_types or {})
         outs = [e.port for e in ROBOT_LOOP.outputs(self.module) if e.port in topics]
-        pubs = self.edge_publishers = {port: self.advertise(topics[port], port) for port in outs}
-        writers = {port: (pubs[port].publish, WRITERS[port]) for port in outs}
+        pubs = {port: self.advertise(topics[port], port, msg_type=msg_types.get(port)) for port in outs}
+        self.edge_publishers = {**getattr(self, "edge_publishers", {}), **pubs}
+        writers = {port: (pubs[port].publish, write[port]) for port in outs}
 
         def emit(port: str, value) -> None:
-            publish, write = writers[port]
-            publish(write(value))
+            publish, to_msg = writers[port]
+            publish(to_msg(value))
 
         stage.emit = emit
-        subs = [self.subscribe(topics[port], port, self._served(stage, handler, read.get(port) or getattr(reader, port)),
-                               qos.get(port), stale=stale.get(port, Level.ERROR))
-                for port, handler in stage.inputs().items() if port in topics]
-        return [*pubs.values(), *subs]
+        return list(pubs.values())
+
+    def serve_inputs(self, stage, reader, topics: Mapping[str, str], stale: Mapping[str, Level | None] | None = None,
+                     read: Mapping[str, Callable] | None = None, qos: Mapping[str, Any] | None = None) -> list:
+        """A subscription for each edge into ``stage`` that ``topics`` names, each message turned into its edge
+        value by ``reader`` (`tinker.wire.Reader`; ``read``: another reader for a port; ``qos``: another QoS for
+        a port, e.g. the recorder's deeper queue; ``stale``: the level when it goes quiet, ERROR unless named)
+        and handed to the stage. A refused input (ValidationError, a missing key) is logged and noted in the
+        stage; a handler that closes a cycle is timed into the cycle statistics and the trace. The
+        subscriptions, also in ``edge_subscriptions``."""
+        stale, read, qos = dict(stale or {}), dict(read or {}), dict(qos or {})
+        subs = {port: self.subscribe(topics[port], port, self._served(stage, handler, read.get(port) or
+                                                                      getattr(reader, port)),
+                                     qos.get(port), stale=stale.get(port, Level.ERROR))
+                for port, handler in stage.inputs().items() if port in topics}
+        self.edge_subscriptions = subs
+        return list(subs.values())
 
     def _served(self, stage, handler: Callable, read: Callable) -> Callable:
         def on_message(msg) -> None:
@@ -284,8 +301,8 @@ class NodeRuntime:
             if done is not None:
                 dur = time.perf_counter_ns() - t0
                 self.stats.record(dur)
-                self.span(done.cycle, t_wall, dur, since_state_us=(t_wall - done.stamp_ns) // 1000,
-                          **getattr(done, "extra", {}))
+                self.span(done.cycle, t_wall, dur, since_state_us=(t_wall - done.stamp_ns) // 1000
+                          if done.stamp_ns else -1, **getattr(done, "extra", {}))
         return on_message
 
     def _edge(self, role: str, direction: str):

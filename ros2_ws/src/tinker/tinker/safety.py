@@ -1,39 +1,37 @@
 """`safety` (lifecycle): the SafetyWrapper between the policy and the robot; watchdog and e-stop.
 
-An adapter: the decisions between topics are `tinker_safety.guard_cycle.GuardCycle`'s (trusted states,
-cycles and their deadline, misses in a row, late commands, the policy's lifecycle, the e-stop, a person's
-takeover), the node's life around it `tinker_safety.guard_session.GuardSession`'s (configure, the e-stop kept
-over cleanup, refusals, wire metadata, /diagnostics); one node per name: `tinker_core.loop.namesake`.
-Subscribes ``policy/joint_target``, ``joint_states`` (by joint name), the policy's ``transition_event`` and,
-where ``intervention_topic`` is set, a person's teleop targets (sensor_msgs/JointState); publishes the safe
-command on ``forward_position_controller/commands`` (``command_type``: ``float64_array``, meta in
-``layout.dim[0].label``, or ``joint_trajectory``, one point reached in one period, meta in ``header.frame_id``),
-the latched e-stop state on ``safety/estop_state`` (transient_local), each teleop-served cycle on
-``safety/intervened`` and /diagnostics. Services ``~/estop`` and ``~/reset`` (std_srvs/Trigger). The policy's
-commands are an ERROR when silent longer than ``input_timeout`` only while the policy is active.
+An adapter (`tinker.runtime.NodeRuntime.serve_inputs` / ``serve_outputs``) around `tinker_safety.safety_stage.
+SafetyStage`: the decisions between topics are `tinker_safety.guard_cycle.GuardCycle`'s (trusted states, cycles
+and their deadline, misses in a row, late commands, the policy's lifecycle, the e-stop, a person's takeover), the
+node's life around it `tinker_safety.guard_session.GuardSession`'s (configure, the e-stop kept over cleanup,
+refusals, /diagnostics); one node per name: `tinker_core.loop.namesake`. Subscribes ``policy/joint_target``,
+``joint_states`` (by joint name), the policy's ``transition_event`` and, where ``intervention_topic`` is set, a
+person's teleop targets (sensor_msgs/JointState); publishes the safe command on
+``forward_position_controller/commands`` (``command_type``: ``float64_array``, meta in ``layout.dim[0].label``, or
+``joint_trajectory``, one point reached in one period, meta in ``header.frame_id``), the latched e-stop state on
+``safety/estop_state`` (transient_local), each teleop-served cycle on ``safety/intervened`` and /diagnostics.
+Services ``~/estop`` and ``~/reset`` (std_srvs/Trigger). The policy's commands are an ERROR when silent longer
+than ``input_timeout`` only while the policy is active.
 """
 
 from __future__ import annotations
 
-import time
-
-import numpy as np
 from lifecycle_msgs.msg import State, TransitionEvent
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
-from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from tinker.node_params import SAFETY_PARAMS
 from tinker.runtime import NodeRuntime, main_for
-from tinker.wire import JointMap, array_msg, estop_msg, meta_of, read_array, stamp_ns, state_tags, trajectory_msg
-from tinker_safety.guard_cycle import Command
-from tinker_safety.guard_session import GATE_PARAMS, TAKEOVER_PARAMS, GuardSession, read_scene_items
-from tinker_core.errors import ValidationError
+from tinker.wire import Reader, command_meta, estop_msg, trajectory_msg
 from tinker_core.loop.input_ages import Level
+from tinker_safety.guard_session import GATE_PARAMS, TAKEOVER_PARAMS, read_scene_items
+from tinker_safety.safety_stage import SafetyStage
 
+TOPICS = {"joint_target": "policy_command_topic", "joint_states": "joint_states_topic",
+          "intervention": "intervention_topic", "command": "command_topic", "estop_state": "estop_state_topic",
+          "intervened": "intervened_topic"}
 TRANSITION_QOS = 10
 """Depth of the policy's transition_event subscription (reliable, volatile: what rclpy publishes with)."""
 PRIMARY_STATES = (State.PRIMARY_STATE_UNCONFIGURED, State.PRIMARY_STATE_INACTIVE, State.PRIMARY_STATE_ACTIVE,
@@ -46,14 +44,16 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self._init_runtime("safety", SAFETY_PARAMS)
         self.add_on_set_parameters_callback(self._on_set_parameters)
         self.add_post_set_parameters_callback(self._after_set_parameters)
-        self.session = GuardSession(self, self.param("command_type"))  # this node is the cycle's Ports
-        self.cycle, self.command_type = self.session.cycle, self.session.command_type
+        self.stage = SafetyStage(self, self.param("command_type"),  # this node hosts its deadline, log, input watch
+                                 wall_ns=lambda: self.get_clock().now().nanoseconds)
+        self.session, self.cycle, self.command_type = self.stage.session, self.stage.cycle, self.stage.session.command_type
         self._subs, self._srvs, self._own_timers = [], [], []
         # publishers live for the node's whole life: deactivate keeps them, the stop needs them
-        self.cmd_pub = self.advertise("command_topic", "command", msg_type=JointTrajectory
-                                      if self.command_type == "joint_trajectory" else None)
-        self.estop_pub = self.advertise("estop_state_topic", "estop_state")
-        self.intervened_pub = self.advertise("intervened_topic", "intervened")
+        trajectory = self.command_type == "joint_trajectory"
+        self.serve_outputs(self.stage, TOPICS, write={
+            "estop_state": lambda e: estop_msg(self.get_fully_qualified_name(), e.reason),
+            **({"command": lambda c: trajectory_msg(self.session.names, c.q, command_meta(c), self.period)}
+               if trajectory else {})}, msg_types={"command": JointTrajectory} if trajectory else None)
         self.watch_namesake(log_while_present=True)
 
     @property
@@ -82,7 +82,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
 
     # --- lifecycle ----------------------------------------------------------------------------
     def on_configure(self, state) -> TransitionCallbackReturn:
-        g, sub = self.param, self.subscribe
+        g = self.param
         self.check_namesake()
         if self.namesake:
             return self._failed(f"configure refused: {self.namesake}")
@@ -92,16 +92,17 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                                    self.resolve_topic_name(g("joint_states_topic")), [g(n) for n in GATE_PARAMS],
                                    self.resolve_topic_name(teleop) if teleop else "", [g(n) for n in TAKEOVER_PARAMS],
                                    read_scene_items(g("task_fixtures"), "safety.task_fixtures"))
-            names = self.session.names
-            self.jmap, self.tmap = JointMap(names, "safety.joint_states"), JointMap(names, "safety.intervention")
-            self._subs = [
-                sub("policy_command_topic", "joint_target", self._on_command,
-                    stale=Level.ERROR if self.cycle.policy_active else None),
-                sub("joint_states_topic", "joint_states", self._on_joints),
-                self.watch_subscription(TransitionEvent, f"{g('policy_node')}/transition_event",
-                                        self._on_policy_transition, TRANSITION_QOS, None),
-                *([sub("intervention_topic", "intervention", self._on_intervention, stale=None)] if teleop else [])]
-            self._js_sub, self._teleop_sub = self._subs[1], (self._subs[3] if teleop else None)
+            reader, topics = Reader("safety", self.session.names), {k: v for k, v in TOPICS.items()
+                                                                     if k != "intervention" or teleop}
+            self._subs = [*self.serve_inputs(self.stage, reader, topics, read={"joint_target": reader.unchecked_action},
+                                             stale={"joint_target": Level.ERROR if self.cycle.policy_active else None,
+                                                    "intervention": None}),
+                          self.watch_subscription(TransitionEvent, f"{g('policy_node')}/transition_event",
+                                                  self._on_policy_transition, TRANSITION_QOS, None)]
+            subs = self.edge_subscriptions
+            self.stage.state_publishers = subs["joint_states"].get_publisher_count
+            if teleop:
+                self.stage.teleop_publishers = subs["intervention"].get_publisher_count
             self._srvs = [self.create_service(Trigger, "~/estop", self._on_estop),
                           self.create_service(Trigger, "~/reset", self._on_reset)]
             self._make_deadline_timer(armed=False)
@@ -109,7 +110,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             self._release()
             return self._failed(f"configure failed: {e}")
         self.session.last_error = ""
-        self.estop_changed()
+        self.stage.estop_changed()
         return TransitionCallbackReturn.SUCCESS
 
     def _failed(self, why: str) -> TransitionCallbackReturn:
@@ -119,7 +120,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
 
     def on_activate(self, state) -> TransitionCallbackReturn:
         self.cycle.activate()
-        self.estop_changed()
+        self.stage.estop_changed()
         return TransitionCallbackReturn.SUCCESS
 
     def on_deactivate(self, state) -> TransitionCallbackReturn:
@@ -143,42 +144,6 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.session.release()
 
     # --- messages in --------------------------------------------------------------------------
-    def _on_joints(self, msg: JointState) -> None:
-        try:
-            q, qd = self.jmap.read(msg)
-        except ValidationError as e:
-            return self._refuse(e)
-        cycle, episode = state_tags(msg)
-        self.cycle.state(q, qd, stamp_ns(msg.header), cycle, episode, self._js_sub.get_publisher_count(),
-                         self.get_clock().now().nanoseconds, time.monotonic_ns())
-
-    def _on_intervention(self, msg: JointState) -> None:
-        try:
-            target = self.tmap.read(msg)[0]
-        except ValidationError as e:
-            return self.cycle.takeover.refuse("shape", str(e))
-        self.cycle.takeover.offer(target, stamp_ns(msg.header), self._teleop_sub.get_publisher_count(),
-                                  self.get_clock().now().nanoseconds)
-
-    def _on_command(self, msg: Float64MultiArray) -> None:
-        t_wall, t0 = time.time_ns(), time.perf_counter_ns()
-        meta = meta_of(msg)
-        valid, target = self.session.takes_commands, None  # (a command that cannot go on is not read)
-        if valid:
-            try:
-                target, _ = read_array(msg, len(self.session.names), "safety.policy_command")
-            except ValidationError as e:
-                self._refuse(e)
-                valid = False  # the guard holds, counts and may latch
-        if target is None:
-            target = np.asarray(msg.data, dtype=np.float64)
-        if not self.cycle.command(target, valid, meta, self.get_clock().now().nanoseconds):
-            return
-        dur = time.perf_counter_ns() - t0
-        self.stats.record(dur)
-        stamp = int(meta["stamp_ns"]) if meta.get("stamp_ns", "").isdigit() else 0
-        self.span(int(meta.get("cycle", 0)), t_wall, dur, since_state_us=(t_wall - stamp) // 1000 if stamp else -1)
-
     def _on_policy_transition(self, msg: TransitionEvent) -> None:
         """The policy's primary states only: a late event can then only be followed by the rest of its chain
         (one reliable writer, in order), and every chain that re-activates ends with ``active``."""
@@ -189,10 +154,6 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         misses = self.cycle.deadline_misses
         self.cycle.deadline()
         self.stats.deadline_misses += self.cycle.deadline_misses - misses
-
-    def _refuse(self, err: Exception) -> None:
-        self.session.refuse(err)
-        self.get_logger().warning(f"input refused, holding: {err}", throttle_duration_sec=1.0)
 
     def _on_estop(self, request, response):
         response.success, response.message = self.session.estop("~/estop service call")
@@ -211,14 +172,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             except Exception as e2:  # the hold itself failed: nothing more can be done here; logged
                 self.get_logger().error(f"e-stop after a failed callback failed too: {e2!r}")
 
-    # --- GuardCycle's ports ----------------------------------------------------------------------
-    def send(self, command: Command) -> None:
-        meta, recorded = self.session.command_meta(command), self.session.intervened(command)
-        if recorded is not None:  # served from a person's target: recorded for the learner
-            self.intervened_pub.publish(array_msg(recorded, {"stamp_ns": command.stamp, "cycle": command.cycle}))
-        self.cmd_pub.publish(trajectory_msg(self.session.names, command.q, meta, self.period)
-                             if self.command_type == "joint_trajectory" else array_msg(command.q, meta))
-
+    # --- the stage's host: deadline, input watch (log: NodeRuntime.log) ---------------------------------
     def arm_deadline(self) -> None:
         self._wd_timer.reset()
 
@@ -226,14 +180,10 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         if self._own_timers:
             self._wd_timer.cancel()
 
-    def estop_changed(self) -> None:
-        """Publish the latched e-stop state (transient_local: a late subscriber gets the newest)."""
-        self.estop_pub.publish(estop_msg(self.get_fully_qualified_name(), self.session.estop_reason()))
-
     def expect_commands(self, expected: bool, arrived: bool) -> None:
         """The policy's commands are an input that must flow (ERROR when stale) only while it is active."""
         if self._subs:
-            self.inputs.expect(self._subs[0].topic_name, expected, arrived)
+            self.inputs.expect(self.edge_subscriptions["joint_target"].topic_name, expected, arrived)
 
     # --- runtime hooks ---------------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:

@@ -336,11 +336,16 @@ class Reader:
     def __init__(self, stage: str, joint_names: Sequence[str] = ()):
         self.stage = stage
         self.jmap = JointMap(joint_names, f"{stage}.joint_states")
+        self.tmap = JointMap(joint_names, f"{stage}.intervention")
 
     def joint_states(self, msg: JointState) -> RobotState:
         q, qd = self.jmap.read(msg)
         cycle, episode = state_tags(msg)
         return RobotState(stamp_ns(msg.header), q, qd, cycle, episode)
+
+    def intervention(self, msg: JointState) -> RobotState:
+        """A person's joint targets (``q``), by joint name."""
+        return RobotState(stamp_ns(msg.header), *self.tmap.read(msg))
 
     def image(self, msg: Image) -> Frame:
         return Frame(stamp_ns(msg.header), read_image(msg, f"{self.stage}.image"))
@@ -380,7 +385,13 @@ class Reader:
 
     def _action(self, msg, port: str) -> Action:
         v, meta = read_array(msg, None, f"{self.stage}.{port}")
-        return Action(_int(meta, "stamp_ns"), _int(meta, "cycle"), v, meta.get("version", ""))
+        return Action(_int(meta, "stamp_ns"), _int(meta, "cycle"), v, meta.get("version", ""), meta.get("stop") == "1")
+
+    def unchecked_action(self, msg) -> Action:
+        """An action whose values the stage checks itself (safety: a bad target still counts as its cycle's)."""
+        meta = meta_of(msg)
+        return Action(_int(meta, "stamp_ns"), _int(meta, "cycle"), np.asarray(msg.data, dtype=np.float64),
+                      meta.get("version", ""), meta.get("stop") == "1")
 
 
 def _int(meta: Mapping[str, str], key: str) -> int:
@@ -397,5 +408,26 @@ def action_msg(a: Action) -> Float64MultiArray:
     return array_msg(a.values, {"stamp_ns": a.stamp_ns, "cycle": a.cycle, "version": a.version})
 
 
-WRITERS = {"features": features_msg, "joint_target": action_msg, "raw_action": action_msg}
+def command_msg(c: SafeCommand) -> Float64MultiArray:
+    """A safe command for forward_command_controller (its metadata in the label; `trajectory_msg` for
+    joint_trajectory_controller)."""
+    return array_msg(c.q, command_meta(c))
+
+
+def command_meta(c: SafeCommand) -> dict[str, object]:
+    """A safe command's wire metadata; ``intervention=1`` when served from a person's target."""
+    meta: dict[str, object] = {"stamp_ns": c.stamp_ns, "cycle": c.cycle, "version": c.version, "status": c.status}
+    if c.why:
+        meta["why"] = c.why.replace(";", ",").replace("=", ":")
+    if c.intervention:
+        meta["intervention"] = 1
+    return meta
+
+
+def intervened_msg(i: Intervened) -> Float64MultiArray:
+    return array_msg(i.values, {"stamp_ns": i.stamp_ns, "cycle": i.cycle})
+
+
+WRITERS = {"features": features_msg, "joint_target": action_msg, "raw_action": action_msg, "command": command_msg,
+           "intervened": intervened_msg}
 """edge value -> message, for the edges a `tinker.runtime.NodeRuntime.serve`d stage emits"""

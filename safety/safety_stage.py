@@ -1,0 +1,125 @@
+"""`SafetyStage`: the safety stage of the loop, on every runtime (no ROS).
+
+States, the policy's targets and a person's targets go into `tinker_safety.guard_session.GuardSession`'s cycle
+(`tinker_safety.guard_cycle.GuardCycle`: trusted states, cycles and their deadline, misses in a row, the e-stop, a
+takeover); what it sends goes out as edges: the safe ``command``, each cycle a person's target served
+(``intervened``: target, then the measured pose) and the latched ``estop_state``. The stage is the cycle's `Ports`;
+the rest of them (the deadline timer, the log, the input watch) are the host's (`SafetyHost`): a ROS node, or the
+in-process loop. A policy target that cannot be a command (wrong length, not finite) is refused and still counts:
+the cycle holds, and misses in a row latch the e-stop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from tinker_core.errors import ValidationError
+from tinker_core.loop.edges import Action, EstopState, Intervened, RobotState, SafeCommand
+from tinker_core.loop.stage import LoopStage
+from tinker_safety.guard_cycle import Command
+from tinker_safety.guard_session import GuardSession
+
+TELEOP_WHERE = "safety.intervention"
+"""where a person's target that cannot be read is named (`tinker.wire.Reader.intervention`)"""
+
+
+class SafetyHost(Protocol):
+    """What the safety stage needs from its host beyond its edges."""
+
+    def arm_deadline(self) -> None:
+        """(Re)start the one-shot deadline; when it fires, the host calls ``stage.cycle.deadline()``."""
+
+    def cancel_deadline(self) -> None: ...
+
+    def log(self, level: str, message: str) -> None: ...
+
+    def expect_commands(self, expected: bool, arrived: bool) -> None:
+        """The policy's commands are an input that must flow only while it is active."""
+
+
+class SafetyStage(LoopStage):
+    """``host``: the deadline, log and input watch; ``command_type``: the command message the host sends;
+    ``clock``: monotonic s (the wrapper's watchdog); ``wall_ns`` / ``mono_ns``: the stamp clock and the receiver's
+    monotonic clock in ns. ``state_publishers`` / ``teleop_publishers``: how many publish on those topics now (the
+    host's graph; 1 where there is no graph)."""
+
+    name = "safety"
+
+    def __init__(self, host: SafetyHost, command_type: str = "float64_array", clock: Callable[[], float] = time.monotonic,
+                 wall_ns: Callable[[], int] = time.time_ns, mono_ns: Callable[[], int] = time.monotonic_ns):
+        super().__init__()
+        self.host, self.wall_ns, self.mono_ns = host, wall_ns, mono_ns
+        self.session = GuardSession(self, command_type, clock)
+        self.cycle = self.session.cycle
+        self.state_publishers: Callable[[], int] = lambda: 1
+        self.teleop_publishers: Callable[[], int] = lambda: 1
+        self.last_command: Command | None = None
+        self.on_estop: Callable[[str], None] | None = None
+        """the host's note of each change of the latched e-stop ('' = cleared)"""
+
+    def inputs(self) -> dict[str, Callable[[Any], Any]]:
+        return {"joint_states": self.on_state, "joint_target": self.on_target, "intervention": self.on_teleop}
+
+    # --- edges in ---------------------------------------------------------------------------------
+    def on_state(self, s: RobotState) -> None:
+        self.cycle.state(s.q, s.qd, s.stamp_ns, s.cycle, s.episode, self.state_publishers(), self.wall_ns(),
+                         self.mono_ns())
+
+    def on_target(self, a: Action) -> Action | None:
+        """The policy's target for a state: the cycle's command (a target that cannot be one is held and counted).
+        Returns it when it answered a cycle."""
+        valid = self.session.takes_commands  # (a command that cannot go on is not checked)
+        target = np.asarray(a.values, dtype=np.float64).reshape(-1)
+        if valid:
+            n = len(self.session.names)
+            if target.shape[0] != n or not np.isfinite(target).all():
+                err = ValidationError("safety.policy_command", f"{n} finite values", f"{target.tolist()}")
+                self.refuse(err)
+                self.host.log("warning", f"input refused, holding: {err}")
+                valid = False
+        meta = {"stamp_ns": str(a.stamp_ns), "cycle": str(a.cycle), "version": str(a.version)}
+        if a.stop:
+            meta["stop"] = "1"
+        return a if self.cycle.command(target, valid, meta, self.wall_ns()) else None
+
+    def on_teleop(self, t: RobotState) -> None:
+        """A person's joint targets (``q``, the robot's joint order) stamped ``stamp_ns``."""
+        if self.cycle.takeover is not None:
+            self.cycle.takeover.offer(t.q, t.stamp_ns, self.teleop_publishers(), self.wall_ns())
+
+    def refuse(self, err: Exception) -> None:
+        super().refuse(err)
+        if str(getattr(err, "where", "")).startswith(TELEOP_WHERE) and self.cycle.takeover is not None:
+            self.cycle.takeover.refuse("shape", str(err))  # a person's target: the takeover counts it
+            return
+        self.session.refuse(err)
+
+    # --- GuardCycle's ports -------------------------------------------------------------------------
+    def send(self, command: Command) -> None:
+        self.last_command = command
+        recorded = self.session.intervened(command)
+        if recorded is not None:  # served from a person's target: recorded for the learner
+            self.emit("intervened", Intervened(command.stamp, command.cycle, recorded))
+        self.emit("command", SafeCommand(command.stamp, command.cycle, command.q, command.status, command.version,
+                                         command.teleop is not None, command.why))
+
+    def estop_changed(self) -> None:
+        reason = self.session.estop_reason()
+        self.emit("estop_state", EstopState(bool(reason), reason))
+        if self.on_estop is not None:
+            self.on_estop(reason)
+
+    def arm_deadline(self) -> None:
+        self.host.arm_deadline()
+
+    def cancel_deadline(self) -> None:
+        self.host.cancel_deadline()
+
+    def log(self, level: str, message: str) -> None:
+        self.host.log(level, message)
+
+    def expect_commands(self, expected: bool, arrived: bool) -> None:
+        self.host.expect_commands(expected, arrived)

@@ -1,0 +1,95 @@
+"""`SafetyStage`: the safety stage as every runtime hosts it, without ROS (real SafetyWrapper from the shipped YAML
+and URDF, real StateGate and Takeover): edge values in, the safe command, a person's cycles and the e-stop state out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tinker_core.errors import ValidationError
+from tinker_core.loop.edges import Action, RobotState
+from tinker_core.loop.graph import ROBOT_LOOP
+from tinker_safety.safety_stage import SafetyStage
+
+HOME = np.array([0.0, 0.5, 0.0, -1.0, 0.0, 1.0, 0.0])
+GATE = (0.5, 0.1, 0.2, 0.5)
+NOW = 1_000_000_000_000
+
+
+class Host:
+    def __init__(self):
+        self.deadline_armed = False
+        self.logs: list[tuple[str, str]] = []
+
+    def arm_deadline(self):
+        self.deadline_armed = True
+
+    def cancel_deadline(self):
+        self.deadline_armed = False
+
+    def log(self, level, message):
+        self.logs.append((level, message))
+
+    def expect_commands(self, expected, arrived):
+        pass
+
+
+@pytest.fixture
+def stage():
+    host = Host()
+    mono = [5_000_000_000]
+    st = SafetyStage(host, wall_ns=lambda: NOW, mono_ns=lambda: mono[0])
+    out: list = []
+
+    def emit(port, value):
+        ROBOT_LOOP.check_port("safety", port, "out")
+        out.append((port, value))
+
+    st.emit, st.out, st.mono = emit, out, mono
+    st.session.configure(None, None, 0.05, "/joint_states", GATE, "/intervention", (0.2, 0.1))
+    st.cycle.activate()
+    yield st
+    st.session.release()
+
+
+def test_every_handler_is_an_edge_into_safety_in_the_loops_graph(stage):
+    assert set(stage.inputs()) == {e.port for e in ROBOT_LOOP.inputs("safety")}
+
+
+def test_a_policy_target_answers_its_state_with_a_safe_command(stage):
+    stage.on_state(RobotState(NOW, HOME, np.zeros(7), 1, None))
+    done = stage.on_target(Action(NOW, 1, HOME + 0.01, 3))
+    ports = [p for p, _ in stage.out]
+    assert done is not None and ports[-1] == "command"
+    c = stage.out[-1][1]
+    assert (c.stamp_ns, c.cycle, c.version, c.intervention) == (NOW, 1, "3", False)
+    assert np.abs(c.q - HOME).max() <= 0.01 + 1e-9 and stage.last_command.stamp == NOW
+
+
+def test_a_target_that_cannot_be_a_command_is_refused_and_still_counts_as_its_cycles_hold(stage):
+    stage.on_state(RobotState(NOW, HOME, np.zeros(7), 1, None))
+    for bad in (np.full(6, 0.1), np.array([np.nan] * 7)):
+        stage.on_target(Action(NOW, 1, bad, 3))
+    assert stage.session.refused == 2 and stage.refusals.count == 2
+    assert "safety.policy_command" in stage.session.last_error
+    commands = [v for p, v in stage.out if p == "command"]
+    assert commands and all(c.status == "held" and np.allclose(c.q, HOME) for c in commands)
+    assert any("input refused, holding" in m for _, m in stage.host.logs)
+
+
+def test_a_person_s_target_that_cannot_be_read_is_counted_by_the_takeover_not_as_a_refused_input(stage):
+    stage.refuse(ValidationError("safety.intervention", "joints [...]", "joints ['x']"))
+    assert stage.cycle.takeover.refused["shape"] == 1 and stage.session.refused == 0
+
+
+def test_the_estop_state_goes_out_when_it_latches_and_clears(stage):
+    notes = []
+    stage.on_estop = notes.append
+    stage.on_state(RobotState(NOW, HOME, np.zeros(7), 1, None))
+    stage.session.estop("test")
+    stage.on_state(RobotState(NOW + 50_000_000, HOME, np.zeros(7), 2, None))
+    stage.mono[0] += 50_000_000
+    ok, _ = stage.session.reset()
+    states = [v for p, v in stage.out if p == "estop_state"]
+    assert ok and [s.estopped for s in states] == [True, False] and "test" in states[0].reason
+    assert notes[0] and notes[-1] == ""
