@@ -2,10 +2,9 @@
 
 The third runtime of the same description. Its stages are the classes the ROS nodes run, built from the same launch
 YAML (``config/bringup.yaml``). Perception, policy and the experience bridge are `tinker_core.loop.stage.LoopStage`s
-(`PerceptionStage`, `PolicyStage`, `BridgeStage`, `tinker_safety.safety_stage.SafetyStage`): the very objects the
-nodes host with `tinker.runtime.NodeRuntime.serve`, here on a `LocalBus` (`InProcessLoop._host`), the edge values
-the same (`tinker_core.loop.edges`). The robot is `tinker_sim.robot_loop.SimRobotLoop`, wired edge by edge as its
-node does. Each stage handles the edges the
+(`tinker_sim.robot_stage.SimRobotStage`, `PerceptionStage`, `PolicyStage`, `tinker_safety.safety_stage.SafetyStage`,
+`BridgeStage`): the very objects the nodes host with `tinker.runtime.NodeRuntime.serve`, here on a `LocalBus`
+(`InProcessLoop._host`), the edge values the same (`tinker_core.loop.edges`). Each stage handles the edges the
 graph leads into it and publishes only the edges it is the source of (`LocalBus` checks both against the graph, as
 the nodes' topics are checked). Delivery is first in, first out, as a DDS reader gets one writer's messages: every
 consumer of a state has it before what answers it arrives. Nothing here imports rclpy.
@@ -19,11 +18,12 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable
 
+import numpy as np
+
 from tinker_core.errors import ConfigError, ValidationError
-from tinker_core.loop.edges import Frame, SafeCommand
 from tinker_core.loop.graph import ROBOT, ROBOT_LOOP, LoopGraph
 from tinker_core.monitor import FlowMonitor
 
@@ -84,12 +84,15 @@ class InProcessConfig:
 
 
 def _nbytes(value: Any) -> int:
-    """Bytes of an edge value's vector (features, action, command), for the flow monitor."""
-    for name in ("features", "values", "q"):
-        v = getattr(value, name, None)
-        if v is not None:
-            return int(getattr(v, "nbytes", 0))
-    return 0
+    """Bytes of an edge value's arrays (a state's, a frame's, the task terms'), for the flow monitor."""
+    total = 0
+    for f in fields(value):
+        x = getattr(value, f.name)
+        if isinstance(x, np.ndarray):
+            total += x.nbytes
+        elif isinstance(x, dict):
+            total += sum(a.nbytes for a in x.values() if isinstance(a, np.ndarray))
+    return total
 
 
 class _Collector:
@@ -115,6 +118,7 @@ class InProcessLoop:
         from tinker_core.loop.perception_stage import PerceptionStage
         from tinker_core.loop.policy_stage import PolicyStage
         from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
+        from tinker_sim.robot_stage import SimRobotStage
 
         self.cfg = cfg = cfg or InProcessConfig()
         pfile = cfg.params_file or default_params_file()
@@ -159,6 +163,7 @@ class InProcessLoop:
             if getattr(self, "robot", None) is not None:
                 self.robot.close()
             raise
+        self.stages[ROBOT] = SimRobotStage(self.robot)
         if list(self.policy.runner.joint_names) != self.robot.names:  # the nodes map joints by name; here by order
             self.close()
             raise ConfigError(f"in-process loop: the bundle's joints {list(self.policy.runner.joint_names)} are not "
@@ -182,21 +187,20 @@ class InProcessLoop:
         self.cycles = self.episodes_done = 0
 
     # --- the edges each stage handles (ROBOT_LOOP's inputs) -----------------------------------------
-    def _host(self, stage) -> None:
-        """A `tinker_core.loop.stage.LoopStage` on the bus: its handlers on the edges into it, its ``emit`` onto
-        the edges out of it (the same stage class a node hosts with `tinker.runtime.NodeRuntime.serve`)."""
+    def _host(self, stage, skip: tuple[str, ...] = ()) -> None:
+        """A `tinker_core.loop.stage.LoopStage` on the bus: its handlers on the edges into it (but ``skip``), its
+        ``emit`` onto the edges out of it (the same stage class a node hosts with `tinker.runtime.NodeRuntime.serve`)."""
         for port, handler in stage.inputs().items():
-            if self.bus.graph.edge(port).source:  # an input from outside the graph (a goal) has no sender here
+            if self.bus.graph.edge(port).source and port not in skip:  # an outside input (a goal) has no sender here
                 self.bus.on(stage.name, port, handler)
         stage.emit = lambda port, v: self.bus.publish(stage.name, port, v, getattr(v, "stamp_ns", 0), _nbytes(v))
 
     def _wire(self) -> None:
-        on = self.bus.on
         for stage in self.stages.values():
-            self._host(stage)
-        on(ROBOT, "command", lambda c: self.robot.command(c.q, {"stamp_ns": str(c.stamp_ns), "status": c.status}))
-        if self.robot.suction:
-            on(ROBOT, "raw_action", lambda a: self.robot.raw_action(a.values, {"stamp_ns": str(a.stamp_ns)}))
+            if stage.name != ROBOT or self.robot.suction:
+                self._host(stage)
+            else:  # a robot without suction takes no raw action, as its node subscribes none
+                self._host(stage, skip=("raw_action",))
 
     # --- the safety stage's host (tinker_safety.safety_stage.SafetyHost) ------------------------------
     @property
@@ -225,19 +229,15 @@ class InProcessLoop:
     def step(self) -> Any:
         """One cycle: the robot's state out, every stage's answer, the deadline, the end of the cycle."""
         self._mono_ns += int(self.period * 1e9)
-        s, _ = self.robot.step(self._mono_ns)
-        self.robot.sent(s.stamp, time.time_ns())
-        self.bus.publish(ROBOT, "task", self.robot.report(s), s.stamp, s.task.nbytes)  # first, as sim_robot sends it
-        self.bus.publish(ROBOT, "joint_states", self.robot.robot_state(s), s.stamp, s.q.nbytes + s.qd.nbytes)
-        if s.image is not None:
-            self.bus.publish(ROBOT, "image", Frame(s.stamp, s.image, s.cycle), s.stamp, s.image.nbytes)
+        robot = self.stages[ROBOT]
+        s, _ = robot.tick(self._mono_ns)
         self.bus.drain()
         if self._deadline_armed:  # no command answered this state: the guard's deadline passes
             self.session.cycle.deadline()
             self.bus.drain()
         if self.bridge is not None:
             self.bridge.tick(self._mono_ns / 1e9)  # transitions that waited out their label window go out
-        self.robot.end_cycle(s, self._mono_ns)
+        robot.end_cycle(s, self._mono_ns)
         self.cycles += 1
         if s.done and self.robot.episode_cycles > 0:  # the robot reset itself: a new episode starts
             self.episodes_done += 1

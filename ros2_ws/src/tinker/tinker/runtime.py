@@ -254,15 +254,16 @@ class NodeRuntime:
         return self.serve_outputs(stage, topics) + self.serve_inputs(stage, reader, topics, stale, read, qos)
 
     def serve_outputs(self, stage, topics: Mapping[str, str], write: Mapping[str, Callable] | None = None,
-                      msg_types: Mapping[str, type] | None = None) -> list:
+                      msg_types: Mapping[str, type] | None = None, qos: Mapping[str, Any] | None = None) -> list:
         """A publisher for each edge out of ``stage`` that ``topics`` names (port -> the parameter naming its
         topic), the stage's ``emit`` writing each value as `tinker.wire.WRITERS` says (``write``: another writer
-        for a port, ``msg_types`` its message type). The publishers, also in ``edge_publishers``."""
+        for a port, ``msg_types`` its message type, ``qos`` another QoS). The publishers, also in
+        ``edge_publishers``."""
         from tinker.wire import WRITERS
 
-        write, msg_types = {**WRITERS, **(write or {})}, dict(msg_types or {})
+        write, msg_types, qos = {**WRITERS, **(write or {})}, dict(msg_types or {}), dict(qos or {})
         outs = [e.port for e in ROBOT_LOOP.outputs(self.module) if e.port in topics]
-        pubs = {port: self.advertise(topics[port], port, msg_type=msg_types.get(port)) for port in outs}
+        pubs = {port: self.advertise(topics[port], port, qos.get(port), msg_types.get(port)) for port in outs}
         self.edge_publishers = {**getattr(self, "edge_publishers", {}), **pubs}
         writers = {port: (pubs[port].publish, write[port]) for port in outs}
 
@@ -274,17 +275,19 @@ class NodeRuntime:
         return list(pubs.values())
 
     def serve_inputs(self, stage, reader, topics: Mapping[str, str], stale: Mapping[str, Level | None] | None = None,
-                     read: Mapping[str, Callable] | None = None, qos: Mapping[str, Any] | None = None) -> list:
+                     read: Mapping[str, Callable] | None = None, qos: Mapping[str, Any] | None = None,
+                     msg_types: Mapping[str, type] | None = None) -> list:
         """A subscription for each edge into ``stage`` that ``topics`` names, each message turned into its edge
         value by ``reader`` (`tinker.wire.Reader`; ``read``: another reader for a port; ``qos``: another QoS for
-        a port, e.g. the recorder's deeper queue; ``stale``: the level when it goes quiet, ERROR unless named)
+        a port, e.g. the recorder's deeper queue; ``msg_types``: the other type a parameter selects; ``stale``:
+        the level when it goes quiet, ERROR unless named)
         and handed to the stage. A refused input (ValidationError, a missing key) is logged and noted in the
         stage; a handler that closes a cycle is timed into the cycle statistics and the trace. The
         subscriptions, also in ``edge_subscriptions``."""
-        stale, read, qos = dict(stale or {}), dict(read or {}), dict(qos or {})
+        stale, read, qos, types = dict(stale or {}), dict(read or {}), dict(qos or {}), dict(msg_types or {})
         subs = {port: self.subscribe(topics[port], port, self._served(stage, handler, read.get(port) or
                                                                       getattr(reader, port)),
-                                     qos.get(port), stale=stale.get(port, Level.ERROR))
+                                     qos.get(port), stale=stale.get(port, Level.ERROR), msg_type=types.get(port))
                 for port, handler in stage.inputs().items() if port in topics}
         self.edge_subscriptions = subs
         return list(subs.values())

@@ -19,27 +19,30 @@ bundle's image input (`tinker.bundle_io.camera_settings`); ``dynamics`` names a 
 from __future__ import annotations
 
 import time
-from array import array
 
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from tinker.node_params import SIM_ROBOT_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.sim_camera import MirrorCamera, snapshot
-from tinker.wire import JointMap, array_msg, image_msg, read_array, read_trajectory, set_stamp
-from tinker_core.errors import TinkerError, ValidationError
+from tinker.wire import JointMap, Reader, decode_meta, image_msg, joint_state_msg, read_trajectory, task_report_msg
+from tinker_core.errors import TinkerError
+from tinker_core.loop.edges import Frame, SafeCommand
 from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
+from tinker_sim.robot_stage import SimRobotStage
 
 JOINT_STATE_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                              durability=DurabilityPolicy.VOLATILE)
 """``joint_states`` as ros2_control's joint_state_broadcaster publishes it (reliable, volatile, 10): default
 (reliable) subscribers get it, and the graph's best-effort subscribers match it too."""
 COMMAND_TYPES = {"float64_array": Float64MultiArray, "joint_trajectory": JointTrajectory}
+
+
+TOPICS = {p: f"{p}_topic" for p in ("joint_states", "image", "task", "command", "raw_action")}
 
 
 class SimRobotNode(NodeRuntime, Node):
@@ -56,21 +59,24 @@ class SimRobotNode(NodeRuntime, Node):
         self.loop = SimRobotLoop(cfg, self.period, log=self.log, topic=self.resolve_topic_name(g("command_topic")),
                                  submit_frame=self._submit_frame)
         self.arm, self.env, self.names = self.loop.arm, self.loop.env, self.loop.names
-        self.jmap = JointMap(self.names, "sim_robot.command")
-        self.js_pub = self.advertise("joint_states_topic", "joint_states", qos=JOINT_STATE_QOS)
-        self.img_pub = self.advertise("image_topic", "image") if cfg.camera else None
+        self.stage, self._arrived = SimRobotStage(self.loop, self._answered), 0
+        topics = {k: v for k, v in TOPICS.items() if (k != "image" or cfg.camera) and (k != "raw_action" or
+                                                                                     self.loop.suction)}
+        self.serve_outputs(self.stage, topics, write={"joint_states": joint_state_msg(self.names),
+                                                      "task": task_report_msg, "image": _frame_msg},
+                           qos={"joint_states": JOINT_STATE_QOS})
         self.mirror: MirrorCamera | None = None
         if self.loop.frames is not None:
             scene = {"task": cfg.task, "dynamics": cfg.dynamics or None, "image_size": int(cfg.image_size),
                      "camera_views": int(cfg.camera_views), "control_period": self.period}
             self.mirror = MirrorCamera(scene, self.loop.seed, self._publish_frame,
                                        loop_priority=int(g("realtime_priority")))
-        self.task_pub = self.advertise("task_topic", "task")
-        on_command = self._on_trajectory if g("command_type") == "joint_trajectory" else self._on_array
-        self.cmd_sub = self.subscribe("command_topic", "command", on_command, msg_type=COMMAND_TYPES[g("command_type")])
-        self.loop.publishers = self.cmd_sub.get_publisher_count
-        self.suction_sub = self.subscribe("raw_action_topic", "raw_action", self._on_raw_action,
-                                          stale=None) if self.loop.suction else None
+        trajectory = g("command_type") == "joint_trajectory"
+        self.jmap, self.reader = JointMap(self.names, "sim_robot.command"), Reader("sim_robot")
+        self.serve_inputs(self.stage, self.reader, topics, stale={"raw_action": None},
+                          read={"command": self._read_trajectory if trajectory else self._read_command},
+                          msg_types={"command": COMMAND_TYPES[g("command_type")]})
+        self.loop.publishers = self.edge_subscriptions["command"].get_publisher_count
         self.timer = self.create_timer(self.period, self._tick)
         self.watch_namesake()
         self.add_on_set_parameters_callback(self._on_set_parameters)
@@ -85,52 +91,27 @@ class SimRobotNode(NodeRuntime, Node):
         return SetParametersResult(successful=True)
 
     # --- commands ----------------------------------------------------------------------------
-    def _reject(self, err: Exception) -> None:
-        self.loop.reject(err)
-        self.get_logger().warning(f"command rejected: {err}", throttle_duration_sec=1.0)
+    def _read_command(self, msg: Float64MultiArray) -> SafeCommand:
+        self._arrived = time.time_ns()  # end to end: this state's publish -> the safe command's arrival here
+        return self.reader.command(msg)
 
-    def _on_array(self, msg: Float64MultiArray) -> None:
-        now = time.time_ns()
-        try:
-            q, meta = read_array(msg, self.loop.dof, "sim_robot.command")
-        except ValidationError as e:
-            return self._reject(e)
-        sent = self.loop.command(q, meta)
-        if sent is not None:  # end to end: this state's publish -> the safe command's arrival here
-            self.span(int(meta.get("cycle", 0)), sent, now - sent, module="loop_e2e", status=meta.get("status", ""))
-        self.loop.take_frame()  # the cycle's loop is done: the camera renders in the quiet window
+    def _read_trajectory(self, msg: JointTrajectory) -> SafeCommand:
+        """The first point, by joint name; tinker's safety node puts the command's metadata in header.frame_id."""
+        self._arrived = time.time_ns()
+        meta = decode_meta(msg.header.frame_id)
+        stamp = meta.get("stamp_ns", "")
+        return SafeCommand(int(stamp) if stamp.isdigit() else 0, 0, read_trajectory(msg, self.jmap, "sim_robot.command"),
+                           meta.get("status", ""))
 
-    def _on_trajectory(self, msg: JointTrajectory) -> None:
-        try:
-            self.loop.accept(read_trajectory(msg, self.jmap, "sim_robot.command"))
-        except ValidationError as e:
-            self._reject(e)
-
-    def _on_raw_action(self, msg: Float64MultiArray) -> None:
-        try:
-            self.loop.raw_action(*read_array(msg, None, "sim_robot.raw_action"))
-        except ValidationError as e:
-            self._reject(e)
+    def _answered(self, c: SafeCommand, sent: int) -> None:
+        self.span(c.cycle, sent, self._arrived - sent, module="loop_e2e", status=c.status)
 
     # --- the cycle ---------------------------------------------------------------------------
     def _tick(self) -> None:
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
-        s, missed = self.loop.step(t0)
+        s, missed = self.stage.tick(t0)
+        self.stage.end_cycle(s, t0)
         self.stats.deadline_misses += missed
-        js = JointState(name=self.names)
-        set_stamp(js.header, s.stamp)
-        js.header.frame_id = f"cycle={s.cycle};episode={s.episode}"  # a new episode: reset, declared
-        js.position, js.velocity = array("d", s.q.tobytes()), array("d", s.qd.tobytes())
-        # e2e starts before the first publish of the state: waking the subscribers (3 processes on 2 cores
-        # may preempt this one before publish() returns) is part of the loop's latency. The task terms go
-        # first, so perception has this state's terms when its JointState arrives.
-        self.loop.sent(s.stamp, time.time_ns())
-        self.task_pub.publish(array_msg(s.task, {"stamp_ns": s.stamp, "cycle": s.cycle, "episode": s.episode,
-                                                 "terms": self.loop.terms_meta}))
-        self.js_pub.publish(js)
-        if s.image is not None:
-            self._publish_frame(s.image, s.stamp, s.cycle)
-        self.loop.end_cycle(s, t0)
         self.stats.record(time.perf_counter_ns() - t0)
         self.span(s.cycle, t_wall, time.perf_counter_ns() - t0)
 
@@ -140,8 +121,8 @@ class SimRobotNode(NodeRuntime, Node):
         self.mirror.submit(snapshot(self.env.world.client), stamp, seed, cycle)
 
     def _publish_frame(self, img, stamp: int, cycle: int) -> None:
-        """One rgb8 Image stamped with the state it shows (the camera thread calls this too)."""
-        self.img_pub.publish(image_msg(img, stamp, cycle))
+        """One rgb8 Image stamped with the state it shows (the camera thread calls this)."""
+        self.stage.emit("image", Frame(stamp, img, cycle))
 
     # --- runtime hooks -----------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
@@ -164,6 +145,10 @@ class SimRobotNode(NodeRuntime, Node):
             self.mirror.close()
         super().close_runtime()
         self.loop.close()
+
+
+def _frame_msg(f: Frame):
+    return image_msg(f.image, f.stamp_ns, f.cycle)
 
 
 main = main_for(SimRobotNode)

@@ -428,6 +428,27 @@ def intervened_msg(i: Intervened) -> Float64MultiArray:
     return array_msg(i.values, {"stamp_ns": i.stamp_ns, "cycle": i.cycle})
 
 
+def joint_state_msg(names: Sequence[str]):
+    """A writer of `RobotState` as a JointState with ``names``; the simulator's counters in ``header.frame_id``
+    (``cycle=N;episode=E``: a new episode is a reset, declared)."""
+    names = list(names)
+
+    def write(s: RobotState) -> JointState:
+        js = JointState(name=names)
+        set_stamp(js.header, s.stamp_ns)
+        if s.cycle is not None:
+            js.header.frame_id = f"cycle={s.cycle};episode={s.episode or 0}"
+        js.position = array.array("d", np.ascontiguousarray(s.q, dtype=np.float64).tobytes())
+        js.velocity = array.array("d", np.ascontiguousarray(s.qd, dtype=np.float64).tobytes())
+        return js
+    return write
+
+
+def task_report_msg(t: TaskReport) -> Float64MultiArray:
+    """A `TaskReport` as a ``task`` message (`task_msg`)."""
+    return task_msg(t.stamp_ns, t.cycle, t.episode, t.reward, t.done, t.success, t.distance, list(t.terms.items()))
+
+
 WRITERS = {"features": features_msg, "joint_target": action_msg, "raw_action": action_msg, "command": command_msg,
            "intervened": intervened_msg}
 """edge value -> message, for the edges a `tinker.runtime.NodeRuntime.serve`d stage emits"""
