@@ -37,12 +37,11 @@ class SimRobotStage(LoopStage):
         calls `end_cycle` once the state is out (a node at once; one process once the cycle's answers are in)."""
         loop = self.loop
         s, missed = loop.step(t0)
-        # e2e starts before the first publish of the state: waking the subscribers is part of the loop's latency
-        loop.sent(s.stamp, self.wall_ns())
-        self.emit("task", loop.report(s))
-        self.emit("joint_states", loop.robot_state(s))
+        items = [("task", loop.report(s)), ("joint_states", loop.robot_state(s))]
         if s.image is not None:
-            self.emit("image", Frame(s.stamp, s.image, s.cycle))
+            items.append(("image", Frame(s.stamp, s.image, s.cycle)))
+        # e2e starts just before the first publish of the state: waking the subscribers is the loop's latency
+        self.emit_batch(items, before=lambda: loop.sent(s.stamp, self.wall_ns()))
         return s, missed
 
     def end_cycle(self, s: SimState, t0: int) -> None:

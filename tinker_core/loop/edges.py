@@ -55,6 +55,8 @@ class TaskReport:
     success: bool
     distance: float
     terms: dict[str, np.ndarray]
+    vector: np.ndarray | None = None
+    """the whole report as one vector (`TASK_FIELDS`, then the terms), where it came as one"""
 
 
 def split_terms(values: np.ndarray, layout: Sequence[tuple[str, int]], where: str = "task") -> dict[str, np.ndarray]:
@@ -77,7 +79,7 @@ def task_report(values: np.ndarray, layout: Sequence[tuple[str, int]], stamp_ns:
         raise ValidationError(where, f"at least {len(TASK_FIELDS)} values {TASK_FIELDS}", f"{values.shape[0]} values")
     terms = split_terms(values, layout, where) if layout else {}
     return TaskReport(int(stamp_ns), int(cycle), str(episode), float(values[0]), bool(values[1] > 0.5),
-                      bool(values[2] > 0.5), float(values[3]), terms)
+                      bool(values[2] > 0.5), float(values[3]), terms, values)
 
 
 @dataclass(slots=True)

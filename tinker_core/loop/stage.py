@@ -29,6 +29,15 @@ class LoopStage:
         self.emit: Callable[[str, Any], None] = _unwired
         self.refusals = RecentFaults()
 
+    def emit_batch(self, items: list[tuple[str, Any]], before: Callable[[], None] | None = None) -> None:
+        """Emit several values of one cycle, ``before`` called just before the first goes out. A node's host
+        writes every message first, then publishes them back to back (the first publish may wake a subscriber
+        that preempts this process)."""
+        if before is not None:
+            before()
+        for port, value in items:
+            self.emit(port, value)
+
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
         """Edge port -> handler of that edge's value."""
         raise NotImplementedError

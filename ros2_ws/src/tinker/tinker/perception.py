@@ -38,7 +38,7 @@ class PerceptionNode(NodeRuntime, Node):
     def __init__(self, **kwargs):
         super().__init__("perception", **kwargs)
         self._init_runtime("perception", PERCEPTION_PARAMS)
-        self.stage, self._checked, self.channel_watch = None, False, None
+        self.stage, self.reader, self._checked, self.channel_watch = None, None, False, None
         self.agent, _, heard = declared(self)
         self.inbox = ChannelInbox(heard) if heard else None
         if not self.param("bundle"):  # param get shows the bundle that runs
@@ -47,7 +47,8 @@ class PerceptionNode(NodeRuntime, Node):
         self.add_on_set_parameters_callback(self._on_params)
         stale = {"image": self._image_level(), "task": Level.ERROR if self.param("task_synced") else None,
                  "goal": None, "raw_action": Level.WARN}
-        self.serve(self.stage, self.reader, TOPICS, stale, read={"joint_states": self._read_state})
+        self.serve(self.stage, self.reader, TOPICS, stale, read={"joint_states": self._read_state},
+                   refuse=(ValidationError, KeyError))  # KeyError: a task term the model needs is missing
         self._image_topic = self.resolve_topic_name(self.param("image_topic"))
         if self.inbox is not None:
             for ch in self.inbox.heard:
@@ -78,7 +79,10 @@ class PerceptionNode(NodeRuntime, Node):
         else:  # verified before it replaces the running model
             self.stage.swap(cycle, model.sha256)
             self.inputs.set_stale_level(self._image_topic, self._image_level())
-        self.model, self.reader, self._checked = model, Reader("perception", model.manifest.joint_names), False
+        if self.reader is None:
+            self.reader = Reader("perception")
+        self.reader.set_joints(model.manifest.joint_names)  # the served subscriptions keep this one reader
+        self.model, self._checked = model, False
 
     def _on_params(self, params) -> SetParametersResult:
         try:

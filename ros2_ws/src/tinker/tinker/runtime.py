@@ -248,10 +248,12 @@ class NodeRuntime:
         return self.create_publisher(msg_type or t.type, self.param(param), qos or t.qos)
 
     def serve(self, stage, reader, topics: Mapping[str, str], stale: Mapping[str, Level | None] | None = None,
-              read: Mapping[str, Callable] | None = None, qos: Mapping[str, Any] | None = None) -> list:
+              read: Mapping[str, Callable] | None = None, qos: Mapping[str, Any] | None = None,
+              refuse: tuple[type[Exception], ...] = (ValidationError,)) -> list:
         """Host ``stage`` (a `tinker_core.loop.stage.LoopStage`): `serve_outputs` and `serve_inputs` at once.
         The entities made, for `destroy_entities`."""
-        return self.serve_outputs(stage, topics) + self.serve_inputs(stage, reader, topics, stale, read, qos)
+        return self.serve_outputs(stage, topics) + self.serve_inputs(stage, reader, topics, stale, read, qos,
+                                                                     refuse=refuse)
 
     def serve_outputs(self, stage, topics: Mapping[str, str], write: Mapping[str, Callable] | None = None,
                       msg_types: Mapping[str, type] | None = None, qos: Mapping[str, Any] | None = None) -> list:
@@ -271,33 +273,41 @@ class NodeRuntime:
             publish, to_msg = writers[port]
             publish(to_msg(value))
 
-        stage.emit = emit
+        def emit_batch(items, before=None) -> None:
+            out = [(writers[port][0], writers[port][1](value)) for port, value in items]
+            if before is not None:
+                before()
+            for publish, msg in out:
+                publish(msg)
+
+        stage.emit, stage.emit_batch = emit, emit_batch
         return list(pubs.values())
 
     def serve_inputs(self, stage, reader, topics: Mapping[str, str], stale: Mapping[str, Level | None] | None = None,
                      read: Mapping[str, Callable] | None = None, qos: Mapping[str, Any] | None = None,
-                     msg_types: Mapping[str, type] | None = None) -> list:
+                     msg_types: Mapping[str, type] | None = None,
+                     refuse: tuple[type[Exception], ...] = (ValidationError,)) -> list:
         """A subscription for each edge into ``stage`` that ``topics`` names, each message turned into its edge
         value by ``reader`` (`tinker.wire.Reader`; ``read``: another reader for a port; ``qos``: another QoS for
         a port, e.g. the recorder's deeper queue; ``msg_types``: the other type a parameter selects; ``stale``:
-        the level when it goes quiet, ERROR unless named)
-        and handed to the stage. A refused input (ValidationError, a missing key) is logged and noted in the
-        stage; a handler that closes a cycle is timed into the cycle statistics and the trace. The
-        subscriptions, also in ``edge_subscriptions``."""
+        the level when it goes quiet, ERROR unless named) and handed to the stage. An input the stage raises one of
+        ``refuse`` on is logged and noted in the stage (any other error is a failed callback: `callback_failed`);
+        a handler that closes a cycle is timed into the cycle statistics and the trace. The subscriptions, also
+        in ``edge_subscriptions``."""
         stale, read, qos, types = dict(stale or {}), dict(read or {}), dict(qos or {}), dict(msg_types or {})
         subs = {port: self.subscribe(topics[port], port, self._served(stage, handler, read.get(port) or
-                                                                      getattr(reader, port)),
+                                                                      getattr(reader, port), refuse),
                                      qos.get(port), stale=stale.get(port, Level.ERROR), msg_type=types.get(port))
                 for port, handler in stage.inputs().items() if port in topics}
         self.edge_subscriptions = subs
         return list(subs.values())
 
-    def _served(self, stage, handler: Callable, read: Callable) -> Callable:
+    def _served(self, stage, handler: Callable, read: Callable, refuse: tuple[type[Exception], ...]) -> Callable:
         def on_message(msg) -> None:
             t_wall, t0 = time.time_ns(), time.perf_counter_ns()
             try:
                 done = handler(read(msg))
-            except (ValidationError, KeyError) as e:
+            except refuse as e:
                 stage.refuse(e)
                 self.get_logger().warning(f"input refused, cycle held: {e}", throttle_duration_sec=1.0)
                 return

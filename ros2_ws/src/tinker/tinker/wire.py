@@ -335,8 +335,12 @@ class Reader:
 
     def __init__(self, stage: str, joint_names: Sequence[str] = ()):
         self.stage = stage
-        self.jmap = JointMap(joint_names, f"{stage}.joint_states")
-        self.tmap = JointMap(joint_names, f"{stage}.intervention")
+        self.set_joints(joint_names)
+
+    def set_joints(self, joint_names: Sequence[str]) -> None:
+        """The stage's joint order from now on (a swapped model may name other joints)."""
+        self.jmap = JointMap(joint_names, f"{self.stage}.joint_states")
+        self.tmap = JointMap(joint_names, f"{self.stage}.intervention")
 
     def joint_states(self, msg: JointState) -> RobotState:
         q, qd = self.jmap.read(msg)
@@ -445,8 +449,11 @@ def joint_state_msg(names: Sequence[str]):
 
 
 def task_report_msg(t: TaskReport) -> Float64MultiArray:
-    """A `TaskReport` as a ``task`` message (`task_msg`)."""
-    return task_msg(t.stamp_ns, t.cycle, t.episode, t.reward, t.done, t.success, t.distance, list(t.terms.items()))
+    """A `TaskReport` as a ``task`` message (`task_msg`; its vector as it came, where it has one)."""
+    if t.vector is None:
+        return task_msg(t.stamp_ns, t.cycle, t.episode, t.reward, t.done, t.success, t.distance, list(t.terms.items()))
+    layout = ",".join([f"{n}:{v.shape[0]}" for n, v in t.terms.items()])
+    return array_msg(t.vector, {"stamp_ns": t.stamp_ns, "cycle": t.cycle, "episode": t.episode, "terms": layout})
 
 
 WRITERS = {"features": features_msg, "joint_target": action_msg, "raw_action": action_msg, "command": command_msg,
