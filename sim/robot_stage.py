@@ -12,6 +12,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+import numpy as np
+
+from tinker_core.errors import ValidationError
 from tinker_core.loop.edges import Action, Frame, SafeCommand
 from tinker_core.loop.graph import ROBOT
 from tinker_core.loop.stage import LoopStage
@@ -49,7 +52,10 @@ class SimRobotStage(LoopStage):
         self.loop.end_cycle(s, t0)
 
     def on_command(self, c: SafeCommand) -> None:
-        sent = self.loop.command(c.q, {"stamp_ns": str(c.stamp_ns), "status": c.status})
+        q = np.asarray(c.q, dtype=np.float64).reshape(-1)
+        if q.shape[0] != self.loop.dof or not np.isfinite(q).all():
+            raise ValidationError("sim_robot.command", f"{self.loop.dof} finite joint positions", f"{q.tolist()}")
+        sent = self.loop.command(q, {"stamp_ns": str(c.stamp_ns), "status": c.status})
         if sent is not None and self.answered is not None:
             self.answered(c, sent)
         self.loop.take_frame()  # the cycle's loop is done: the camera renders in the quiet window

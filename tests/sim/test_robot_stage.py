@@ -62,3 +62,12 @@ def test_a_raw_action_without_its_suction_value_is_refused_and_counted_by_the_ro
         stage.on_raw_action(Action(5, 1, np.zeros(7)))
     stage.refuse(ValidationError("sim_robot.command", "7 values", "6 values"))
     assert stage.loop.rejections.count == 1 and stage.refusals.count == 1
+
+
+def test_a_command_of_the_wrong_length_or_not_finite_is_refused_never_executed(stage):
+    s, _ = stage.tick(50 * MS)
+    before = stage.loop.step_max
+    for q in (np.zeros(6), np.full(7, np.nan), np.zeros(1)):
+        with pytest.raises(ValidationError, match=r"sim_robot\.command: expected 7 finite joint positions"):
+            stage.on_command(SafeCommand(s.stamp, s.cycle, q, "passed"))
+    assert stage.loop.step_max == before and not stage.answered_log
