@@ -1,7 +1,7 @@
 """`InProcessLoop`: the robot loop's graph (`tinker_core.loop.graph.ROBOT_LOOP`) in one thread, without ROS.
 
 The third runtime of the same description. Its stages are the classes the ROS nodes run, built from the same launch
-YAML (``config/bringup.yaml``). Perception, policy and the experience bridge are `tinker_core.loop.stage.LoopStage`s
+YAML (``config/bringup.yaml``). Every stage is a `tinker_core.loop.stage.LoopStage`
 (`tinker_sim.robot_stage.SimRobotStage`, `PerceptionStage`, `PolicyStage`, `tinker_safety.safety_stage.SafetyStage`,
 `BridgeStage`): the very objects the nodes host with `tinker.runtime.NodeRuntime.serve`, here on a `LocalBus`
 (`InProcessLoop._host`), the edge values the same (`tinker_core.loop.edges`). Each stage handles the edges the
