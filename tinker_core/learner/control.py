@@ -30,7 +30,7 @@ def execute(learner: Learner, req: dict) -> dict:
             raise ConfigError(f"set: expected values {{name: value}}, got {values!r}")
         for k, v in values.items():
             apply_setting(learner, k, v)
-        return {"settings": dict(learner.settings)}
+        return {"settings": dict(learner.settings), "updates": learner.updates}
     if cmd == "pause":  # the learner holds its own loop; the algorithm's control is not paused
         learner.paused = True
         return {"paused": True, "updates": learner.updates}
