@@ -149,7 +149,6 @@ class SimRobotLoop:
         self.names = list(self.arm.joint_names)
         self.dof = len(self.names)
         self.task_terms = [("ee_pos", 3)] + [(t["name"], int(t["size"])) for t in self.env.task.obs_terms()]
-        self.terms_meta = ",".join(f"{n}:{k}" for n, k in self.task_terms)
         self.episode_cycles, self.seed = int(cfg.episode_cycles), int(cfg.seed)
         self.suction = self.env.task.extra_action_dims == 1
         """the task takes a suction cup from the policy's raw action"""

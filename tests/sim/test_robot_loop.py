@@ -50,7 +50,7 @@ def test_settings_it_cannot_act_on_are_refused_before_the_robot_exists():
 
 def test_a_cycle_gives_the_state_and_its_task_terms_and_an_episode_ends_after_its_cycles(make_loop):
     loop = make_loop(episode_cycles=3)
-    assert loop.names == [f"lbr_iiwa_joint_{i}" for i in range(1, 8)] and loop.terms_meta.startswith("ee_pos:3")
+    assert loop.names == [f"lbr_iiwa_joint_{i}" for i in range(1, 8)] and loop.task_terms[0] == ("ee_pos", 3)
     states = [_cycle(loop, i * 50 * MS)[0] for i in range(1, 5)]
     assert [s.cycle for s in states] == [1, 2, 3, 4] and [s.episode for s in states] == [0, 0, 0, 1]
     assert [s.done for s in states] == [False, False, True, False]

@@ -60,7 +60,7 @@ class PerceptionStage(LoopStage):
 
     def level(self, crowded: str = "") -> tuple[Level, str]:
         """WARN while inputs are being refused or a second publisher is on a heard channel (``crowded``)."""
-        level, message = self.refusal_level()
+        level, message = self.refusals.level()
         if level:
             return level, message
         if crowded:

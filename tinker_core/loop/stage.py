@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from tinker_core.errors import PipelineError
-from tinker_core.loop.input_ages import Level, RecentFaults
+from tinker_core.loop.input_ages import RecentFaults
 
 
 def _unwired(port: str, value: Any) -> None:
@@ -45,6 +45,3 @@ class LoopStage:
     def refuse(self, err: Exception) -> None:
         """An input this stage could not use (the host logs it): a WARN while such inputs go on."""
         self.refusals.note(str(err))
-
-    def refusal_level(self) -> tuple[Level, str]:
-        return self.refusals.level()

@@ -29,7 +29,7 @@ from trajectory_msgs.msg import JointTrajectory
 from tinker.node_params import SIM_ROBOT_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.sim_camera import MirrorCamera, snapshot
-from tinker.wire import JointMap, Reader, decode_meta, image_msg, joint_state_msg, read_trajectory, task_report_msg
+from tinker.wire import JointMap, Reader, image_msg, joint_state_msg, read_trajectory_command, task_report_msg
 from tinker_core.errors import TinkerError
 from tinker_core.loop.edges import Frame, SafeCommand
 from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
@@ -96,12 +96,8 @@ class SimRobotNode(NodeRuntime, Node):
         return self.reader.command(msg)
 
     def _read_trajectory(self, msg: JointTrajectory) -> SafeCommand:
-        """The first point, by joint name; tinker's safety node puts the command's metadata in header.frame_id."""
         self._arrived = time.time_ns()
-        meta = decode_meta(msg.header.frame_id)
-        stamp = meta.get("stamp_ns", "")
-        return SafeCommand(int(stamp) if stamp.isdigit() else 0, 0, read_trajectory(msg, self.jmap, "sim_robot.command"),
-                           meta.get("status", ""))
+        return read_trajectory_command(msg, self.jmap, "sim_robot.command")
 
     def _answered(self, c: SafeCommand, sent: int) -> None:
         self.span(c.cycle, sent, self._arrived - sent, module="loop_e2e", status=c.status)

@@ -33,8 +33,9 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimension
 
 from tinker_core.errors import ConfigError, ValidationError
-from tinker_core.loop.edges import (GOAL_TERM, TASK_FIELDS, Action, EstopState, Features, Frame, Goal,  # noqa: F401
-                                   Intervened, RobotState, SafeCommand, TaskReport, task_report)
+from tinker_core.loop.edges import TASK_FIELDS  # noqa: F401  (the task message's head: part of its wire format)
+from tinker_core.loop.edges import (Action, EstopState, Features, Frame, Goal, Intervened, RobotState, SafeCommand,
+                                   TaskReport, task_report)
 
 SENSOR_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT,
                         durability=DurabilityPolicy.VOLATILE)
@@ -127,8 +128,12 @@ def task_msg(stamp_ns: int, cycle: int, episode: int, reward: float, done: bool,
     """A ``task`` message: TASK_FIELDS, then ``terms`` (name, raw values) in order, their layout in the label."""
     values = np.concatenate([[float(reward), float(done), float(success), float(distance)],
                              *[np.asarray(v, dtype=np.float64).reshape(-1) for _, v in terms]])
-    layout = ",".join(f"{n}:{np.size(v)}" for n, v in terms)
-    return array_msg(values, {"stamp_ns": stamp_ns, "cycle": cycle, "episode": episode, "terms": layout})
+    return array_msg(values, {"stamp_ns": stamp_ns, "cycle": cycle, "episode": episode, "terms": _layout(terms)})
+
+
+def _layout(terms: Sequence[tuple[str, np.ndarray]]) -> str:
+    """The ``terms`` label of a ``task`` message: ``name:size,...`` in order."""
+    return ",".join([f"{n}:{np.size(v)}" for n, v in terms])
 
 
 def meta_of(msg) -> dict[str, str]:
@@ -286,6 +291,14 @@ def trajectory_msg(names: Sequence[str], q: np.ndarray, meta: Mapping[str, objec
     return msg
 
 
+def read_trajectory_command(msg, jmap: JointMap, where: str) -> SafeCommand:
+    """A safe command sent as a JointTrajectory (`trajectory_msg`): the first point by joint name, the metadata
+    tinker's safety node puts in ``header.frame_id`` (none from another sender: stamp and cycle 0)."""
+    meta = decode_meta(msg.header.frame_id)
+    return SafeCommand(_int(meta, "stamp_ns"), _int(meta, "cycle"), read_trajectory(msg, jmap, where),
+                       meta.get("status", ""), meta.get("version", ""), meta.get("intervention") == "1")
+
+
 def read_trajectory(msg, jmap: JointMap, where: str) -> np.ndarray:
     """The first point's positions of a JointTrajectory in ``jmap``'s order (by joint name); raises
     ValidationError without a point, or with a wrong length or non-finite values."""
@@ -388,14 +401,15 @@ class Reader:
                           msg.message if msg.level != DiagnosticStatus.OK else "")
 
     def _action(self, msg, port: str) -> Action:
-        v, meta = read_array(msg, None, f"{self.stage}.{port}")
-        return Action(_int(meta, "stamp_ns"), _int(meta, "cycle"), v, meta.get("version", ""), meta.get("stop") == "1")
+        return _action_of(*read_array(msg, None, f"{self.stage}.{port}"))
 
     def unchecked_action(self, msg) -> Action:
         """An action whose values the stage checks itself (safety: a bad target still counts as its cycle's)."""
-        meta = meta_of(msg)
-        return Action(_int(meta, "stamp_ns"), _int(meta, "cycle"), np.asarray(msg.data, dtype=np.float64),
-                      meta.get("version", ""), meta.get("stop") == "1")
+        return _action_of(np.asarray(msg.data, dtype=np.float64), meta_of(msg))
+
+
+def _action_of(values: np.ndarray, meta: Mapping[str, str]) -> Action:
+    return Action(_int(meta, "stamp_ns"), _int(meta, "cycle"), values, meta.get("version", ""), meta.get("stop") == "1")
 
 
 def _int(meta: Mapping[str, str], key: str) -> int:
@@ -452,8 +466,8 @@ def task_report_msg(t: TaskReport) -> Float64MultiArray:
     """A `TaskReport` as a ``task`` message (`task_msg`; its vector as it came, where it has one)."""
     if t.vector is None:
         return task_msg(t.stamp_ns, t.cycle, t.episode, t.reward, t.done, t.success, t.distance, list(t.terms.items()))
-    layout = ",".join([f"{n}:{v.shape[0]}" for n, v in t.terms.items()])
-    return array_msg(t.vector, {"stamp_ns": t.stamp_ns, "cycle": t.cycle, "episode": t.episode, "terms": layout})
+    return array_msg(t.vector, {"stamp_ns": t.stamp_ns, "cycle": t.cycle, "episode": t.episode,
+                                "terms": _layout(list(t.terms.items()))})
 
 
 WRITERS = {"features": features_msg, "joint_target": action_msg, "raw_action": action_msg, "command": command_msg,
