@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from tinker_core.errors import ConfigError
+from tinker_core.loop.edges import COMMAND_TYPES
 from tinker_core.loop.input_ages import Level
 from tinker_safety.guard_cycle import Command, GuardCycle, Ports
 from tinker_safety.safety_wrapper import SafetyWrapper
 from tinker_safety.state_gate import StateGate
 from tinker_safety.takeover import Takeover
 
-COMMAND_TYPES = ("float64_array", "joint_trajectory")
-"""Command message types: forward_command_controller's Float64MultiArray, joint_trajectory_controller's JointTrajectory."""
 GATE_PARAMS = ("max_state_age", "max_state_future", "state_jump_tolerance", "state_quarantine")
 """the node parameters that are the `StateGate`'s limits, in its order"""
 TAKEOVER_PARAMS = ("intervention_max_age", "intervention_max_future")
@@ -100,6 +99,17 @@ class GuardSession:
         self.cycle.takeover = Takeover(len(self.names), teleop_topic, *takeover_limits) if teleop_topic else None
         if self.estop_carry:  # an e-stop latched before cleanup stays latched: only ~/reset clears it
             guard.estop(f"latched before cleanup ({self.estop_carry})")
+
+    def configure_from(self, get: Callable[[str], Any], period: float, state_topic: str, teleop_topic: str = "") -> None:
+        """`configure` from the node's parameters, ``get(name)``: ``config``, ``urdf``, the gate's and the takeover's
+        limits and ``task_fixtures``."""
+        self.configure(get("config") or None, get("urdf") or None, period, state_topic, [get(n) for n in GATE_PARAMS],
+                       teleop_topic, [get(n) for n in TAKEOVER_PARAMS],
+                       read_scene_items(get("task_fixtures"), "safety.task_fixtures"))
+
+    def limits_from(self, get: Callable[[str], Any]) -> None:
+        """`set_limits` from the node's parameters, ``get(name)``."""
+        self.set_limits([get(n) for n in GATE_PARAMS], [get(n) for n in TAKEOVER_PARAMS])
 
     def set_limits(self, gate_limits: Sequence[float], takeover_limits: Sequence[float]) -> None:
         """The state checks and the takeover take changed limits at once."""

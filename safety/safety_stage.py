@@ -97,6 +97,21 @@ class SafetyStage(LoopStage):
             return
         self.session.refuse(err)
 
+    def internal_error(self, where: str, err: Exception) -> None:
+        """A host's callback failed (``where``: its topic): the guard's state is in doubt, so the e-stop latches
+        (a hold at the measured pose), once."""
+        if self.cycle.guard is not None and not self.cycle.guard.estopped:
+            try:
+                self.cycle.estop(f"internal error in the callback on {where}: {err!r}")
+            except Exception as e2:  # the hold itself failed: nothing more can be done here; logged
+                self.host.log("error", f"e-stop after a failed callback failed too: {e2!r}")
+
+    def shutdown(self, hold: bool = True) -> None:
+        """The node stops: the last command is the hold at the measured pose (``hold``), and no more follow."""
+        if hold:
+            self.cycle.hold("shutdown")
+        self.cycle.active = False
+
     # --- GuardCycle's ports -------------------------------------------------------------------------
     def send(self, command: Command) -> None:
         self.last_command = command

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
-from tinker_core.loop.edges import RobotState, TaskReport, task_report
+from tinker_core.loop.edges import COMMAND_TYPES, RobotState, TaskReport, task_report
 from tinker_core.loop.input_ages import Level, RecentFaults
 from tinker_sim.realtime import RealTimeArm
 
@@ -55,9 +55,13 @@ class SimRobotConfig:
     end_on_success: bool = True
     num_objects: int = 0
     max_objects: int = 0
+    command_type: str = "float64_array"
+    """the command's message: float64_array (Float64MultiArray in joint order) or joint_trajectory"""
 
     def check(self) -> None:
         """Refuse, before the robot exists, what it cannot act on (a dynamics key too: `check_dynamics_act`)."""
+        if self.command_type not in COMMAND_TYPES:
+            raise ConfigError(f"sim_robot.command_type: expected one of {list(COMMAND_TYPES)}, got {self.command_type!r}")
         if self.camera_rate_hz < 0:
             raise ConfigError(f"sim_robot.camera_rate_hz: expected >= 0 (0 = every cycle, in line), "
                               f"got {self.camera_rate_hz}")
@@ -297,6 +301,13 @@ class SimRobotLoop:
             self.submit_frame(*job)
 
     # --- status ------------------------------------------------------------------------------
+    def set_param(self, name: str, value: object) -> None:
+        """A changed dynamic parameter, from the next cycle on (``hold_after_cycles``, ``episode_cycles``)."""
+        if name == "hold_after_cycles":
+            self.arm.hold_after_cycles = int(value)
+        elif name == "episode_cycles":
+            self.episode_cycles = int(value)
+
     def values(self, namesake: str = "") -> dict[str, object]:
         """The /diagnostics values (``max_command_step_window`` starts again with each call)."""
         window, self.step_max_window = self.step_max_window, 0.0

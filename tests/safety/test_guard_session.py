@@ -149,3 +149,16 @@ def test_a_simulated_tasks_fixtures_join_the_known_scene_and_bad_json_is_named(s
         read_scene_items("[{", "safety.task_fixtures")
     with pytest.raises(ConfigError, match=r"safety.task_fixtures: expected a JSON list of scene items .*dict"):
         read_scene_items('{"name": "t"}', "safety.task_fixtures")
+
+
+def test_configure_from_reads_the_nodes_parameters_by_name(session):
+    params = {"config": "", "urdf": "", "max_state_age": 0.3, "max_state_future": 0.1, "state_jump_tolerance": 0.2,
+              "state_quarantine": 0.5, "intervention_max_age": 0.25, "intervention_max_future": 0.1,
+              "task_fixtures": ""}
+    session.configure_from(params.__getitem__, 0.05, "/joint_states", "/intervention")
+    assert session.names and session.cycle.takeover is not None
+    params["max_state_age"], params["intervention_max_age"] = 0.7, 0.4
+    session.limits_from(params.__getitem__)
+    assert session.cycle.gate.max_age_ns == 700_000_000 and session.cycle.takeover.max_age_ns == 400_000_000
+    with pytest.raises(ConfigError, match="safety.task_fixtures: not JSON"):
+        session.configure_from({**params, "task_fixtures": "[{"}.__getitem__, 0.05, "/joint_states")

@@ -93,3 +93,24 @@ def test_the_estop_state_goes_out_when_it_latches_and_clears(stage):
     states = [v for p, v in stage.out if p == "estop_state"]
     assert ok and [s.estopped for s in states] == [True, False] and "test" in states[0].reason
     assert notes[0] and notes[-1] == ""
+
+
+def test_a_hosts_failed_callback_latches_the_estop_once_with_a_hold(stage):
+    stage.on_state(RobotState(NOW, HOME, np.zeros(7), 1, None))
+    stage.internal_error("/joint_states", RuntimeError("boom"))
+    stage.internal_error("/joint_states", RuntimeError("again"))
+    latched = [v for p, v in stage.out if p == "estop_state"]
+    assert len(latched) == 1 and "internal error in the callback on /joint_states" in latched[0].reason
+    assert "boom" in latched[0].reason
+    holds = [v for p, v in stage.out if p == "command"]
+    assert holds and holds[-1].status == "estopped" and np.allclose(holds[-1].q, HOME)
+
+
+def test_shutdown_sends_the_hold_last_and_no_command_after_it(stage):
+    stage.on_state(RobotState(NOW, HOME, np.zeros(7), 1, None))
+    stage.shutdown()
+    last = [v for p, v in stage.out if p == "command"][-1]
+    assert last.status == "held" and last.why == "shutdown" and not stage.cycle.active
+    n = len(stage.out)
+    stage.shutdown(hold=False)  # a node that refused to run sends nothing
+    assert len(stage.out) == n

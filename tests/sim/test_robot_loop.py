@@ -46,6 +46,19 @@ def test_settings_it_cannot_act_on_are_refused_before_the_robot_exists():
         SimRobotConfig(num_objects=2).check()
     assert SimRobotConfig(task="sort", num_objects=2).task_kwargs() == {"num_objects": 2}
     assert SimRobotConfig.from_values(lambda name: getattr(SimRobotConfig(seed=9), name)).seed == 9
+    with pytest.raises(ConfigError, match=r"sim_robot.command_type: expected one of \['float64_array', "
+                                          r"'joint_trajectory'\], got 'twist'"):
+        SimRobotConfig(command_type="twist").check()
+
+
+def test_the_dynamic_parameters_take_effect_at_the_next_cycle(make_loop):
+    loop = make_loop(episode_cycles=0)
+    loop.set_param("episode_cycles", 2)
+    loop.set_param("hold_after_cycles", 7)
+    loop.set_param("seed", 99)  # read-only on the node: not the loop's to change
+    assert loop.episode_cycles == 2 and loop.arm.hold_after_cycles == 7 and loop.seed == 3
+    states = [_cycle(loop, i * 50 * MS)[0] for i in range(1, 4)]
+    assert [s.episode for s in states] == [0, 0, 1]
 
 
 def test_a_cycle_gives_the_state_and_its_task_terms_and_an_episode_ends_after_its_cycles(make_loop):

@@ -19,6 +19,9 @@ TASK_FIELDS = ("reward", "done", "success", "distance")
 """the values at the head of a task report, in this order; the task terms follow"""
 GOAL_TERM = "target_pos"
 """the observation term a goal sets"""
+COMMAND_TYPES = ("float64_array", "joint_trajectory")
+"""how a ``command`` goes to a robot driver: forward_command_controller's joint positions in joint order, or
+joint_trajectory_controller's one point by joint name (`tinker.wire` writes and reads both)"""
 
 
 @dataclass(slots=True)

@@ -11,12 +11,16 @@ sender's state stamp and cycle it was said in. `PublisherWatch` notices a second
 
 from __future__ import annotations
 
+import time
+from functools import partial
+from typing import Callable
+
 import numpy as np
 from std_msgs.msg import Float32MultiArray
 
 from tinker.runtime import Param
 from tinker.wire import COMMAND_QOS, array_msg, meta_of
-from tinker_core.multiagent.channel_edge import agent_channels
+from tinker_core.multiagent.channel_edge import ChannelInbox, agent_channels
 from tinker_core.multiagent.channels import ChannelSpec, channels_from_json, topic
 
 CHANNEL_QOS = COMMAND_QOS
@@ -76,4 +80,52 @@ class PublisherWatch:
         return [t for t, n in self.counts.items() if n > self.expected]
 
 
-__all__ = ["CHANNEL_PARAMS", "CHANNEL_QOS", "PublisherWatch", "channel_msg", "declared", "read_channel_msg", "topic"]
+class ChannelListener:
+    """The receiving node's side: a subscription per heard channel (`tinker.runtime.NodeRuntime.watch_subscription`,
+    its age reported, never judged) handing ``(name, values, sender)`` to ``on_message``, and the publisher watch."""
+
+    def __init__(self, node, inbox: ChannelInbox, on_message: Callable[[str, np.ndarray, str | None], None]):
+        self.inbox = inbox
+        for ch in inbox.heard:
+            node.watch_subscription(Float32MultiArray, topic(ch), partial(self._on, on_message, ch.name),
+                                    CHANNEL_QOS, stale=None)
+        self.watch = PublisherWatch(node, [topic(ch) for ch in inbox.heard])
+        node.create_timer(1.0, self.watch.check)
+
+    @staticmethod
+    def _on(on_message, name: str, msg: Float32MultiArray) -> None:
+        on_message(name, *read_channel_msg(msg))
+
+    def values(self) -> dict[str, object]:
+        w = self.watch
+        return self.inbox.values(time.time_ns(), {ch.name: w.counts[topic(ch)] for ch in self.inbox.heard},
+                                 w.extra_seen)
+
+    def crowded(self) -> str:
+        """Why the channels are crowded ('' = they are not): a second publisher, named."""
+        return f"a second publisher on {self.watch.crowded}: {self.watch.last}" if self.watch.crowded else ""
+
+
+class ChannelSpeaker:
+    """The sending node's side: the publisher of the channel ``says`` (messages from ``agent``) and its watch.
+    ``entities``: for `tinker.runtime.NodeRuntime.destroy_entities`."""
+
+    def __init__(self, node, says: ChannelSpec, agent: str):
+        self.says, self.agent = says, agent
+        self.pub = node.create_publisher(Float32MultiArray, topic(says), CHANNEL_QOS)
+        self.watch = PublisherWatch(node, [topic(says)])
+        self.entities = [self.pub, node.create_timer(1.0, self.watch.check)]
+
+    def say(self, message: np.ndarray, stamp_ns: int, cycle: int) -> None:
+        self.pub.publish(channel_msg(message, self.agent, stamp_ns, cycle))
+
+    def values(self, clipped: int) -> dict[str, object]:
+        return {"channels.says": self.says.name, "channels.clipped": clipped,
+                "channels.publishers": self.watch.counts[topic(self.says)],
+                "channels.extra_publishers_seen": self.watch.extra_seen}
+
+    def crowded(self) -> str:
+        return self.watch.last if self.watch.crowded else ""
+
+
+__all__ = ["CHANNEL_PARAMS", "CHANNEL_QOS", "ChannelListener", "ChannelSpeaker", "PublisherWatch", "channel_msg", "declared", "read_channel_msg", "topic"]

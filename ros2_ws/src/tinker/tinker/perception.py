@@ -1,27 +1,19 @@
 """`perception`: joint state + task terms or goal (+ camera image) -> feature vector, with onnxruntime.
 
-An adapter (`tinker.runtime.NodeRuntime.serve`) around `tinker_core.loop.perception_stage.PerceptionStage`: the
-cycle (`tinker_core.loop.perception.PerceptionCycle`: which inputs make a cycle, the observation assembled exactly
-as the sim env does) and the bundle's ``perception.onnx`` (`tinker.bundle_io.open_perception`); topics as declared
-in `tinker.wire.TOPICS`. Joints are mapped BY NAME with the manifest's joint names: a robot without them stops this
-node at start-up with a message naming the missing and extra joints. Inputs watched for staleness: ``joint_states``
-(ERROR), ``task`` (ERROR when ``task_synced``), the camera image (ERROR when the model takes one),
-``policy/raw_action`` (WARN), ``goal`` and each channel (age only). Channels (`tinker.channel_io`, set by
-`tinker.fleet`): each heard channel's topic feeds `tinker_core.multiagent.channel_edge.ChannelInbox`.
+An adapter around `tinker_core.loop.perception_stage.PerceptionStage` (the cycle: `PerceptionCycle`, the observation
+assembled exactly as the sim env does) and the bundle's ``perception.onnx`` (`tinker.bundle_io.open_perception`).
+Joints are mapped by name: a robot without the manifest's joints stops this node at start-up, naming them. Heard
+channels (`tinker.channel_io.ChannelListener`) feed the cycle's inbox. Topics: `tinker.wire.TOPICS`.
 """
 
 from __future__ import annotations
 
-import time
-from functools import partial
-
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-from std_msgs.msg import Float32MultiArray
 
 from tinker.bundle_io import open_perception, resolve_bundle
-from tinker.channel_io import CHANNEL_QOS, PublisherWatch, declared, read_channel_msg, topic
+from tinker.channel_io import ChannelListener, declared
 from tinker.node_params import PERCEPTION_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.wire import Reader
@@ -38,7 +30,7 @@ class PerceptionNode(NodeRuntime, Node):
     def __init__(self, **kwargs):
         super().__init__("perception", **kwargs)
         self._init_runtime("perception", PERCEPTION_PARAMS)
-        self.stage, self.reader, self._checked, self.channel_watch = None, None, False, None
+        self.stage, self.reader, self._checked, self.channels = None, None, False, None
         self.agent, _, heard = declared(self)
         self.inbox = ChannelInbox(heard) if heard else None
         if not self.param("bundle"):  # param get shows the bundle that runs
@@ -51,11 +43,7 @@ class PerceptionNode(NodeRuntime, Node):
                    refuse=(ValidationError, KeyError))  # KeyError: a task term the model needs is missing
         self._image_topic = self.resolve_topic_name(self.param("image_topic"))
         if self.inbox is not None:
-            for ch in self.inbox.heard:
-                self.watch_subscription(Float32MultiArray, topic(ch), partial(self._on_channel, ch.name), CHANNEL_QOS,
-                                        stale=None)
-            self.channel_watch = PublisherWatch(self, [topic(ch) for ch in self.inbox.heard])
-            self.create_timer(1.0, self.channel_watch.check)
+            self.channels = ChannelListener(self, self.inbox, self._on_channel)
 
     @property
     def cycle(self):
@@ -104,8 +92,7 @@ class PerceptionNode(NodeRuntime, Node):
             self._checked = True
         return self.reader.joint_states(msg)
 
-    def _on_channel(self, name: str, msg: Float32MultiArray) -> None:
-        values, sender = read_channel_msg(msg)
+    def _on_channel(self, name: str, values, sender: str | None) -> None:
         reason = self.cycle.on_channel(name, values, sender)
         if reason:
             self.stage.refuse(ValidationError(f"perception.channel.{name}", "a message within the channel's spec",
@@ -113,15 +100,11 @@ class PerceptionNode(NodeRuntime, Node):
             self.get_logger().warning(f"input refused: {reason}", throttle_duration_sec=1.0)
 
     def diagnostic_values(self) -> dict[str, object]:
-        w = self.channel_watch
         return {"model_version": self.model.version, **self.stage.values(),
-                **({} if self.inbox is None else self.inbox.values(
-                    time.time_ns(), {ch.name: w.counts[topic(ch)] for ch in self.inbox.heard}, w.extra_seen))}
+                **({} if self.channels is None else self.channels.values())}
 
     def diagnostic_level(self):
-        w = self.channel_watch
-        crowded = f"a second publisher on {w.crowded}: {w.last}" if w is not None and w.crowded else ""
-        return self.stage.level(crowded)
+        return self.stage.level("" if self.channels is None else self.channels.crowded())
 
 
 main = main_for(PerceptionNode)

@@ -1,13 +1,10 @@
 """`policy` (lifecycle): features -> the bundle's actor -> the ActionChain -> a joint target.
 
-An adapter (`tinker.runtime.NodeRuntime.serve`) around `tinker_core.loop.policy_stage.PolicyStage`: the cycle
-(`tinker_core.loop.policy.PolicyCycle`: features joined to their state's pose, the chain restarted per episode),
-the `CommandGate` (active, overruns) and `tinker.bundle_io.PolicyBundle` (the actor behind hot swap, the bundle's
-own action chain within the URDF limits). Features of another perception model (sha256 in their metadata) are
-refused: safety holds that cycle. Hot reload (never an unvalidated model, never a missed cycle): set ``bundle``,
-call ``~/reload`` (std_srvs/Trigger), or let the experience bridge set it. Lifecycle: configure loads, verifies
-and warms up; activate starts commanding; deactivate stops. Channels (`tinker.channel_io`): the actor's message
-goes out on the channel's topic, never to safety or the robot.
+An adapter around `tinker_core.loop.policy_stage.PolicyStage` (the cycle: `PolicyCycle`; the `CommandGate`) and
+`tinker.bundle_io.PolicyBundle` (the actor behind hot swap, its action chain within the URDF limits). Features of
+another perception model are refused: safety holds that cycle. Hot reload, never of an unvalidated model and never
+missing a cycle: set ``bundle``, call ``~/reload``, or let the experience bridge set it. Lifecycle: configure
+loads, verifies and warms up; activate commands; deactivate stops. A declared channel: `tinker.channel_io`.
 """
 
 from __future__ import annotations
@@ -15,11 +12,9 @@ from __future__ import annotations
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
 from rclpy.parameter import Parameter
-from std_msgs.msg import Float32MultiArray
-from std_srvs.srv import Trigger
 
 from tinker.bundle_io import PolicyBundle, resolve_bundle
-from tinker.channel_io import CHANNEL_QOS, PublisherWatch, channel_msg, declared, topic
+from tinker.channel_io import ChannelSpeaker, declared
 from tinker.node_params import POLICY_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.wire import Reader, array_msg
@@ -36,7 +31,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         super().__init__("policy", **kwargs)
         self._init_runtime("policy", POLICY_PARAMS)
         self.core, self.gate, self._entities = None, CommandGate(), []
-        self.agent, self.says, self.say_pub, self.channel_watch = "", None, None, None
+        self.agent, self.says, self.speaker = "", None, None
         self.stage = PolicyStage(None, self.gate, int(self.period * 1e9), lambda: self.param("on_overrun"),
                                  self._overran, self._say)
         self.add_on_set_parameters_callback(self._on_params)
@@ -57,12 +52,11 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         self.get_logger().info(f"bundle {self.param('bundle')} v{self.core.version} verified; actor p99 {p99:.1f} us, "
                                f"max {mx:.1f} us after warm-up; providers {self.core.runner.providers}")
         self._entities = [*self.serve(self.stage, Reader("policy", self.core.runner.joint_names), TOPICS),
-                          self.create_service(Trigger, "~/reload", self._on_reload)]
+                          self.trigger_service("~/reload", self._reload)]
         self.cmd_pub = self.edge_publishers["joint_target"]
         if self.says is not None:
-            self.say_pub = self.create_publisher(Float32MultiArray, topic(self.says), CHANNEL_QOS)
-            self.channel_watch = PublisherWatch(self, [topic(self.says)])
-            self._entities += [self.say_pub, self.create_timer(1.0, self.channel_watch.check)]
+            self.speaker = ChannelSpeaker(self, self.says, self.agent)
+            self._entities += self.speaker.entities
         return TransitionCallbackReturn.SUCCESS
 
     def on_activate(self, state) -> TransitionCallbackReturn:
@@ -79,7 +73,7 @@ class PolicyNode(NodeRuntime, LifecycleNode):
         self.destroy_entities(self._entities)
         if self.core is not None:
             self.core.runner.close()
-        self._entities, self.core, self.stage.core, self.say_pub, self.channel_watch = [], None, None, None, None
+        self._entities, self.core, self.stage.core, self.speaker = [], None, None, None
         return TransitionCallbackReturn.SUCCESS
 
     on_shutdown = on_cleanup
@@ -95,13 +89,12 @@ class PolicyNode(NodeRuntime, LifecycleNode):
             return SetParametersResult(successful=False, reason=str(e))
         return SetParametersResult(successful=True)
 
-    def _on_reload(self, request, response):
+    def _reload(self) -> tuple[bool, str]:
         try:
             self.core.reload(str(self.param("bundle")))
-            response.success, response.message = True, "reload requested; the new bundle is validated first"
         except TinkerError as e:
-            response.success, response.message = False, str(e)
-        return response
+            return False, str(e)
+        return True, "reload requested; the new bundle is validated first"
 
     def _overran(self, step, dur: int, how: str) -> None:
         self.stats.record(dur)  # counted in /diagnostics: no log per cycle
@@ -109,22 +102,19 @@ class PolicyNode(NodeRuntime, LifecycleNode):
                                   f"{self.period * 1e3:.0f} ms): {how}", throttle_duration_sec=1.0)
 
     def _say(self, step) -> None:
-        if self.say_pub is not None:
-            self.say_pub.publish(channel_msg(step.message, self.agent, step.stamp_ns, step.cycle))
+        if self.speaker is not None:
+            self.speaker.say(step.message, step.stamp_ns, step.cycle)
 
     @property
     def active(self) -> bool:
         return self.gate.active
 
     def diagnostic_values(self) -> dict[str, object]:
-        w = self.channel_watch
-        return self.stage.values(None if w is None else {
-            "channels.says": self.says.name, "channels.clipped": self.core.cycle.outbox.clipped if self.core else 0,
-            "channels.publishers": w.counts[topic(self.says)], "channels.extra_publishers_seen": w.extra_seen})
+        s = self.speaker
+        return self.stage.values(None if s is None else s.values(self.core.cycle.outbox.clipped if self.core else 0))
 
     def diagnostic_level(self):
-        w = self.channel_watch
-        return self.stage.level(w.last if w is not None and w.crowded else "")
+        return self.stage.level("" if self.speaker is None else self.speaker.crowded())
 
     def on_exit(self) -> None:
         """Stop: hold at the measured position (a command the safety node passes through its guard)."""

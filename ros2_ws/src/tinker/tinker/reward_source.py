@@ -41,3 +41,11 @@ def sensor_outcome(bundle: str, env_id: str = "tinker/ArmReach-v0", urdf: str = 
                        time_limit_cycles=int(reg["max_episode_steps"]))
     fk = ForwardKinematics.from_urdf(urdf or None, m.joint_names).ee_position
     return SensorOutcome(ReachSensor(cfg, m.obs_terms, m.image_terms, fk))
+
+
+def reward_source(source: str, bundle: str = "", env_id: str = "tinker/ArmReach-v0", urdf: str = "") -> SensorOutcome | None:
+    """The bridge's rewards for ``reward_source`` ``source``: None for the simulator's, the success sensor
+    (`sensor_outcome` of ``bundle``) for ``sensors``."""
+    if source not in SOURCES:
+        raise ConfigError(f"experience_bridge.reward_source: expected one of {list(SOURCES)}, got {source!r}")
+    return None if source == "sim" else sensor_outcome(bundle, env_id, urdf)

@@ -163,6 +163,38 @@ class _QuietWindow:
 _QUIET = _QuietWindow()
 
 
+class Deadline:
+    """A one-shot deadline on a node's timer: `arm` (re)starts it, `cancel` stops it, `set_delay` makes it anew
+    (a running executor does not see a changed period of an existing timer), keeping it armed or not."""
+
+    def __init__(self, node, delay_s: float, callback: Callable[[], None]):
+        self.node, self.callback, self.timer = node, callback, None
+        self.set_delay(delay_s, armed=False)
+
+    def set_delay(self, delay_s: float, armed: bool | None = None) -> None:
+        armed = self.armed if armed is None else armed
+        self.destroy()
+        self.timer = self.node.create_timer(delay_s, self.callback)
+        if not armed:  # no ``autostart`` argument: older rclpy lacks it
+            self.timer.cancel()
+
+    @property
+    def armed(self) -> bool:
+        return self.timer is not None and not self.timer.is_canceled()
+
+    def arm(self) -> None:
+        self.timer.reset()
+
+    def cancel(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def destroy(self) -> None:
+        if self.timer is not None:
+            self.node.destroy_timer(self.timer)
+            self.timer = None
+
+
 class NodeFatal(Exception):
     """A node found a condition it must not run under (named in the message); the process exits 3."""
 
@@ -324,6 +356,15 @@ class NodeRuntime:
 
         ROBOT_LOOP.check_port(self.module, role, direction)
         return TOPICS[role]
+
+    def trigger_service(self, name: str, call: Callable[[], tuple[bool, str]]):
+        """A std_srvs/Trigger service ``name`` answered by ``call()`` -> (success, message)."""
+        from std_srvs.srv import Trigger
+
+        def on_call(request, response):  # noqa: ARG001
+            response.success, response.message = call()
+            return response
+        return self.create_service(Trigger, name, on_call)
 
     name_watch: NamesakeWatch | None = None
 

@@ -94,6 +94,20 @@ class MirrorCamera:
         self._thread = threading.Thread(target=self._run, name="mirror-camera", daemon=True)
         self._thread.start()
 
+    @classmethod
+    def for_robot(cls, cfg, period: float, seed: int, on_frame: Callable[[np.ndarray, int, int], None],
+                  loop_priority: int = 0) -> "MirrorCamera":
+        """The camera of the simulated robot ``cfg`` (`tinker_sim.robot_loop.SimRobotConfig`): its scene, image size
+        and views."""
+        scene = {"task": cfg.task, "dynamics": cfg.dynamics or None, "image_size": int(cfg.image_size),
+                 "camera_views": int(cfg.camera_views), "control_period": period}
+        return cls(scene, seed, on_frame, loop_priority=loop_priority)
+
+    def values(self) -> dict[str, object]:
+        """The /diagnostics values of the camera."""
+        return {"camera_frames": self.frames, "camera_dropped": self.dropped,
+                "camera_render_ms": f"{self.last_render_ns / 1e6:.1f}", "camera_error": self.error}
+
     @property
     def pid(self) -> int:
         """The camera process's id."""

@@ -1,19 +1,12 @@
 """`sim_robot`: the PyBullet arm in real time, as a robot driver would present it to ROS 2.
 
-An adapter over `tinker_sim.robot_loop.SimRobotLoop` (the cycle, episodes, stale and foreign commands, the
-suction, the camera's schedule, /diagnostics). Publishes ``joint_states`` (sensor_msgs/JointState with names;
-reliable like joint_state_broadcaster, so default subscribers get it), ``camera/image_raw`` (sensor_msgs/Image
-rgb8, stamped with the state it shows) and ``task`` (Float64MultiArray ``[reward, done, success, distance,
-target...]``, meta ``stamp_ns;cycle;episode;terms``). Takes joint position commands like ros2_control's forward
-position controller: ``forward_position_controller/commands`` as std_msgs/Float64MultiArray (in ``joint_names``
-order), or trajectory_msgs/JointTrajectory (``command_type: joint_trajectory``; the first point, by joint name);
-``task: sort`` takes its suction from ``policy/raw_action``. When no fresh command arrives within
-``hold_after_cycles`` cycles the arm holds its measured position. The command topic is a watched input (ERROR
-when silent longer than ``input_timeout``). Another node with this node's name on the domain at start-up: exit 3.
-Camera: ``camera_rate_hz`` > 0 renders off the control path in a camera process of its own
-(`tinker.sim_camera.MirrorCamera`, fed a scene snapshot in the loop's quiet window); ``0`` renders every cycle
-in line. `tinker bringup` and the launch file set ``camera_views``, ``image_size`` and ``camera`` from the
-bundle's image input (`tinker.bundle_io.camera_settings`); ``dynamics`` names a DynamicsParams YAML.
+An adapter around `tinker_sim.robot_stage.SimRobotStage` (`tinker_sim.robot_loop.SimRobotLoop`: the cycle, episodes,
+stale and foreign commands, the suction, the camera's schedule). Publishes ``joint_states`` (with names, reliable
+like joint_state_broadcaster), ``camera/image_raw`` (stamped with the state it shows; rendered in a camera process
+of its own, `tinker.sim_camera.MirrorCamera`, unless ``camera_rate_hz`` is 0) and ``task`` (simulator only). Takes
+joint position commands as ros2_control's forward position controller does (``command_type``: Float64MultiArray
+in ``joint_names`` order, or JointTrajectory by joint name); ``task: sort`` takes its suction from
+``policy/raw_action``. Another node with this node's name on the domain at start-up: exit 3.
 """
 
 from __future__ import annotations
@@ -22,25 +15,17 @@ import time
 
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from tinker.node_params import SIM_ROBOT_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.sim_camera import MirrorCamera, snapshot
-from tinker.wire import JointMap, Reader, image_msg, joint_state_msg, read_trajectory_command, task_report_msg
-from tinker_core.errors import TinkerError
+from tinker.wire import (DRIVER_STATE_QOS, JointMap, Reader, image_msg, joint_state_msg, read_trajectory_command,
+                         task_report_msg)
 from tinker_core.loop.edges import Frame, SafeCommand
 from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
 from tinker_sim.robot_stage import SimRobotStage
-
-JOINT_STATE_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
-                             durability=DurabilityPolicy.VOLATILE)
-"""``joint_states`` as ros2_control's joint_state_broadcaster publishes it (reliable, volatile, 10): default
-(reliable) subscribers get it, and the graph's best-effort subscribers match it too."""
-COMMAND_TYPES = {"float64_array": Float64MultiArray, "joint_trajectory": JointTrajectory}
-
 
 TOPICS = {p: f"{p}_topic" for p in ("joint_states", "image", "task", "command", "raw_action")}
 
@@ -51,12 +36,8 @@ class SimRobotNode(NodeRuntime, Node):
     def __init__(self, **kwargs):
         super().__init__("sim_robot", **kwargs)
         self._init_runtime("sim_robot", SIM_ROBOT_PARAMS)
-        g = self.param
-        if g("command_type") not in COMMAND_TYPES:  # before the robot exists: nothing to close
-            raise TinkerError(f"sim_robot.command_type: expected 'float64_array' or 'joint_trajectory', "
-                              f"got {g('command_type')!r}")
-        cfg = SimRobotConfig.from_values(g)
-        self.loop = SimRobotLoop(cfg, self.period, log=self.log, topic=self.resolve_topic_name(g("command_topic")),
+        cfg = SimRobotConfig.from_values(self.param)  # checked before the robot exists: nothing to close
+        self.loop = SimRobotLoop(cfg, self.period, log=self.log, topic=self.resolve_topic_name(self.param("command_topic")),
                                  submit_frame=self._submit_frame)
         self.arm, self.env, self.names = self.loop.arm, self.loop.env, self.loop.names
         self.stage, self._arrived = SimRobotStage(self.loop, self._answered), 0
@@ -64,18 +45,14 @@ class SimRobotNode(NodeRuntime, Node):
                                                                                      self.loop.suction)}
         self.serve_outputs(self.stage, topics, write={"joint_states": joint_state_msg(self.names),
                                                       "task": task_report_msg, "image": _frame_msg},
-                           qos={"joint_states": JOINT_STATE_QOS})
-        self.mirror: MirrorCamera | None = None
-        if self.loop.frames is not None:
-            scene = {"task": cfg.task, "dynamics": cfg.dynamics or None, "image_size": int(cfg.image_size),
-                     "camera_views": int(cfg.camera_views), "control_period": self.period}
-            self.mirror = MirrorCamera(scene, self.loop.seed, self._publish_frame,
-                                       loop_priority=int(g("realtime_priority")))
-        trajectory = g("command_type") == "joint_trajectory"
+                           qos={"joint_states": DRIVER_STATE_QOS})
+        self.mirror = None if self.loop.frames is None else MirrorCamera.for_robot(
+            cfg, self.period, self.loop.seed, self._publish_frame, int(self.param("realtime_priority")))
+        trajectory = cfg.command_type == "joint_trajectory"
         self.jmap, self.reader = JointMap(self.names, "sim_robot.command"), Reader("sim_robot")
         self.serve_inputs(self.stage, self.reader, topics, stale={"raw_action": None},
                           read={"command": self._read_trajectory if trajectory else self._read_command},
-                          msg_types={"command": COMMAND_TYPES[g("command_type")]})
+                          msg_types={"command": JointTrajectory if trajectory else Float64MultiArray})
         self.loop.publishers = self.edge_subscriptions["command"].get_publisher_count
         self.timer = self.create_timer(self.period, self._tick)
         self.watch_namesake()
@@ -84,13 +61,9 @@ class SimRobotNode(NodeRuntime, Node):
     def _on_set_parameters(self, params) -> SetParametersResult:
         """Ranges and read-only are rclpy's; the dynamic ones take effect at the next cycle."""
         for prm in params:
-            if prm.name == "hold_after_cycles":
-                self.arm.hold_after_cycles = int(prm.value)
-            elif prm.name == "episode_cycles":
-                self.loop.episode_cycles = int(prm.value)
+            self.loop.set_param(prm.name, prm.value)
         return SetParametersResult(successful=True)
 
-    # --- commands ----------------------------------------------------------------------------
     def _read_command(self, msg: Float64MultiArray) -> SafeCommand:
         self._arrived = time.time_ns()  # end to end: this state's publish -> the safe command's arrival here
         return self.reader.command(msg)
@@ -102,7 +75,6 @@ class SimRobotNode(NodeRuntime, Node):
     def _answered(self, c: SafeCommand, sent: int) -> None:
         self.span(c.cycle, sent, self._arrived - sent, module="loop_e2e", status=c.status)
 
-    # --- the cycle ---------------------------------------------------------------------------
     def _tick(self) -> None:
         t_wall, t0 = time.time_ns(), time.perf_counter_ns()
         s, missed = self.stage.tick(t0)
@@ -111,7 +83,6 @@ class SimRobotNode(NodeRuntime, Node):
         self.stats.record(time.perf_counter_ns() - t0)
         self.span(s.cycle, t_wall, time.perf_counter_ns() - t0)
 
-    # --- the camera --------------------------------------------------------------------------
     def _submit_frame(self, stamp: int, seed: int, cycle: int) -> None:
         """Snapshot the scene (~0.1 ms of PyBullet calls) for the frame due and hand it to the camera process."""
         self.mirror.submit(snapshot(self.env.world.client), stamp, seed, cycle)
@@ -120,14 +91,8 @@ class SimRobotNode(NodeRuntime, Node):
         """One rgb8 Image stamped with the state it shows (the camera thread calls this)."""
         self.stage.emit("image", Frame(stamp, img, cycle))
 
-    # --- runtime hooks -----------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
-        vals = self.loop.values(self.namesake)
-        if self.mirror is not None:
-            vals.update({"camera_frames": self.mirror.frames, "camera_dropped": self.mirror.dropped,
-                         "camera_render_ms": f"{self.mirror.last_render_ns / 1e6:.1f}",
-                         "camera_error": self.mirror.error})
-        return vals
+        return {**self.loop.values(self.namesake), **({} if self.mirror is None else self.mirror.values())}
 
     def diagnostic_level(self):
         return self.loop.level(self.namesake)

@@ -46,6 +46,10 @@ COMMAND_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=R
 LATCHED_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 """Status a late subscriber must still see (e-stop state)."""
+DRIVER_STATE_QOS = QoSProfile(depth=10, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
+                              durability=DurabilityPolicy.VOLATILE)
+"""``joint_states`` as a robot driver publishes it (ros2_control's joint_state_broadcaster: reliable, volatile, 10):
+default (reliable) subscribers get it, and the loop's best-effort subscribers match it too."""
 RECORD_QOS = QoSProfile(depth=50, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.VOLATILE)
 """What the experience bridge listens to: every cycle, a little slack."""

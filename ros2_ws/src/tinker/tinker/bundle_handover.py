@@ -1,0 +1,93 @@
+"""`BundleHandover`: the experience bridge's bundles, between the learner and the loop's nodes (ROS 2 side).
+
+New bundles from the learner (`tinker_core.transport.WeightsSubscriber`) are written atomically
+(`tinker.bundle_io.write_bundle`) and handed to the policy node by setting its ``bundle`` parameter (perception
+first when its model changed). The running bundle's action chain, the one a person's targets are inverted
+through, is the policy node's ``bundle`` parameter, asked every few seconds, or the one last handed over.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from rclpy.parameter import Parameter
+from rclpy.parameter_client import AsyncParameterClient
+
+from tinker.bundle_io import bundle_chain, write_bundle
+from tinker_core.errors import TinkerError
+from tinker_core.loop.bridge import ExperienceBridge
+
+ASK_EVERY = 10
+"""`tick` calls between two reads of the policy node's ``bundle`` parameter"""
+
+
+class BundleHandover:
+    """``node``: the bridge node (its namespace, logger, timers); ``bridge``: whose ``chain`` it keeps; ``urdf``:
+    the robot's, for the chain's limits; ``nodes``: role -> node name (``policy``, ``perception``)."""
+
+    def __init__(self, node, bridge: ExperienceBridge, urdf: str, nodes: dict[str, str],
+                 weights_endpoint: str = "", bundle_dir: str = ""):
+        self.node, self.bridge, self.urdf = node, bridge, urdf
+        self.weights = self.deployed_version = None
+        self.bundles_received, self._ticks = 0, 0
+        ns = node.get_namespace().rstrip("/")
+        self.clients = {role: AsyncParameterClient(node, f"{ns}/{name}") for role, name in nodes.items()}
+        if weights_endpoint:
+            from tinker_core.transport import WeightsSubscriber
+
+            self.weights = WeightsSubscriber(weights_endpoint)
+            self.bundle_dir = Path(bundle_dir or tempfile.mkdtemp(prefix="tinker-bundles-"))
+            self.bundle_dir.mkdir(parents=True, exist_ok=True)
+            node.create_timer(0.1, self.poll)
+
+    def tick(self) -> None:
+        """Every `ASK_EVERY` calls: ask the policy node which bundle runs (its chain inverts a person's targets)."""
+        self._ticks += 1
+        client = self.clients["policy"]
+        if self._ticks % ASK_EVERY == 1 and client.services_are_ready():
+            client.get_parameters(["bundle"], callback=self._on_policy_bundle)
+
+    def _on_policy_bundle(self, future) -> None:
+        try:
+            path = future.result().values[0].string_value
+        except Exception as e:  # the policy node is not up (yet): asked again later
+            self.bridge.last_error = f"policy bundle not read: {e!r}"
+            return
+        if path and path != self.bridge.chain_bundle:
+            self.use_chain(path)
+
+    def use_chain(self, path: str) -> None:
+        """Invert a person's targets through the action chain of bundle ``path`` from now on."""
+        b = self.bridge
+        b.chain, b.chain_bundle = None, path  # never another bundle's chain; a failing path is not retried
+        try:
+            b.chain = bundle_chain(path, self.urdf)
+        except (OSError, TinkerError) as e:
+            b.last_error = f"action chain of bundle {path} not read (interventions give no transition): {e}"
+            self.node.get_logger().error(b.last_error)
+
+    def poll(self) -> None:
+        """A new bundle from the learner: written, then handed over (a repeat of the deployed one is not)."""
+        got = self.weights.poll(0)
+        if got is None or got[0] == self.deployed_version:
+            return
+        version, blobs, meta = got
+        try:
+            path = write_bundle(self.bundle_dir, version, blobs)
+        except (OSError, TinkerError) as e:
+            self.bridge.last_error = f"bundle v{version} not written: {e}"
+            return self.node.get_logger().error(self.bridge.last_error)
+        self.bundles_received, self.deployed_version = self.bundles_received + 1, version
+        self.use_chain(str(path))
+        self.deploy(str(path), perception_changed=bool(meta.get("perception_changed", False)))
+
+    def deploy(self, path: str, perception_changed: bool = False) -> None:
+        """Hands bundle ``path`` to the nodes (perception first when its model changed)."""
+        for role in ("perception", "policy") if perception_changed else ("policy",):
+            self.clients[role].set_parameters([Parameter("bundle", value=path)])
+        self.node.get_logger().info(f"handed bundle {path} to the policy node")
+
+    def close(self) -> None:
+        if self.weights is not None:
+            self.weights.close()
