@@ -1,0 +1,28 @@
+"""`tinker demo`'s learner settings (no graph is started): the share of live data in each batch follows the reward
+source, as measured (README, "Live data only"), and the user's ``--learner-set`` still wins."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tinker.demo import REAL_FRACTION, DemoConfig, learner_config
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cfg(**kw) -> DemoConfig:
+    return DemoConfig(checkpoint=str(ROOT / "pretrained/arm_reach/checkpoint"), **kw)
+
+
+def test_the_simulators_reward_trains_on_live_data_only_and_the_sensors_on_half(tmp_path):
+    state = learner_config(_cfg(bundle=str(ROOT / "pretrained/arm_reach/bundle"), reward="sim"), tmp_path)
+    vision = learner_config(_cfg(bundle=str(ROOT / "pretrained/arm_reach_vision"), reward="sensors"), tmp_path)
+    assert state["real_fraction"] == 1.0 and vision["real_fraction"] == 0.5
+    assert set(REAL_FRACTION) == {"sim", "sensors"}
+    assert state["perception_bundle"] is None and vision["perception_bundle"].endswith("arm_reach_vision")
+
+
+def test_a_learner_override_wins(tmp_path):
+    lconf = learner_config(_cfg(bundle=str(ROOT / "pretrained/arm_reach/bundle"), learner={"real_fraction": 0.25}),
+                           tmp_path)
+    assert lconf["real_fraction"] == 0.25
