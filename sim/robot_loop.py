@@ -300,7 +300,6 @@ class SimRobotLoop:
         if job is not None and self.submit_frame is not None:
             self.submit_frame(*job)
 
-    # --- status ------------------------------------------------------------------------------
     def set_param(self, name: str, value: object) -> None:
         """A changed dynamic parameter, from the next cycle on (``hold_after_cycles``, ``episode_cycles``)."""
         if name == "hold_after_cycles":
@@ -308,6 +307,7 @@ class SimRobotLoop:
         elif name == "episode_cycles":
             self.episode_cycles = int(value)
 
+    # --- status ------------------------------------------------------------------------------
     def values(self, namesake: str = "") -> dict[str, object]:
         """The /diagnostics values (``max_command_step_window`` starts again with each call)."""
         window, self.step_max_window = self.step_max_window, 0.0
