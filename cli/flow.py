@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         rclpy.try_shutdown()
     if args.json:
         print(json.dumps({"namespace": args.namespace, "edges": snap, "ends": watcher.ends,
-                          "unstamped": watcher.unstamped}, indent=1))
+                          "unstamped": watcher.unstamped, "over_zeromq": _zmq_edges()}, indent=1))
     if not snap:
         print("tinker flow: no message on any of the graph's topics (is it running, on this ROS_DOMAIN_ID "
               f"and namespace {args.namespace!r}?)")
@@ -75,7 +75,16 @@ def run(args: argparse.Namespace) -> int:
 def _table(watcher: Any) -> str:
     """The flow monitor's table, each edge followed by its ends in the loop's graph."""
     rows = watcher.monitor.format().splitlines()
-    return "\n".join([rows[0] + "  from -> to"] + [r + "  " + watcher.ends.get(r.split()[0], "") for r in rows[1:]])
+    return "\n".join([rows[0] + "  from -> to"] + [r + "  " + watcher.ends.get(r.split()[0], "") for r in rows[1:]]
+                     + [f"over ZeroMQ, not measured here (tinker learner ctl status counts them): "
+                        f"{'; '.join(_zmq_edges())}"])
+
+
+def _zmq_edges() -> list[str]:
+    """The loop's edges between processes over ZeroMQ (the learner's), which this ROS observer cannot see."""
+    from tinker_core.loop.graph import ROBOT_LOOP
+
+    return [str(e) for e in ROBOT_LOOP.edges if e.transport == "zmq"]
 
 
 def _wait_for_discovery(ex: Any, watcher: Any, wait_s: float) -> None:

@@ -126,6 +126,7 @@ def test_tinker_flow_shows_each_edge_of_the_running_graph(g):
     out = json.loads(p.stdout[p.stdout.index("{"):])
     edges = out["edges"]
     assert out["ends"]["perception/features"] == "perception -> policy, experience_bridge"  # ROBOT_LOOP's edge
+    assert out["over_zeromq"] == ["experience_bridge -> learner (transitions)", "learner -> experience_bridge (bundles)"]
     for topic in ("joint_states", "perception/features", "policy/joint_target", "forward_position_controller/commands"):
         e = edges.get(topic)
         assert e and e["messages"] >= 5 and e["messages_per_s"] > 1 and e["bytes"] > 0, (topic, edges)

@@ -48,7 +48,7 @@ def test_every_topic_is_declared_once_with_its_type_and_qos():
 
     names = [t.name for t in TOPICS.values()]
     assert len(set(names)) == len(names)
-    assert set(TOPICS) == {e.port for e in ROBOT_LOOP.edges}  # one wire format per edge of the loop's graph
+    assert set(TOPICS) == {e.port for e in ROBOT_LOOP.topics}  # one wire format per edge of the loop's graph
     # state: best effort, so a reliable publisher (a ros2_control broadcaster) and a best-effort one both connect
     assert TOPICS["joint_states"].qos.reliability == ReliabilityPolicy.BEST_EFFORT
     assert TOPICS["command"].type.__name__ == "Float64MultiArray"  # what forward_command_controller reads

@@ -45,6 +45,7 @@ from tinker_core.learner.mix import SOURCES, MixedReplay
 from tinker_core.learner.params import (
     ALGO_FILE, is_scalar, algo_bytes, bundle_sha256, check_update, unpack_algo_dir, weights_finite,
 )
+from tinker_core.loop.graph import ROBOT_LOOP
 from tinker_core.module import atomic_write_bytes
 from tinker_core.replay import StorageConfig
 from tinker_core.transition import Transition, TransitionBatch
@@ -123,6 +124,8 @@ class Learner:
 
         self._restore_or_build()
         c = self.config
+        for port, direction in (("transitions", "in"), ("bundles", "out")):  # the robot loop's edges (actors share them)
+            ROBOT_LOOP.check_port("learner", port, direction)
         self.receiver = TransitionReceiver(c.transitions_endpoint, bind=True)
         self.weights_pub = WeightsPublisher(c.weights_endpoint, bind=True)
         self.params_pub = WeightsPublisher(c.params_endpoint, bind=True)

@@ -9,6 +9,11 @@ edge's ends. An edge's ``port`` is also the key of its wire format (`tinker.wire
 metadata), which a test holds equal to the graph's ports. The same stages run in one process without ROS on a bus
 wired from this graph (`tinker.in_process.InProcessLoop`, ``tinker eval --runtime loop``). Training and the env-based
 evaluation still compose their parts by hand (docs/architecture.md).
+
+Two edges cross processes over ZeroMQ instead of ROS (``transport="zmq"``): the experience bridge's transitions to
+the learner and the learner's gated bundles back. The learner is a stage of the graph but not a ROS node
+(``node=False``): `tinker learner` runs it, bringup does not start it, and its edges have no topic; the ends check
+their port against the graph as the nodes do (`tinker_core.learner.server`, the bridge node).
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from dataclasses import dataclass
 
 from tinker_core.errors import PipelineError
 
+TRANSPORTS = ("ros", "zmq")
+"""what an edge travels over: a ROS 2 topic, or a ZeroMQ channel of `tinker_core.transport`"""
 OUTSIDE = ""
 """The source of an edge published from outside the graph: a person, a real system sending goals."""
 
@@ -29,6 +36,8 @@ class Stage:
     does: str
     commanding: bool = False
     """True where the stage's output moves the robot: configured and activated as a lifecycle node."""
+    node: bool = True
+    """True for a ROS 2 node of the graph (bringup starts it); False for a process reached over ZeroMQ."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,8 @@ class Edge:
     every_cycle: bool = False
     """True when every running loop publishes it each cycle (`tinker flow` waits until each has a publisher)."""
     does: str = ""
+    transport: str = "ros"
+    """"ros": a topic (its wire format in `tinker.wire.TOPICS`); "zmq": a `tinker_core.transport` channel"""
 
     @property
     def ends(self) -> str:
@@ -59,14 +70,22 @@ class LoopGraph:
         self._stages: dict[str, Stage] = {}
         self._edges: dict[str, Edge] = {}
 
-    def add(self, name: str, does: str, commanding: bool = False) -> "LoopGraph":
+    def add(self, name: str, does: str, commanding: bool = False, node: bool = True) -> "LoopGraph":
         if name in self._stages or not name:
             raise PipelineError(f"{self.name}: stage {name!r} is {'empty' if not name else 'already in the graph'}")
-        self._stages[name] = Stage(name, does, commanding)
+        self._stages[name] = Stage(name, does, commanding, node)
         return self
 
-    def connect(self, source: str, port: str, *targets: str, every_cycle: bool = False, does: str = "") -> "LoopGraph":
-        """``source`` publishes ``port`` to ``targets`` (`OUTSIDE` for an input from outside the graph)."""
+    def connect(self, source: str, port: str, *targets: str, every_cycle: bool = False, does: str = "",
+                transport: str = "ros") -> "LoopGraph":
+        """``source`` publishes ``port`` to ``targets`` (`OUTSIDE` for an input from outside the graph) over
+        ``transport`` (`TRANSPORTS`); an edge to or from a stage that is not a ROS node cannot be a topic."""
+        if transport not in TRANSPORTS:
+            raise PipelineError(f"{self.name}.connect({port!r}): transport {transport!r}; expected one of {TRANSPORTS}")
+        off_ros = [s for s in (source, *targets) if s in self._stages and not self._stages[s].node]
+        if transport == "ros" and off_ros:
+            raise PipelineError(f"{self.name}.connect({port!r}): {off_ros} is not a ROS node: the edge needs "
+                                f"transport='zmq'")
         unknown = [s for s in (source, *targets) if s != OUTSIDE and s not in self._stages]
         if unknown:
             raise PipelineError(f"{self.name}.connect({port!r}): unknown stage(s) {unknown}; "
@@ -76,7 +95,7 @@ class LoopGraph:
         if not targets or OUTSIDE in targets:
             raise PipelineError(f"{self.name}.connect({port!r}): an edge needs at least one stage of the graph "
                                 "to reach")
-        self._edges[port] = Edge(port, source, tuple(targets), every_cycle, does)
+        self._edges[port] = Edge(port, source, tuple(targets), every_cycle, does, transport)
         return self
 
     # --- reading it ---------------------------------------------------------------------------------------
@@ -89,9 +108,14 @@ class LoopGraph:
         return tuple(self._edges.values())
 
     @property
+    def topics(self) -> tuple[Edge, ...]:
+        """The edges that are ROS topics."""
+        return tuple(e for e in self._edges.values() if e.transport == "ros")
+
+    @property
     def start_order(self) -> tuple[str, ...]:
-        """Every stage, in the order they were added (the robot first: its state starts every cycle)."""
-        return tuple(self._stages)
+        """Every ROS node stage, in the order they were added (the robot first: its state starts every cycle)."""
+        return tuple(n for n, s in self._stages.items() if s.node)
 
     def edge(self, port: str) -> Edge:
         try:
@@ -166,6 +190,8 @@ ROBOT_LOOP = (
     .add("safety", "joint target -> SafetyWrapper -> safe command; watchdog, e-stop, a person's takeover",
          commanding=True)
     .add("experience_bridge", "a cycle's streams -> transitions for the learner; the learner's bundles -> policy")
+    .add("learner", "transitions -> gradient updates -> gated bundles (tinker learner; another process or machine)",
+         node=False)
     .connect(ROBOT, "joint_states", "perception", "policy", "safety", every_cycle=True)
     .connect(ROBOT, "image", "perception")
     .connect(ROBOT, "task", "perception", "experience_bridge")
@@ -177,5 +203,9 @@ ROBOT_LOOP = (
     .connect(OUTSIDE, "intervention", "safety", does="a person's teleop targets")
     .connect("safety", "intervened", "experience_bridge")
     .connect("safety", "estop_state", "experience_bridge")
+    .connect("experience_bridge", "transitions", "learner", transport="zmq",
+             does="each joined cycle as a Transition (TransitionSender -> TransitionReceiver)")
+    .connect("learner", "bundles", "experience_bridge", transport="zmq",
+             does="each gated bundle, versioned (WeightsPublisher -> WeightsSubscriber)")
 )
 """The robot loop, on every runtime."""

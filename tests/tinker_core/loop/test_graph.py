@@ -12,7 +12,8 @@ from tinker_core.loop.graph import OUTSIDE, ROBOT, ROBOT_LOOP, LoopGraph
 def test_a_cycle_runs_robot_perception_policy_safety_and_safety_is_activated_first():
     assert [s.name for s in ROBOT_LOOP.command_path(ROBOT)] == [ROBOT, "perception", "policy", "safety"]
     assert ROBOT_LOOP.activation_order(ROBOT) == ("safety", "policy")
-    assert ROBOT_LOOP.start_order[0] == ROBOT and set(ROBOT_LOOP.start_order) == {s.name for s in ROBOT_LOOP.stages}
+    assert ROBOT_LOOP.start_order[0] == ROBOT
+    assert set(ROBOT_LOOP.start_order) == {s.name for s in ROBOT_LOOP.stages} - {"learner"}  # bringup starts nodes
     cycle = [e.port for e in ROBOT_LOOP.edges if e.every_cycle]
     assert cycle == ["joint_states", "features", "joint_target", "command"]
 
@@ -51,3 +52,20 @@ def test_a_wrong_description_is_refused_where_it_is_written():
     g2 = LoopGraph("g2").add("r", "robot").add("p", "p").add("log", "log")
     g2.connect("r", "s", "log", "p", every_cycle=True).connect("p", "c", "r", every_cycle=True)
     assert [s.name for s in g2.command_path("r")] == ["r", "p"]
+
+
+def test_the_learner_is_a_stage_reached_over_zeromq_and_its_edges_are_no_topics():
+    learner = next(s for s in ROBOT_LOOP.stages if s.name == "learner")
+    assert not learner.node and "learner" not in ROBOT_LOOP.start_order
+    assert {(e.port, e.transport) for e in ROBOT_LOOP.inputs("learner") + ROBOT_LOOP.outputs("learner")} == {
+        ("transitions", "zmq"), ("bundles", "zmq")}
+    assert str(ROBOT_LOOP.edge("transitions")) == "experience_bridge -> learner (transitions)"
+    assert {e.port for e in ROBOT_LOOP.topics} == {e.port for e in ROBOT_LOOP.edges} - {"transitions", "bundles"}
+    g = LoopGraph("g").add("a", "node").add("far", "a process", node=False)
+    with pytest.raises(PipelineError, match=r"g.connect\('x'\): \['far'\] is not a ROS node: the edge needs "
+                                            r"transport='zmq'"):
+        g.connect("a", "x", "far")
+    with pytest.raises(PipelineError, match=r"g.connect\('x'\): transport 'udp'; expected one of \('ros', 'zmq'\)"):
+        g.connect("a", "x", "far", transport="udp")
+    g.connect("a", "x", "far", transport="zmq")
+    assert g.start_order == ("a",) and g.topics == ()

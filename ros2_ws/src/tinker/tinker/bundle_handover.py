@@ -17,6 +17,7 @@ from rclpy.parameter_client import AsyncParameterClient
 from tinker.bundle_io import bundle_chain, write_bundle
 from tinker_core.errors import TinkerError
 from tinker_core.loop.bridge import ExperienceBridge
+from tinker_core.loop.graph import ROBOT_LOOP
 
 ASK_EVERY = 10
 """`tick` calls between two reads of the policy node's ``bundle`` parameter"""
@@ -36,6 +37,7 @@ class BundleHandover:
         if weights_endpoint:
             from tinker_core.transport import WeightsSubscriber
 
+            ROBOT_LOOP.check_port("experience_bridge", "bundles", "in")
             self.weights = WeightsSubscriber(weights_endpoint)
             self.bundle_dir = Path(bundle_dir or tempfile.mkdtemp(prefix="tinker-bundles-"))
             self.bundle_dir.mkdir(parents=True, exist_ok=True)

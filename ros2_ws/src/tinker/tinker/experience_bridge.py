@@ -22,6 +22,7 @@ from tinker.wire import RECORD_QOS, Reader
 from tinker_core.loop.bridge import ExperienceBridge
 from tinker_core.loop.bridge_stage import BridgeStage
 from tinker_core.loop.episode_label import EpisodeLabels
+from tinker_core.loop.graph import ROBOT_LOOP
 from tinker_core.loop.input_ages import RecentFaults
 
 LABEL_PARAMS = ("label_window", "label_success_reward", "label_failure_reward")
@@ -38,6 +39,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         if g("learner_endpoint"):
             from tinker_core.transport import TransitionSender
 
+            ROBOT_LOOP.check_port(self.module, "transitions", "out")
             sender = TransitionSender(g("learner_endpoint"), hwm=1000)
         if g("record"):
             from tinker.recording import CycleRecorder

@@ -57,7 +57,7 @@ class FlowWatcher:
         self._loop_subs = {}
         self.ends: dict[str, str] = {}
         """topic -> the edge's ends in the loop's graph ("perception -> policy, experience_bridge")"""
-        for edge in ROBOT_LOOP.edges:
+        for edge in ROBOT_LOOP.topics:  # the ZeroMQ edges: `tinker learner ctl status`
             topic = wire.TOPICS[edge.port]
             sub = node.create_subscription(topic.type, f"{ns}/{topic.name}", self._callback(topic.name, topic.type),
                                            topic.qos, raw=True)
