@@ -128,4 +128,5 @@ class ChannelSpeaker:
         return self.watch.last if self.watch.crowded else ""
 
 
-__all__ = ["CHANNEL_PARAMS", "CHANNEL_QOS", "ChannelListener", "ChannelSpeaker", "PublisherWatch", "channel_msg", "declared", "read_channel_msg", "topic"]
+__all__ = ["CHANNEL_PARAMS", "CHANNEL_QOS", "ChannelListener", "ChannelSpeaker", "PublisherWatch", "channel_msg",
+           "declared", "read_channel_msg", "topic"]

@@ -63,8 +63,8 @@ class SafetyNode(NodeRuntime, LifecycleNode):
             return self._failed(f"configure refused: {self.namesake}")
         try:
             teleop = self.param("intervention_topic")  # empty: nothing on the graph can take over from the policy
-            self.session.configure_from(self.param, self.period, self.resolve_topic_name(self.param("joint_states_topic")),
-                                        self.resolve_topic_name(teleop) if teleop else "")
+            states = self.resolve_topic_name(self.param("joint_states_topic"))
+            self.session.configure_from(self.param, self.period, states, self.resolve_topic_name(teleop) if teleop else "")
             reader, topics = Reader("safety", self.session.names), {k: v for k, v in TOPICS.items()
                                                                      if k != "intervention" or teleop}
             self._entities = [
@@ -72,7 +72,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
                                    stale={"joint_target": Level.ERROR if self.cycle.policy_active else None,
                                           "intervention": None}),
                 self.watch_subscription(TransitionEvent, f"{self.param('policy_node')}/transition_event",
-                                        self._on_policy_transition, 10, None),
+                                        self._on_policy_transition, 10, None),  # depth 10 as rclpy publishes it
                 self.trigger_service("~/estop", lambda: self.session.estop("~/estop service call")),
                 self.trigger_service("~/reset", self.session.reset)]
             subs = self.edge_subscriptions
