@@ -17,7 +17,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from tinker_core.errors import ValidationError
-from tinker_core.loop.edges import Action, EstopState, Intervened, RobotState, SafeCommand
+from tinker_core.loop.edges import Action, EstopState, Intervened, RobotState, SafeCommand, joint_vector
 from tinker_core.loop.stage import LoopStage
 from tinker_safety.guard_cycle import Command
 from tinker_safety.guard_session import GuardSession
@@ -74,9 +74,9 @@ class SafetyStage(LoopStage):
         valid = self.session.takes_commands  # (a command that cannot go on is not checked)
         target = np.asarray(a.values, dtype=np.float64).reshape(-1)
         if valid:
-            n = len(self.session.names)
-            if target.shape[0] != n or not np.isfinite(target).all():
-                err = ValidationError("safety.policy_command", f"{n} finite values", f"{target.tolist()}")
+            try:
+                joint_vector(target, len(self.session.names), "safety.policy_command")
+            except ValidationError as err:
                 self.refuse(err)
                 self.host.log("warning", f"input refused, holding: {err}")
                 valid = False

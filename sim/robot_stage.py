@@ -12,10 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-import numpy as np
-
-from tinker_core.errors import ValidationError
-from tinker_core.loop.edges import Action, Frame, SafeCommand
+from tinker_core.loop.edges import Action, Frame, SafeCommand, joint_vector
 from tinker_core.loop.graph import ROBOT
 from tinker_core.loop.stage import LoopStage
 from tinker_sim.robot_loop import SimRobotLoop, SimState
@@ -52,9 +49,7 @@ class SimRobotStage(LoopStage):
         self.loop.end_cycle(s, t0)
 
     def on_command(self, c: SafeCommand) -> None:
-        q = np.asarray(c.q, dtype=np.float64).reshape(-1)
-        if q.shape[0] != self.loop.dof or not np.isfinite(q).all():
-            raise ValidationError("sim_robot.command", f"{self.loop.dof} finite joint positions", f"{q.tolist()}")
+        q = joint_vector(c.q, self.loop.dof, "sim_robot.command", "finite joint positions")
         sent = self.loop.command(q, {"stamp_ns": str(c.stamp_ns), "status": c.status})
         if sent is not None and self.answered is not None:
             self.answered(c, sent)

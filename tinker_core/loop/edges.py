@@ -75,6 +75,15 @@ def split_terms(values: np.ndarray, layout: Sequence[tuple[str, int]], where: st
     return out
 
 
+def joint_vector(values, n: int, where: str, what: str = "finite values") -> np.ndarray:
+    """``values`` as a flat float vector of ``n`` finite values (one per joint); a ValidationError naming ``where``,
+    ``n`` ``what`` and the values otherwise. What a stage checks of a joint vector it will act on."""
+    v = np.asarray(values, dtype=np.float64).reshape(-1)
+    if v.shape[0] != n or not np.isfinite(v).all():
+        raise ValidationError(where, f"{n} {what}", f"{v.tolist()}")
+    return v
+
+
 def task_report(values: np.ndarray, layout: Sequence[tuple[str, int]], stamp_ns: int, cycle: int, episode: object,
                 where: str = "task") -> TaskReport:
     """A `TaskReport` of a task vector (`TASK_FIELDS`, then the terms ``layout`` names)."""

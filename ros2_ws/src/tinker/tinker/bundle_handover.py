@@ -37,7 +37,7 @@ class BundleHandover:
         if weights_endpoint:
             from tinker_core.transport import WeightsSubscriber
 
-            ROBOT_LOOP.check_port("experience_bridge", "bundles", "in")
+            ROBOT_LOOP.check_port(node.module, "bundles", "in")
             self.weights = WeightsSubscriber(weights_endpoint)
             self.bundle_dir = Path(bundle_dir or tempfile.mkdtemp(prefix="tinker-bundles-"))
             self.bundle_dir.mkdir(parents=True, exist_ok=True)

@@ -132,12 +132,14 @@ def task_msg(stamp_ns: int, cycle: int, episode: int, reward: float, done: bool,
     """A ``task`` message: TASK_FIELDS, then ``terms`` (name, raw values) in order, their layout in the label."""
     values = np.concatenate([[float(reward), float(done), float(success), float(distance)],
                              *[np.asarray(v, dtype=np.float64).reshape(-1) for _, v in terms]])
-    return array_msg(values, {"stamp_ns": stamp_ns, "cycle": cycle, "episode": episode, "terms": _layout(terms)})
+    return _task_array(values, stamp_ns, cycle, episode, terms)
 
 
-def _layout(terms: Sequence[tuple[str, np.ndarray]]) -> str:
-    """The ``terms`` label of a ``task`` message: ``name:size,...`` in order."""
-    return ",".join([f"{n}:{np.size(v)}" for n, v in terms])
+def _task_array(values: np.ndarray, stamp_ns: int, cycle: int, episode: object,
+                terms: Sequence[tuple[str, np.ndarray]]) -> Float64MultiArray:
+    """The ``task`` message of its whole vector; the ``terms`` label is ``name:size,...`` in order."""
+    layout = ",".join([f"{n}:{np.size(v)}" for n, v in terms])
+    return array_msg(values, {"stamp_ns": stamp_ns, "cycle": cycle, "episode": episode, "terms": layout})
 
 
 def meta_of(msg) -> dict[str, str]:
@@ -470,8 +472,7 @@ def task_report_msg(t: TaskReport) -> Float64MultiArray:
     """A `TaskReport` as a ``task`` message (`task_msg`; its vector as it came, where it has one)."""
     if t.vector is None:
         return task_msg(t.stamp_ns, t.cycle, t.episode, t.reward, t.done, t.success, t.distance, list(t.terms.items()))
-    return array_msg(t.vector, {"stamp_ns": t.stamp_ns, "cycle": t.cycle, "episode": t.episode,
-                                "terms": _layout(list(t.terms.items()))})
+    return _task_array(t.vector, t.stamp_ns, t.cycle, t.episode, list(t.terms.items()))
 
 
 WRITERS = {"features": features_msg, "joint_target": action_msg, "raw_action": action_msg, "command": command_msg,
