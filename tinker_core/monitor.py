@@ -115,8 +115,13 @@ class FlowMonitor:
             return {k: v.snapshot() for k, v in self._edges.items()}
 
     def format(self) -> str:
-        rows = [f"{'edge':<40}{'msg/s':>10}{'KB/s':>10}{'p50 us':>10}{'p99 us':>10}{'count':>10}"]
-        for k, s in self.snapshot().items():
-            rows.append(f"{k:<40}{s['messages_per_s']:>10.0f}{s['bytes_per_s'] / 1e3:>10.1f}"
-                        f"{s['latency_p50_us']:>10.1f}{s['latency_p99_us']:>10.1f}{s['messages']:>10d}")
-        return "\n".join(rows)
+        return format_flow(self.snapshot())
+
+
+def format_flow(snapshot: Mapping[str, Mapping[str, float]]) -> str:
+    """A table of `FlowMonitor.snapshot` figures, one edge per row (a snapshot from another process too)."""
+    rows = [f"{'edge':<40}{'msg/s':>10}{'KB/s':>10}{'p50 us':>10}{'p99 us':>10}{'count':>10}"]
+    for k, s in snapshot.items():
+        rows.append(f"{k:<40}{s['messages_per_s']:>10.0f}{s['bytes_per_s'] / 1e3:>10.1f}"
+                    f"{s['latency_p50_us']:>10.1f}{s['latency_p99_us']:>10.1f}{int(s['messages']):>10d}")
+    return "\n".join(rows)

@@ -65,3 +65,61 @@ def test_flow_waits_for_the_loops_edges_before_its_window_starts(ros2):
     for r in LOOP_EDGES:  # ~40 in the 2 s window at 20 Hz; a window that started before the match counts ~0
         e = edges.get(TOPICS[r].name)
         assert e and e["messages"] >= 10, (r, edges, err)
+
+
+def test_flow_shows_the_learners_zeromq_edges_beside_the_topics(ros2, tmp_path):
+    """`tinker flow --learner`: a real learner process counts its own edges; the flow prints them below the topics."""
+    import os
+
+    import gymnasium as gym
+    import yaml
+
+    from tinker_core.transition import Transition
+    from tinker_core.transport import ControlClient, TransitionSender, free_endpoints
+
+    ends = dict(zip(("transitions", "weights", "params", "control"), free_endpoints(4)))
+    cfg = tmp_path / "learner.yaml"
+    cfg.write_text(yaml.safe_dump({"learner": {"env_id": "Pendulum-v1", "warmup": 10_000, "publish_every": 0,
+                                               "checkpoint_every": 0, "algo_kwargs": {"net_arch": [16]},
+                                               **{f"{k}_endpoint": e for k, e in ends.items()}}}))
+    learner = subprocess.Popen([sys.executable, "-m", "tinker_cli", "learner", "--config", str(cfg)],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=dict(os.environ))
+    sender = TransitionSender(ends["transitions"])
+    ctl = ControlClient(ends["control"], timeout_ms=2000)
+    try:
+        ros2.wait_until(lambda: _answers(ctl), 90, "the learner's control endpoint")
+        env = gym.make("Pendulum-v1")
+        obs, _ = env.reset(seed=0)
+        for _ in range(20):  # as the experience bridge sends them: stamped with the state each ends in
+            a = env.action_space.sample()
+            nxt, r, term, trunc, _ = env.step(a)
+            sender.send(Transition(obs, a, float(r), term, trunc, {"source": "real", "stamp_ns": time.time_ns() - 30_000_000}, nxt))
+            obs = nxt
+        ros2.wait_until(lambda: ctl.request({"cmd": "status"})["receiver"]["received"] >= 20, 30, "20 transitions in")
+        domain_env = ros2.graph_env(ros2.fresh_domain())
+        base = [sys.executable, "-m", "tinker_cli", "flow", "--learner", ends["control"], "--wait", "0"]
+        table = subprocess.run(base + ["--duration", "1.6"], env=domain_env, capture_output=True, text=True, timeout=60)
+        js = subprocess.run(base + ["--duration", "0.5", "--json"], env=domain_env, capture_output=True, text=True,
+                            timeout=60)
+    finally:
+        sender.close()
+        ctl.close()
+        learner.terminate()
+        learner.wait(timeout=30)
+    assert table.returncode == 0 and js.returncode == 0, table.stdout + table.stderr + js.stderr
+    row = next(ln for ln in table.stdout.splitlines() if ln.startswith("transitions"))
+    assert row.endswith("experience_bridge, rollout_worker -> learner (zmq)") and row.split()[5] == "20", row
+    got = json.loads(js.stdout[js.stdout.index("{"):])["learner"]
+    assert got["error"] == "" and got["endpoint"] == ends["control"]
+    t = got["edges"]["transitions"]
+    assert t["messages"] == 20 and 30_000 <= t["latency_p50_us"] < 5e6, t
+    assert got["edges"]["params"]["messages"] >= 1 and got["edges"]["bundles"]["messages"] == 0
+
+
+def _answers(ctl) -> bool:
+    from tinker_core.errors import TransportError
+
+    try:
+        return bool(ctl.request({"cmd": "status"}).get("ok"))
+    except TransportError:
+        return False

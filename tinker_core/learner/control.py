@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from tinker_core.errors import ConfigError
+from tinker_core.learner.graph import learner_edges
 
 if TYPE_CHECKING:
     from tinker_core.learner.server import Learner
@@ -97,4 +98,11 @@ def status(learner: Learner) -> dict:
         "seeded_from_init": learner.seeded_from_init,
         "uptime_s": round(el, 2),
         "receiver": None if recv is None else {"received": recv.received, "rejected": recv.rejected},
+        "flow": flow(learner),
     }
+
+
+def flow(learner: Learner) -> dict[str, dict]:
+    """Each edge the learner opened (`learner_edges`): its flow monitor's figures since then, and the edge's ends."""
+    ends = learner_edges()
+    return {port: {**snap, "ends": ends.get(port, "")} for port, snap in learner.flow.snapshot().items()}

@@ -45,7 +45,9 @@ from tinker_core.learner.mix import SOURCES, MixedReplay
 from tinker_core.learner.params import (
     ALGO_FILE, is_scalar, algo_bytes, bundle_sha256, check_update, unpack_algo_dir, weights_finite,
 )
+from tinker_core.learner.graph import ACTOR_LEARNER, LEARNER
 from tinker_core.loop.graph import ROBOT_LOOP
+from tinker_core.monitor import FlowMonitor
 from tinker_core.module import atomic_write_bytes
 from tinker_core.replay import StorageConfig
 from tinker_core.transition import Transition, TransitionBatch
@@ -111,6 +113,8 @@ class Learner:
         self._last_republish = 0.0
         self._sockets_open = False
         self._streams: dict[tuple, list] = {}  # on-policy algorithms (PPO): time-ordered transitions per source
+        self.flow = FlowMonitor()
+        """What crosses each of the learner's edges (`learner_edges`): ``ctl status``'s ``flow``."""
 
     @property
     def on_policy(self) -> bool:
@@ -124,11 +128,12 @@ class Learner:
 
         self._restore_or_build()
         c = self.config
-        for port, direction in (("transitions", "in"), ("bundles", "out")):  # the robot loop's edges (actors share them)
-            ROBOT_LOOP.check_port("learner", port, direction)
-        self.receiver = TransitionReceiver(c.transitions_endpoint, bind=True)
-        self.weights_pub = WeightsPublisher(c.weights_endpoint, bind=True)
-        self.params_pub = WeightsPublisher(c.params_endpoint, bind=True)
+        for graph, port, direction in ((ROBOT_LOOP, "transitions", "in"), (ROBOT_LOOP, "bundles", "out"),
+                                       (ACTOR_LEARNER, "transitions", "in"), (ACTOR_LEARNER, "params", "out")):
+            graph.check_port(LEARNER, port, direction)
+        self.receiver = TransitionReceiver(c.transitions_endpoint, bind=True, monitor=self.flow)
+        self.weights_pub = WeightsPublisher(c.weights_endpoint, bind=True, monitor=self.flow, edge="bundles")
+        self.params_pub = WeightsPublisher(c.params_endpoint, bind=True, monitor=self.flow, edge="params")
         self.control = ControlServer(c.control_endpoint, self._handle, bind=True).start()
         self._sockets_open = True
         self._sync_params()

@@ -30,8 +30,11 @@ class RolloutWorker:
             import torch._dynamo  # noqa: F401
         except ImportError:
             pass
+        from tinker_core.learner.graph import ACTOR_LEARNER, WORKER
         from tinker_core.transport import TransitionSender, WeightsSubscriber
 
+        ACTOR_LEARNER.check_port(WORKER, "transitions", "out")
+        ACTOR_LEARNER.check_port(WORKER, "params", "in")
         self.env = env_factory()
         self.worker_id, self.cache_size, self.source = int(worker_id), max(1, int(cache_size)), source
         self.param_sync_every, self.deterministic = max(1, int(param_sync_every)), deterministic

@@ -18,6 +18,8 @@ A cycle a person took over (``intervention``: the safety node served it from a t
 whose action is ``intervention_action`` (the raw action that maps to the person's target; the policy's raw action
 fills any dims after it, e.g. a suction) and ``info["intervention"] = True``, as human-in-the-loop learners (HIL-SERL)
 use them; a flagged cycle without that action (a recording made by the view, which never sees it) gives none.
+Every transition's ``info["stamp_ns"]`` is the stamp of the state it ends in (the robot's clock), from which the
+learner measures the edge's latency (`tinker_core.transport.TransitionReceiver`'s flow monitor).
 """
 
 from __future__ import annotations
@@ -73,7 +75,8 @@ def transition(cur: Mapping[str, Any], nxt: Mapping[str, Any], info: Mapping[str
     return Transition(obs=np.asarray(cur["policy_input"], dtype=np.float32), action=action,
                       reward=float(nxt["reward"]), terminated=bool(nxt["terminated"]), truncated=bool(nxt["truncated"]),
                       info={"policy_version": cur["policy_version"], "safety_status": cur["safety_status"],
-                            "cycle": int(cur["cycle"]), **(info or {}), **extra},
+                            "cycle": int(cur["cycle"]), "stamp_ns": int(nxt.get("state_stamp_ns", 0)), **(info or {}),
+                            **extra},
                       next_obs=np.asarray(nxt["policy_input"], dtype=np.float32))
 
 

@@ -13,7 +13,9 @@ evaluation still compose their parts by hand (docs/architecture.md).
 Two edges cross processes over ZeroMQ instead of ROS (``transport="zmq"``): the experience bridge's transitions to
 the learner and the learner's gated bundles back. The learner is a stage of the graph but not a ROS node
 (``node=False``): `tinker learner` runs it, bringup does not start it, and its edges have no topic; the ends check
-their port against the graph as the nodes do (`tinker_core.learner.server`, the bridge node).
+their port against the graph as the nodes do (`tinker_core.learner.server`, the bridge node). The learner measures
+them (``ctl status``'s ``flow``, ``tinker flow --learner``); its rollout workers' edges are
+`tinker_core.learner.graph.ACTOR_LEARNER`.
 """
 
 from __future__ import annotations

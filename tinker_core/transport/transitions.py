@@ -1,4 +1,10 @@
-"""The transition channel: `TransitionSender` (PUSH, drops on a full queue) and `TransitionReceiver` (PULL)."""
+"""The transition channel: `TransitionSender` (PUSH, drops on a full queue) and `TransitionReceiver` (PULL).
+
+A receiver given a `FlowMonitor` counts what arrives on its edge as the ROS edges are counted (`tinker flow`): per
+transition its share of the bytes, and its latency from ``info["stamp_ns"]`` (the stamp of the robot state it ends
+in, set by `tinker_core.loop.cycle_join`) to its arrival, on the wall clock; a transition without that stamp (a
+rollout worker's) counts with an unknown latency.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from typing import Any, Sequence
 import zmq
 
 from tinker_core.errors import TransportError
+from tinker_core.monitor import EdgeStats, FlowMonitor
 from tinker_core.transition import Transition, TransitionBatch
 from tinker_core.transport.codec import MAX_MESSAGE_BYTES, Message, decode, encode
 from tinker_core.transport.curve import CurveClient, CurveServer
@@ -96,6 +103,21 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
 
 
+def _count(flow: EdgeStats, msgs: list[Message], nbytes: int) -> None:
+    """One received message's transitions onto ``flow``: latency from each one's ``info["stamp_ns"]``."""
+    now_ns, now = time.time_ns(), time.monotonic()
+    lat = []
+    for m in msgs:
+        infos = m.info if isinstance(m, TransitionBatch) else [m.info or {}]
+        if not infos or not isinstance(infos[0], dict) or "stamp_ns" not in infos[0]:  # a worker's batch: none
+            lat += [float("nan")] * len(m) if isinstance(m, TransitionBatch) else [float("nan")]
+            continue
+        for info in infos:
+            stamp = info.get("stamp_ns", 0) if isinstance(info, dict) else 0
+            lat.append((now_ns - int(stamp)) / 1e9 if isinstance(stamp, int) and stamp > 0 else float("nan"))
+    flow.add_many(nbytes, lat, now, now)
+
+
 class TransitionReceiver:
     """PULL side for transitions. Malformed messages are counted in ``rejected`` and skipped.
 
@@ -103,9 +125,12 @@ class TransitionReceiver:
     """
 
     def __init__(self, endpoint: str, *, bind: bool = True, curve: CurveServer | CurveClient | None = None,
-                 hwm: int = 10000, max_message_bytes: int = MAX_MESSAGE_BYTES):
+                 hwm: int = 10000, max_message_bytes: int = MAX_MESSAGE_BYTES, monitor: FlowMonitor | None = None,
+                 edge: str = "transitions"):
         self._ep = _Endpoint(zmq.PULL, endpoint, bind, curve,
                              {zmq.RCVHWM: hwm, zmq.LINGER: 0, zmq.MAXMSGSIZE: max_message_bytes})
+        self.flow = None if monitor is None else monitor.edge(edge)
+        """The edge's counters in ``monitor`` (None: not counted)."""
         self.endpoint = self._ep.endpoint
         self._queue: deque[Message] = deque()
         self._rcvtimeo = -1
@@ -155,6 +180,8 @@ class TransitionReceiver:
             for m in msgs:
                 self.received += len(m) if isinstance(m, TransitionBatch) else 1
             self._queue.extend(msgs)
+        if self.flow is not None:
+            _count(self.flow, msgs, nbytes)
         return True
 
     def recv(self, timeout_ms: int = 100) -> Message | None:

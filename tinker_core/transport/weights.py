@@ -1,14 +1,20 @@
-"""The weights channel: `WeightsPublisher` (PUB) and `WeightsSubscriber` (SUB, conflated: only the newest)."""
+"""The weights channel: `WeightsPublisher` (PUB) and `WeightsSubscriber` (SUB, conflated: only the newest).
+
+A publisher given a `FlowMonitor` counts each frame it sends (republished ones too) on its edge: rate and bytes;
+the latency is unknown on the sending side (NaN).
+"""
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Mapping
 
 import numpy as np
 import zmq
 
 from tinker_core.errors import TransportError
+from tinker_core.monitor import FlowMonitor
 from tinker_core.transport.codec import MAX_MESSAGE_BYTES, WIRE_VERSION, _OK_KINDS, _dtype, _packb, _unpackb
 from tinker_core.transport.curve import CurveClient, CurveServer
 from tinker_core.transport.endpoints import _Endpoint
@@ -27,8 +33,11 @@ def _blob_array(name: str, v: Mapping) -> np.ndarray:
 class WeightsPublisher:
     """PUB side for versioned weight blobs (one self-contained frame per version)."""
 
-    def __init__(self, endpoint: str, *, bind: bool = True, curve: CurveServer | CurveClient | None = None):
+    def __init__(self, endpoint: str, *, bind: bool = True, curve: CurveServer | CurveClient | None = None,
+                 monitor: FlowMonitor | None = None, edge: str = "weights"):
         self._ep = _Endpoint(zmq.PUB, endpoint, bind, curve, {zmq.CONFLATE: 1, zmq.LINGER: 0})
+        self.flow = None if monitor is None else monitor.edge(edge)
+        """The edge's counters in ``monitor`` (None: not counted)."""
         self.endpoint = self._ep.endpoint
         self.published = 0
         self.bytes_sent = 0
@@ -78,6 +87,8 @@ class WeightsPublisher:
                 raise TransportError(f"{self.endpoint}: publish failed: {e}") from None
             self.published += 1
             self.bytes_sent += len(frame)
+            if self.flow is not None:
+                self.flow.add(len(frame), float("nan"), time.monotonic())
 
     def close(self) -> None:
         with self._lock:

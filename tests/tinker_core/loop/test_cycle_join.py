@@ -48,6 +48,13 @@ def test_an_episodes_last_state_is_never_joined_to_the_next_episodes_first():
     assert [c.record["cycle"] for c in closed] == list(range(1, 10))  # every cycle is recorded
 
 
+def test_a_transition_carries_the_stamp_of_the_state_it_ends_in():
+    """The learner measures the transitions edge's latency from it, as `tinker flow` does a topic's."""
+    closed = _run([(c, 0) for c in range(1, 5)])
+    ts = [c.transition for c in closed if c.transition is not None]
+    assert [t.info["stamp_ns"] for t in ts] == [1_000_000 * int(t.next_obs[0]) for t in ts] == [2e6, 3e6, 4e6]
+
+
 def test_a_reset_without_done_is_not_bridged():
     """The robot reset (episode 0 -> 1) on a cycle that did not report done: still no transition across it."""
     closed = _run([(1, 0), (2, 0), (3, 1), (4, 1)])
