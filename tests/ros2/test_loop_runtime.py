@@ -39,6 +39,53 @@ def test_make_executor_honours_the_choice_and_refuses_an_unknown_one(monkeypatch
         rclpy.shutdown(context=ctx)
 
 
+def test_a_configure_that_fails_halfway_releases_what_it_made_and_the_retry_works(ros2):
+    """`tinker.lifecycle.LifecycleAdapter`, the transitions of the policy and safety nodes: a configure step that
+    raises after making a subscription and a service leaves neither behind, keeps why, and can be retried. The node
+    is a minimal one on the adapter (a test node, not a double of anything): the real nodes' configure steps fail,
+    in every way a test can reach, before they make their first entity."""
+    import rclpy
+    from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+    from sensor_msgs.msg import JointState
+
+    from tinker.lifecycle import LifecycleAdapter
+    from tinker.runtime import NodeRuntime
+    from tinker.wire import SENSOR_QOS
+
+    class Halfway(LifecycleAdapter, NodeRuntime, LifecycleNode):
+        def __init__(self, **kwargs):
+            super().__init__("halfway", **kwargs)
+            self._init_runtime("halfway")
+            self.fail, self.why = True, ""
+
+        def configure_entities(self, made: list) -> None:
+            made.append(self.watch_subscription(JointState, "joint_states", lambda msg: None, SENSOR_QOS))
+            made.append(self.trigger_service("~/ping", lambda: (True, "pong")))
+            if self.fail:
+                raise ValueError("the third step failed")
+
+        def configure_failed(self, why: str) -> None:
+            self.why = why
+
+    ctx = rclpy.Context()
+    rclpy.init(context=ctx, domain_id=ros2.fresh_domain())
+    node = Halfway(context=ctx)
+    try:
+        subs, services = len(list(node.subscriptions)), len(list(node.services))
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert node.why == "configure failed: the third step failed"
+        assert (len(list(node.subscriptions)), len(list(node.services))) == (subs, services)
+        assert "input_age_s./joint_states" not in node.inputs.values()  # the input watch forgot it with its subscription
+        node.fail = False
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert (len(list(node.subscriptions)), len(list(node.services))) == (subs + 1, services + 1)
+        assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+        assert (len(list(node.subscriptions)), len(list(node.services))) == (subs, services)
+    finally:
+        node.destroy_node()
+        rclpy.shutdown(context=ctx)
+
+
 @pytest.mark.parametrize("kind", ["events", "single"])
 def test_a_lifecycle_node_configures_and_activates_over_its_services_on_either_executor(kind, ros2):
     import rclpy

@@ -10,11 +10,12 @@ loads, verifies and warms up; activate commands; deactivate stops. A declared ch
 from __future__ import annotations
 
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleNode
 from rclpy.parameter import Parameter
 
 from tinker.bundle_io import PolicyBundle, resolve_bundle
 from tinker.channel_io import ChannelSpeaker, declared
+from tinker.lifecycle import LifecycleAdapter
 from tinker.node_params import POLICY_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.wire import Reader, array_msg
@@ -26,57 +27,50 @@ TOPICS = {"features": "features_topic", "joint_states": "joint_states_topic", "j
           "raw_action": "raw_action_topic"}
 
 
-class PolicyNode(NodeRuntime, LifecycleNode):
+class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
     def __init__(self, **kwargs):
         super().__init__("policy", **kwargs)
         self._init_runtime("policy", POLICY_PARAMS)
-        self.core, self.gate, self._entities = None, CommandGate(), []
+        self.core, self.gate = None, CommandGate()
         self.agent, self.says, self.speaker = "", None, None
         self.stage = PolicyStage(None, self.gate, int(self.period * 1e9), lambda: self.param("on_overrun"),
                                  self._overran, self._say)
         self.add_on_set_parameters_callback(self._on_params)
 
-    def on_configure(self, state) -> TransitionCallbackReturn:
+    # --- the lifecycle's steps (`LifecycleAdapter`) ------------------------------------------------
+    def configure_entities(self, made: list) -> None:
         if not self.param("bundle"):  # param get shows the bundle that runs
             self.set_parameters([Parameter("bundle", value=str(resolve_bundle("")))])
-        try:
-            check_on_overrun(self.param("on_overrun"))
-            self.agent, self.says, _ = declared(self)
-            self.core = self.stage.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period,
-                                                       self.get_logger().info, says=self.says)
-            p99, mx = self.core.runner.warmup(int(self.param("warmup_iterations")))
-        except TinkerError as e:
-            self.gate.last_error, self.core = str(e), None
-            self.get_logger().error(f"configure failed: {e}")
-            return TransitionCallbackReturn.FAILURE
+        check_on_overrun(self.param("on_overrun"))
+        self.agent, self.says, _ = declared(self)
+        self.core = self.stage.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period,
+                                                   self.get_logger().info, says=self.says)
+        p99, mx = self.core.runner.warmup(int(self.param("warmup_iterations")))
         self.get_logger().info(f"bundle {self.param('bundle')} v{self.core.version} verified; actor p99 {p99:.1f} us, "
                                f"max {mx:.1f} us after warm-up; providers {self.core.runner.providers}")
-        self._entities = [*self.serve(self.stage, Reader("policy", self.core.runner.joint_names), TOPICS),
-                          self.trigger_service("~/reload", self._reload)]
+        made += [*self.serve(self.stage, Reader("policy", self.core.runner.joint_names), TOPICS),
+                 self.trigger_service("~/reload", self._reload)]
         self.cmd_pub = self.edge_publishers["joint_target"]
         if self.says is not None:
             self.speaker = ChannelSpeaker(self, self.says, self.agent)
-            self._entities += self.speaker.entities
-        return TransitionCallbackReturn.SUCCESS
+            made += self.speaker.entities
 
-    def on_activate(self, state) -> TransitionCallbackReturn:
+    def configure_failed(self, why: str) -> None:
+        self.gate.last_error = why
+
+    def activate(self) -> None:
         self.core.cycle.restart(self.core.new_chain())  # its first command starts from the first cycle's pose
         self.gate.activate()
-        return TransitionCallbackReturn.SUCCESS
 
-    def on_deactivate(self, state) -> TransitionCallbackReturn:
+    def deactivate(self) -> None:
         self.gate.deactivate()
-        return TransitionCallbackReturn.SUCCESS
 
-    def on_cleanup(self, state) -> TransitionCallbackReturn:
+    def release(self) -> None:
         self.gate.deactivate()
-        self.destroy_entities(self._entities)
+        super().release()
         if self.core is not None:
             self.core.runner.close()
-        self._entities, self.core, self.stage.core, self.speaker = [], None, None, None
-        return TransitionCallbackReturn.SUCCESS
-
-    on_shutdown = on_cleanup
+        self.core, self.stage.core, self.speaker = None, None, None
 
     def _on_params(self, params) -> SetParametersResult:
         try:

@@ -9,11 +9,11 @@ or JointTrajectory), the latched ``safety/estop_state``, ``safety/intervened``, 
 
 from __future__ import annotations
 
-from lifecycle_msgs.msg import State, TransitionEvent
 from rcl_interfaces.msg import SetParametersResult
-from rclpy.lifecycle import LifecycleNode, TransitionCallbackReturn
+from rclpy.lifecycle import LifecycleNode
 from trajectory_msgs.msg import JointTrajectory
 
+from tinker.lifecycle import LifecycleAdapter, watch_lifecycle
 from tinker.node_params import SAFETY_PARAMS
 from tinker.runtime import Deadline, NodeRuntime, main_for
 from tinker.wire import Reader, command_meta, estop_msg, trajectory_msg
@@ -23,11 +23,11 @@ from tinker_safety.safety_stage import SafetyStage
 TOPICS = {"joint_target": "policy_command_topic", "joint_states": "joint_states_topic",
           "intervention": "intervention_topic", "command": "command_topic", "estop_state": "estop_state_topic",
           "intervened": "intervened_topic"}
-PRIMARY_STATES = (State.PRIMARY_STATE_UNCONFIGURED, State.PRIMARY_STATE_INACTIVE, State.PRIMARY_STATE_ACTIVE,
-                  State.PRIMARY_STATE_FINALIZED)
 
 
-class SafetyNode(NodeRuntime, LifecycleNode):
+class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
+    refuse_namesake = True  # the command topic may be another graph's
+
     def __init__(self, **kwargs):
         super().__init__("safety", **kwargs)
         self._init_runtime("safety", SAFETY_PARAMS)
@@ -36,7 +36,7 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         self.stage = SafetyStage(self, self.param("command_type"),  # this node hosts its deadline, log, input watch
                                  wall_ns=lambda: self.get_clock().now().nanoseconds)
         self.session, self.cycle, self.command_type = self.stage.session, self.stage.cycle, self.stage.session.command_type
-        self._entities, self.deadline = [], None
+        self.deadline = None
         trajectory = self.command_type == "joint_trajectory"  # publishers live for the node's whole life
         self.serve_outputs(self.stage, TOPICS, write={
             "estop_state": lambda e: estop_msg(self.get_fully_qualified_name(), e.reason),
@@ -57,71 +57,49 @@ class SafetyNode(NodeRuntime, LifecycleNode):
         if any(prm.name == "hold_deadline" for prm in params) and self.deadline is not None:
             self.deadline.set_delay(float(self.param("hold_deadline")) * self.period)
 
-    def on_configure(self, state) -> TransitionCallbackReturn:
-        self.check_namesake()
-        if self.namesake:
-            return self._failed(f"configure refused: {self.namesake}")
-        try:
-            teleop = self.param("intervention_topic")  # empty: nothing on the graph can take over from the policy
-            states = self.resolve_topic_name(self.param("joint_states_topic"))
-            self.session.configure_from(self.param, self.period, states, self.resolve_topic_name(teleop) if teleop else "")
-            reader, topics = Reader("safety", self.session.names), {k: v for k, v in TOPICS.items()
-                                                                     if k != "intervention" or teleop}
-            self._entities = [
-                *self.serve_inputs(self.stage, reader, topics, read={"joint_target": reader.unchecked_action},
-                                   stale={"joint_target": Level.ERROR if self.cycle.policy_active else None,
-                                          "intervention": None}),
-                self.watch_subscription(TransitionEvent, f"{self.param('policy_node')}/transition_event",
-                                        self._on_policy_transition, 10, None),  # depth 10 as rclpy publishes it
-                self.trigger_service("~/estop", lambda: self.session.estop("~/estop service call")),
-                self.trigger_service("~/reset", self.session.reset)]
-            subs = self.edge_subscriptions
-            self.stage.state_publishers = subs["joint_states"].get_publisher_count
-            if teleop:
-                self.stage.teleop_publishers = subs["intervention"].get_publisher_count
-            self.deadline = Deadline(self, float(self.param("hold_deadline")) * self.period, self._on_deadline)
-        except Exception as e:  # a failed configure leaves nothing behind and can be retried
-            self._release()
-            return self._failed(f"configure failed: {e}")
+    # --- the lifecycle's steps (`LifecycleAdapter`) ------------------------------------------------
+    def configure_entities(self, made: list) -> None:
+        teleop = self.param("intervention_topic")  # empty: nothing on the graph can take over from the policy
+        states = self.resolve_topic_name(self.param("joint_states_topic"))
+        self.session.configure_from(self.param, self.period, states, self.resolve_topic_name(teleop) if teleop else "")
+        reader = Reader("safety", self.session.names)
+        made += self.serve_inputs(self.stage, reader, {k: v for k, v in TOPICS.items() if k != "intervention" or teleop},
+                                  read={"joint_target": reader.unchecked_action},
+                                  stale={"joint_target": Level.ERROR if self.cycle.policy_active else None,
+                                         "intervention": None})
+        made += [watch_lifecycle(self, self.param("policy_node"), self.cycle.policy_lifecycle),
+                 self.trigger_service("~/estop", lambda: self.session.estop("~/estop service call")),
+                 self.trigger_service("~/reset", self.session.reset)]
+        subs = self.edge_subscriptions
+        self.stage.state_publishers = subs["joint_states"].get_publisher_count
+        if teleop:
+            self.stage.teleop_publishers = subs["intervention"].get_publisher_count
+        self.deadline = Deadline(self, float(self.param("hold_deadline")) * self.period, self._on_deadline)
+
+    def configured(self) -> None:
         self.session.last_error = ""
         self.stage.estop_changed()
-        return TransitionCallbackReturn.SUCCESS
 
-    def _failed(self, why: str) -> TransitionCallbackReturn:
+    def configure_failed(self, why: str) -> None:
         self.session.last_error = why
-        self.get_logger().error(why)
-        return TransitionCallbackReturn.FAILURE
 
-    def on_activate(self, state) -> TransitionCallbackReturn:
+    def activate(self) -> None:
         self.cycle.activate()
         self.stage.estop_changed()
-        return TransitionCallbackReturn.SUCCESS
 
-    def on_deactivate(self, state) -> TransitionCallbackReturn:
+    def deactivate(self) -> None:
         self.cycle.deactivate()
-        return TransitionCallbackReturn.SUCCESS
 
-    def on_cleanup(self, state) -> TransitionCallbackReturn:
-        self._release()
-        return TransitionCallbackReturn.SUCCESS
-
-    def on_shutdown(self, state) -> TransitionCallbackReturn:
-        self.stage.shutdown(hold=self.cycle.active)
-        self._release()
-        return TransitionCallbackReturn.SUCCESS
-
-    def _release(self) -> None:
-        self.destroy_entities(self._entities)
+    def release(self) -> None:
+        super().release()
         if self.deadline is not None:
             self.deadline.destroy()
-        self._entities, self.deadline = [], None
+        self.deadline = None
         self.session.release()
 
-    def _on_policy_transition(self, msg: TransitionEvent) -> None:
-        """The policy's primary states only: a late event can then only be followed by the rest of its chain
-        (one reliable writer, in order), and every chain that re-activates ends with ``active``."""
-        if msg.goal_state.id in PRIMARY_STATES:
-            self.cycle.policy_lifecycle(msg.goal_state.id == State.PRIMARY_STATE_ACTIVE, msg.goal_state.label)
+    def shutdown(self) -> None:
+        self.stage.shutdown(hold=self.cycle.active)
+        self.release()
 
     def _on_deadline(self) -> None:
         misses = self.cycle.deadline_misses
