@@ -86,6 +86,7 @@ class EdgeStats:
             "bytes_per_s": rate * (self.bytes / self.count) if self.count else 0.0,
             "latency_p50_us": float(np.percentile(lat, 50) * 1e6) if n else 0.0,
             "latency_p99_us": float(np.percentile(lat, 99) * 1e6) if n else 0.0,
+            "latency_samples": int(n),
         }
 
 
@@ -119,9 +120,17 @@ class FlowMonitor:
 
 
 def format_flow(snapshot: Mapping[str, Mapping[str, float]]) -> str:
-    """A table of `FlowMonitor.snapshot` figures, one edge per row (a snapshot from another process too)."""
-    rows = [f"{'edge':<40}{'msg/s':>10}{'KB/s':>10}{'p50 us':>10}{'p99 us':>10}{'count':>10}"]
+    """A table of `FlowMonitor.snapshot` figures, one edge per row (a snapshot from another process too). A latency
+    no message carried a stamp for shows as ``-``."""
+    rows = [f"{'edge':<40}{'msg/s':>10}{'KB/s':>10}{'p50 us':>12}{'p99 us':>12}{'count':>10}"]
     for k, s in snapshot.items():
-        rows.append(f"{k:<40}{s['messages_per_s']:>10.0f}{s['bytes_per_s'] / 1e3:>10.1f}"
-                    f"{s['latency_p50_us']:>10.1f}{s['latency_p99_us']:>10.1f}{int(s['messages']):>10d}")
+        rate = s["messages_per_s"]
+        known = s.get("latency_samples", 1) > 0
+        rows.append(f"{k:<40}{rate:>10.{0 if rate >= 10 else 1}f}{s['bytes_per_s'] / 1e3:>10.1f}"
+                    f"{_us(s['latency_p50_us'], known)}{_us(s['latency_p99_us'], known)}{int(s['messages']):>10d}")
     return "\n".join(rows)
+
+
+def _us(v: float, known: bool) -> str:
+    """One latency cell, 12 wide: tenths below 1 s, whole microseconds above, ``-`` when unknown."""
+    return f"{'-':>12}" if not known else f"{v:>12.1f}" if v < 1e6 else f"{v:>12.0f}"

@@ -43,7 +43,8 @@ def test_ctl_status_counts_each_edge_of_the_learner(learner_factory, pendulum):
     assert STALE_NS / 1e3 <= t["latency_p50_us"] < STALE_NS / 1e3 + 5e6, t
     p = flow["params"]  # the parameters sent when the learner opened, again every REPUBLISH_SECONDS
     assert p["messages"] >= 1 and p["bytes"] > 0 and p["ends"] == "learner -> rollout_worker"
-    assert p["latency_p50_us"] == 0.0  # unknown on the sending side
+    assert p["latency_samples"] == 0  # unknown on the sending side
+    assert t["latency_samples"] == 20  # the worker's 64 carry no stamp
 
 
 def test_the_learner_is_a_stage_of_both_graphs():

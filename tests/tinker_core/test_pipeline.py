@@ -172,3 +172,18 @@ def test_run_time_validation_can_be_switched_off(pendulum, parts):
     p = Pipeline(validate=True).connect(pendulum, parts.Normalize(), wrong_dtype)
     with pytest.raises(Exception, match=r"env.action: expected float32\[1\], got float64\[1\]"):
         p.run(1)
+
+
+def test_the_flow_table_keeps_its_columns_and_says_when_a_latency_is_unknown():
+    """A learner's edges over ZeroMQ: a transition 20 s late, parameters whose latency is unknown, a slow rate."""
+    from tinker_core.monitor import FlowMonitor, format_flow
+
+    m = FlowMonitor()
+    m.record("transitions", 100, 20.4865, now=0.0)
+    m.record("transitions", 100, 0.155, now=1.0)
+    m.record("params", 3_000_000, float("nan"), now=0.0)
+    m.record("params", 3_000_000, float("nan"), now=2.0)
+    rows = {r.split()[0]: r.split() for r in format_flow(m.snapshot()).splitlines()[1:]}
+    assert rows["transitions"][1:] == ["1.0", "0.1", "10320750", "20283185", "2"], rows  # p50: the mean of the two
+    assert rows["params"][1:] == ["0.5", "1500.0", "-", "-", "2"], rows
+    assert m.snapshot()["params"]["latency_samples"] == 0 and m.snapshot()["transitions"]["latency_samples"] == 2
