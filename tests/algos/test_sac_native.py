@@ -150,3 +150,21 @@ def test_compiled_step_off_for_other_devices_and_when_disabled(monkeypatch):
     monkeypatch.setenv("TINKER_NATIVE", "0")
     assert type(SAC("Pendulum-v1", SACConfig(net_arch=[16, 16], seed=0))._update) is SACUpdate
     assert not native.load() and native.unavailable_reason() == "TINKER_NATIVE=0"
+
+
+def test_each_checkout_has_its_own_build(tmp_path, monkeypatch):
+    """Two checkouts with the same sources used to share one build directory, whose build file names the sources'
+    paths: each one's first load rebuilt it for the other (16 s inside a learner's first update). The key now holds
+    where the sources are: the same files give the same directory, a copy elsewhere another one."""
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        for s in native.SOURCES + native.HEADERS:
+            (tmp_path / d / s.name).write_text(s.read_text())
+    monkeypatch.setenv("TINKER_NATIVE_CACHE", str(tmp_path / "cache"))
+
+    def key(d: str) -> str:
+        monkeypatch.setattr(native, "SOURCES", [tmp_path / d / s.name for s in native.SOURCES])
+        monkeypatch.setattr(native, "HEADERS", [tmp_path / d / s.name for s in native.HEADERS])
+        return native.build_dir().name
+
+    assert key("a") == key("a") != key("b")

@@ -2,7 +2,7 @@
 
 The extension is built with the compiler torch's extensions use (``make setup`` does it; otherwise
 the first step that needs it, about a minute) and cached under ``$TINKER_NATIVE_CACHE`` (default
-``~/.cache/tinker/native``), keyed by the sources, torch, Python and the CPU (it is built with
+``~/.cache/tinker/native``), keyed by the sources (and where they are), torch, Python and the CPU (it is built with
 -march=native). Without a compiler, or with ``TINKER_NATIVE=0``, the algorithms run their Python
 steps instead (same results, slower) and this says so once.
 
@@ -54,9 +54,11 @@ def _cpu_id() -> str:
 
 
 def build_dir() -> Path:
-    """Where this build of the sources, torch, Python and CPU lives."""
-    key = hashlib.sha256("\n".join([*(s.read_text() for s in SOURCES + HEADERS), torch.__version__, sys.version,
-                                    _cpu_id()]).encode())
+    """Where this build of the sources, torch, Python and CPU lives. The sources' paths are part of the key: the
+    build file names them, so two checkouts sharing one build would rebuild it in turn (16 s inside a learner's first
+    update, measured, while its transitions queued)."""
+    key = hashlib.sha256("\n".join([*(f"{s.resolve()}\n{s.read_text()}" for s in SOURCES + HEADERS),
+                                    torch.__version__, sys.version, _cpu_id()]).encode())
     root = Path(os.environ.get("TINKER_NATIVE_CACHE", Path.home() / ".cache" / "tinker" / "native"))
     return root / key.hexdigest()[:16]
 
