@@ -9,17 +9,18 @@ import torch
 
 from tinker_core.curriculum import Curriculum, CurriculumConfig
 from tinker_core.errors import ConfigError, SpecError
-from tinker_core.nn import (CrossModalFusion, DepthwiseEncoder, JointMLP, LSTMEncoder, NatureCNN, TemporalCNN,
-                            build_perception)
+from tinker_core.nn import (CrossModalFusion, DepthwiseEncoder, JointMLP, LSTMEncoder, MultiScaleSpatial, NatureCNN,
+                            TemporalCNN, build_perception)
 from tinker_core.spec import DictSpec, Spec
 
 IMG = Spec((64, 64, 3), "uint8", 0, 255)
 JOINTS = Spec((14,), "float32")
 HIST = Spec((8, 14), "float32")
+MAP = Spec((24, 20, 6), "float32", 0.0, 1.0)
 
 CASES = [
     (NatureCNN, IMG), (DepthwiseEncoder, IMG), (JointMLP, JOINTS), (LSTMEncoder, HIST), (TemporalCNN, HIST),
-    (CrossModalFusion, DictSpec({"image": IMG, "joints": JOINTS})),
+    (CrossModalFusion, DictSpec({"image": IMG, "joints": JOINTS})), (MultiScaleSpatial, IMG), (MultiScaleSpatial, MAP),
 ]
 
 
@@ -32,7 +33,8 @@ def _sample(spec, b):
     return rng.normal(size=(b, *spec.shape)).astype(np.float32)
 
 
-@pytest.mark.parametrize("cls,spec", CASES, ids=[c[0].__name__ for c in CASES])
+@pytest.mark.parametrize("cls,spec", CASES, ids=[f"{c[0].__name__}-{'x'.join(map(str, c[1].shape)) if isinstance(c[1], Spec) else 'dict'}"
+                                                 for c in CASES])
 def test_encoder_specs_numpy_path_and_onnx_parity(cls, spec, tmp_path):
     import onnxruntime as ort
 
@@ -55,6 +57,26 @@ def test_encoder_specs_numpy_path_and_onnx_parity(cls, spec, tmp_path):
     np.testing.assert_allclose(out, ref, rtol=1e-3, atol=1e-4)
 
 
+def test_multiscale_levels_halve_the_resolution_and_say_where_a_marker_is():
+    """Each level halves the map; the finest level's soft-argmax moves with a marker (the where survives), and a
+    float map is taken as it is while an image is scaled from bytes."""
+    torch.manual_seed(0)
+    enc = MultiScaleSpatial(MAP).eval()
+    maps = enc.feature_maps(torch.zeros(1, *MAP.shape))
+    assert [tuple(m.shape[2:]) for m in maps] == [(24, 20), (12, 10), (6, 5)]
+    assert [m.shape[1] for m in maps] == [16, 32, 64]
+    assert build_perception(MAP).__class__ is MultiScaleSpatial and build_perception(IMG).__class__ is NatureCNN
+
+    @torch.no_grad()
+    def where(col: int) -> float:
+        x = torch.zeros(1, *MAP.shape)
+        x[0, 12, col, 0] = 1.0
+        m = enc.feature_maps(x)[0].flatten(2)
+        return float(torch.matmul(torch.softmax(m * 50.0, dim=-1), enc.grid0)[0, :, 0].mean())  # x of the peaks
+
+    assert where(2) < where(10) < where(17)
+
+
 def test_encoders_refuse_wrong_specs():
     with pytest.raises(SpecError, match="expected an image spec"):
         NatureCNN(JOINTS)
@@ -62,6 +84,8 @@ def test_encoders_refuse_wrong_specs():
         CrossModalFusion(DictSpec({"cam": IMG}))
     with pytest.raises(ConfigError, match="perception"):
         build_perception(JOINTS, "transformer")
+    with pytest.raises(SpecError, match=r"H>=8, W>=8, C<=64\] for 3 levels"):
+        MultiScaleSpatial(Spec((6, 32, 3), "float32"))
     assert type(build_perception(IMG)).__name__ == "NatureCNN"
 
 

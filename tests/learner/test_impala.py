@@ -134,3 +134,43 @@ def test_config_errors_name_the_field():
     algo = IMPALA((IMPALA("CartPole-v1").obs_spec, IMPALA("CartPole-v1").action_spec))
     with pytest.raises(ConfigError, match="built from specs only"):
         algo.learn(100, progress=False)
+
+
+class SideMap(gym.Env):
+    """One decision per episode: a map of 3 float planes (16 x 16) with one marker on plane 0, in the left or the
+    right half, and noise on the other planes; action 1 for the right half, 0 for the left (reward 1 if right)."""
+
+    observation_space = gym.spaces.Box(0.0, 1.0, (16, 16, 3), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.right = bool(self.np_random.integers(2))
+        m = self.np_random.uniform(0.0, 0.3, (16, 16, 3)).astype(np.float32)
+        m[..., 0] = 0.0
+        m[self.np_random.integers(16), self.np_random.integers(8) + 8 * self.right, 0] = 1.0
+        return m, {}
+
+    def step(self, action):
+        return np.zeros((16, 16, 3), np.float32), float(int(action) == int(self.right)), True, False, {}
+
+
+def test_impala_learns_from_map_observations_through_the_multiscale_encoder():
+    """The multi-scale spatial encoder is IMPALA's for map observations (``perception: auto`` picks it for float
+    planes): where the marker is decides the reward, and the greedy policy learns it. Measured with these settings
+    (APPO's clipped loss, 4 epochs, lr 3e-4), seeds 0-5, 200 held-out maps: 1.0 in 6 of 6 at 12k steps; at 6k
+    steps 4 of 6 (two at 0.5); IMPALA's one-step loss at lr 1e-3 was 0.5-1.0 at 12k (its entropy collapsed)."""
+    from tinker_core.nn import MultiScaleSpatial
+
+    algo = IMPALA(SideMap, IMPALAConfig(num_actors=2, seed=0, unroll_length=16, learning_rate=3e-4,
+                                        policy_loss="clip", n_epochs=4))
+    assert isinstance(algo.perception, MultiScaleSpatial)
+    algo.learn(12_000, progress=False)
+    env = SideMap()
+    obs, right = [], []
+    for s in range(200):
+        o, _ = env.reset(seed=10_000 + s)
+        obs.append(o)
+        right.append(env.right)
+    acc = float(np.mean(algo.predict(np.stack(obs), deterministic=True).reshape(-1) == np.asarray(right, int)))
+    assert acc >= 0.9, acc

@@ -10,7 +10,8 @@ run ahead, pulling weights every ``pull_every`` unrolls. The lag of every trajec
 (`Algorithm`): the networks are PPO's (a categorical or Gaussian actor and a value MLP). ``policy_loss="clip"``
 replaces IMPALA's policy gradient by PPO's clipped surrogate on V-trace advantages (as asynchronous PPO); with
 `tinker_core.hierarchy.option_env.OptionEnv` around the env, the actors run a hierarchy's high level over scripted
-skills (configs/impala_skirmish.yaml).
+skills (configs/impala_skirmish.yaml). Map or image observations go through any encoder of `tinker_core.nn`
+(``perception``); float map planes default to the multi-scale spatial one (`tinker_core.nn.spatial`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Perception encoders: images (NatureCNN, MobileNet-style), joint state, short histories, fusion.
+"""Perception encoders: images (NatureCNN, MobileNet-style), joint state, short histories, fusion; maps and images at
+several scales in `tinker_core.nn.spatial`.
 
 Images are ``uint8[H, W, C]`` (channels last, as gymnasium and cameras give them); each image
 encoder scales to [0, 1] and moves channels first itself, so the exported graph takes camera bytes.
@@ -16,6 +17,7 @@ from torch import nn
 
 from tinker_core.errors import ConfigError, SpecError
 from tinker_core.nn.base import PerceptionModule
+from tinker_core.nn.spatial import MultiScaleSpatial
 from tinker_core.spec import AnySpec, DictSpec, Spec
 
 _ACTS = {"relu": nn.ReLU, "tanh": nn.Tanh, "elu": nn.ELU, "silu": nn.SiLU}
@@ -376,16 +378,18 @@ class DictConcat(PerceptionModule):
 ENCODERS: dict[str, type[PerceptionModule]] = {
     "flatten": Flatten, "joint_mlp": JointMLP, "nature_cnn": NatureCNN, "depthwise": DepthwiseEncoder,
     "lstm": LSTMEncoder, "temporal_cnn": TemporalCNN, "fusion": CrossModalFusion, "dict": DictConcat,
+    "multiscale": MultiScaleSpatial,
 }
 
 
 def build_perception(obs_spec: AnySpec, kind: str = "auto") -> PerceptionModule:
-    """The encoder named ``kind`` for ``obs_spec``; ``auto`` picks by the spec's shape."""
+    """The encoder named ``kind`` for ``obs_spec``; ``auto`` picks by the spec's shape (an image: NatureCNN, float
+    map planes: the multi-scale spatial encoder)."""
     if kind == "auto":
         if isinstance(obs_spec, DictSpec):
             kind = "dict"
         elif len(obs_spec.shape) == 3:
-            kind = "nature_cnn"
+            kind = "nature_cnn" if obs_spec.dtype == "uint8" else "multiscale"
         else:
             kind = "flatten"
     if kind not in ENCODERS:
