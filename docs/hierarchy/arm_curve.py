@@ -13,7 +13,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RUNS = {
-    "hppo_run5_shipped": ("HPPO, final skills (run 5, shipped)", "tab:green"),
+    "hppo_run7_shipped": ("HPPO, free release spot, 400k (run 7, shipped; run 6 is its first 200k)", "tab:red"),
+    "hppo_run5": ("HPPO, final skills (run 5, shipped until 2026-12-05)", "tab:green"),
     "hppo_run4": ("HPPO, skills v2 (run 4)", "tab:cyan"),
     "hppo_run3_normalized": ("HPPO, skills v1 (run 3)", "tab:olive"),
     "hppo_run2_remaining": ("HPPO, no reward normalization (run 2)", "tab:gray"),
