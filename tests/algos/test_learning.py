@@ -50,11 +50,17 @@ def test_sac_learns_pendulum():
 
 
 def test_ppo_learns_pendulum():
-    algo = PPO("Pendulum-v1", PPOConfig(n_envs=4, n_steps=256, gamma=0.9, gae_lambda=0.95, n_epochs=10,
-                                        learning_rate=1e-3, normalize_obs=True, normalize_reward=True, seed=1))
-    algo.learn(30_000, progress=False)
-    score = evaluate(algo, "Pendulum-v1")
-    assert score > -700, f"PPO after 30000 steps: mean return {score:.0f}"
+    """Median over three seeds: seed 1 alone, the bound's seed until then, passed on the AMD EPYC and gave -747 on an
+    Intel Xeon (its products go through MKL there, another trajectory). Measured on that Intel Xeon, seeds 0-11, 30k
+    steps: -230.6, -746.6, -331.7, -181.0, -201.7, -194.0, -153.0, -238.8, -365.9, -250.8, -390.4, -185.2 (median
+    -234); a random policy scores about -1200 to -1500."""
+    scores = []
+    for seed in (0, 1, 2):
+        algo = PPO("Pendulum-v1", PPOConfig(n_envs=4, n_steps=256, gamma=0.9, gae_lambda=0.95, n_epochs=10,
+                                            learning_rate=1e-3, normalize_obs=True, normalize_reward=True, seed=seed))
+        algo.learn(30_000, progress=False)
+        scores.append(round(evaluate(algo, "Pendulum-v1"), 1))
+    assert float(np.median(scores)) > -700, f"PPO after 30000 steps, seeds 0-2: mean returns {scores}"
 
 
 def test_dqn_learns_cartpole():
