@@ -19,7 +19,8 @@ RUNS = {
     "hppo_run3_normalized": ("HPPO, skills v1 (run 3)", "tab:olive"),
     "hppo_run2_remaining": ("HPPO, no reward normalization (run 2)", "tab:gray"),
     "hppo_run1_per_step": ("HPPO, +2 per sorted object per step (run 1, stopped)", "tab:brown"),
-    "ppo_flat": ("flat PPO", "tab:blue"),
+    "ppo_flat": ("flat PPO (200k)", "tab:blue"),
+    "ppo_flat_400k": ("flat PPO, 400k (2026-12-05)", "tab:purple"),
 }
 
 
