@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
         rclpy.try_shutdown()
     zmq = learner.poll() if learner is not None else {}
     if learner is not None:
-        learner.client.close()
+        learner.close()
     if args.json:
         print(json.dumps({"namespace": args.namespace, "edges": snap, "ends": watcher.ends,
                           "unstamped": watcher.unstamped, "over_zeromq": _zmq_edges(),
@@ -106,6 +106,9 @@ class LearnerFlow:
             return {}
         self.error = "" if rep.get("ok") else str(rep.get("error"))
         return dict(rep.get("flow") or {})
+
+    def close(self) -> None:
+        self.client.close()
 
 
 def _table(watcher: Any, learner: LearnerFlow | None = None) -> str:

@@ -33,8 +33,11 @@ def _sample(spec, b):
     return rng.normal(size=(b, *spec.shape)).astype(np.float32)
 
 
-@pytest.mark.parametrize("cls,spec", CASES, ids=[f"{c[0].__name__}-{'x'.join(map(str, c[1].shape)) if isinstance(c[1], Spec) else 'dict'}"
-                                                 for c in CASES])
+def _case_id(cls, spec) -> str:
+    return f"{cls.__name__}-{'x'.join(map(str, spec.shape)) if isinstance(spec, Spec) else 'dict'}"
+
+
+@pytest.mark.parametrize("cls,spec", CASES, ids=[_case_id(*c) for c in CASES])
 def test_encoder_specs_numpy_path_and_onnx_parity(cls, spec, tmp_path):
     import onnxruntime as ort
 

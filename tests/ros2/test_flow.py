@@ -93,7 +93,8 @@ def test_flow_shows_the_learners_zeromq_edges_beside_the_topics(ros2, tmp_path):
         for _ in range(20):  # as the experience bridge sends them: stamped with the state each ends in
             a = env.action_space.sample()
             nxt, r, term, trunc, _ = env.step(a)
-            sender.send(Transition(obs, a, float(r), term, trunc, {"source": "real", "stamp_ns": time.time_ns() - 30_000_000}, nxt))
+            info = {"source": "real", "stamp_ns": time.time_ns() - 30_000_000}
+            sender.send(Transition(obs, a, float(r), term, trunc, info, nxt))
             obs = nxt
         ros2.wait_until(lambda: ctl.request({"cmd": "status"})["receiver"]["received"] >= 20, 30, "20 transitions in")
         domain_env = ros2.graph_env(ros2.fresh_domain())

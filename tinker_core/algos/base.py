@@ -61,8 +61,8 @@ class AlgoConfig:
     activation: str = "relu"
     """Nonlinearity of the MLPs: relu, tanh, elu or silu."""
     perception: str = "auto"
-    """Perception module from tinker_core.nn ('auto' picks by obs spec: flatten, nature_cnn, multiscale for float maps, dict; SAC and DQN
-    flatten a dict of vectors, which keeps their fast paths)."""
+    """Perception module from tinker_core.nn ('auto' picks by obs spec: flatten, nature_cnn, multiscale for float
+    maps, dict; SAC and DQN flatten a dict of vectors, which keeps their fast paths)."""
     normalize_obs: bool = False
     """Normalize observations with running mean/std (per float field of a dict; folded into the exported perception)."""
     log_interval: int = 2000

@@ -101,4 +101,5 @@ def watch_lifecycle(node, peer: str, on_state: Callable[[bool, str], None]):
     def on_event(msg: TransitionEvent) -> None:
         if msg.goal_state.id in PRIMARY_STATES:
             on_state(msg.goal_state.id == State.PRIMARY_STATE_ACTIVE, msg.goal_state.label)
-    return node.watch_subscription(TransitionEvent, f"{peer}/transition_event", on_event, 10, None)  # depth 10 as rclpy publishes it
+    # depth 10 as rclpy publishes it
+    return node.watch_subscription(TransitionEvent, f"{peer}/transition_event", on_event, 10, None)
