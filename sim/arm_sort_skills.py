@@ -245,7 +245,8 @@ class CarryToBin(ArmSortSkill):
         so the choice holds for the whole carry (ties go to the first spot)."""
         objs = torch.stack([self.term(obs, f"obj{i}_pos") for i in range(self.slots)], dim=1)  # [B, S, 3]
         present = torch.stack([self.term(obs, f"obj{i}_kind").sum(-1) > 0.5 for i in range(self.slots)], dim=1)
-        near = (objs - ee[:, None, :]).square().sum(-1)  # [B, S]
+        near = (objs - ee[:, None, :]).square().sum(-1)  # [B, S]; an absent slot reads as the workspace centre
+        near = torch.where(present, near, torch.full_like(near, 1e6))
         nearest = near == near.amin(dim=1, keepdim=True)
         holding = self.term(obs, "suction_active") > 0.5  # [B, 1]
         ignore = (~present) | (nearest & holding)  # [B, S]

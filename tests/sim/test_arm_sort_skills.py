@@ -162,3 +162,33 @@ def test_the_remaining_reward_charges_each_unsorted_object_per_step():
         b.close()
     with pytest.raises(ConfigError, match="SortTask.sorted_reward: expected 'per_step' or 'remaining', got 'events'"):
         ArmEnv(task="sort", task_kwargs={"sorted_reward": "events"})
+
+
+def test_the_release_spot_ignores_absent_slots_when_it_finds_the_carried_object(sort_env):
+    """An absent slot reads as the workspace centre; the carry once took it for the carried object when the arm
+    passed nearer to it (then the carried object counted as an occupant of the spot below it, and the choice changed
+    mid-transit). Wherever an absent slot reads, the spot is the same."""
+    env = sort_env(2)
+    obs, _ = env.reset(seed=0)
+    carry = make_skill("arm_sort/carry_to_bin_0")
+
+    def put(o: np.ndarray, name: str, value) -> np.ndarray:
+        start = carry.terms[name][0]
+        scale, offset = getattr(carry, f"scale_{name}").numpy(), getattr(carry, f"offset_{name}").numpy()
+        o[start:start + scale.shape[0]] = (np.asarray(value, dtype=np.float32) - offset) * scale
+        return o
+
+    def spot(o: np.ndarray, ee: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return carry.release_spot(torch.as_tensor(o, dtype=torch.float32)[None],
+                                      torch.as_tensor(ee, dtype=torch.float32)[None])[0].numpy()
+
+    o = put(obs.astype(np.float32).copy(), "suction_active", [1.0])
+    assert carry.term(torch.as_tensor(o)[None], "obj2_kind").sum() < 0.5, "slot 2 must be absent at 2 objects"
+    o = put(o, "obj1_pos", [0.5, -0.6, 0.02])  # the other object, far from bin 0
+    o = put(o, "obj2_pos", [3.0, 3.0, 3.0])
+    free = spot(put(o.copy(), "obj0_pos", [0.5, 0.6, 0.3]), np.array([0.5, 0.6, 0.33]))
+    ee = np.r_[free, 0.33]  # arriving above the free spot, the carried object 3 cm below the suction cup
+    o = put(o, "obj0_pos", ee - [0.0, 0.0, 0.03])
+    assert np.allclose(spot(o, ee), free)
+    assert np.allclose(spot(put(o, "obj2_pos", ee + [0.0, 0.0, 0.01]), ee), free)  # the absent slot nearer than it
