@@ -106,6 +106,25 @@ class SafetyStage(LoopStage):
             except Exception as e2:  # the hold itself failed: nothing more can be done here; logged
                 self.host.log("error", f"e-stop after a failed callback failed too: {e2!r}")
 
+    # --- its life (`LoopStage`) ------------------------------------------------------------------
+    def configured(self) -> None:
+        self.session.last_error = ""
+        self.estop_changed()
+
+    def configure_failed(self, why: str) -> None:
+        self.session.last_error = why
+
+    def activate(self) -> None:
+        self.cycle.activate()
+        self.estop_changed()
+
+    def deactivate(self) -> None:
+        self.cycle.deactivate()
+
+    def release(self) -> None:
+        """Cleanup: wrapper, gate and state go; a latched e-stop is carried to the next configure."""
+        self.session.release()
+
     def shutdown(self, hold: bool = True) -> None:
         """The node stops: the last command is the hold at the measured pose (``hold``), and no more follow."""
         if hold:

@@ -114,3 +114,22 @@ def test_shutdown_sends_the_hold_last_and_no_command_after_it(stage):
     n = len(stage.out)
     stage.shutdown(hold=False)  # a node that refused to run sends nothing
     assert len(stage.out) == n
+
+
+def test_the_safety_stages_life_is_the_same_on_every_runtime(stage):
+    """The steps a lifecycle node's transitions and the in-process loop both drive: configured and activate send
+    the e-stop state (a latched topic's first value), deactivate holds no cycle, release carries a latched e-stop
+    to the next configure."""
+    stage.configure_failed("configure failed: no URDF")
+    assert stage.session.values("")["last_error"] == "configure failed: no URDF"
+    stage.configured()
+    assert stage.session.values("")["last_error"] == ""
+    stage.deactivate()
+    stage.activate()
+    assert [v.estopped for p, v in stage.out if p == "estop_state"] == [False, False] and stage.cycle.active
+    stage.on_state(RobotState(NOW, HOME, np.zeros(7), 1, None))
+    stage.session.estop("test")
+    stage.release()
+    assert stage.cycle.guard is None and "test" in stage.session.estop_carry
+    stage.session.configure(None, None, 0.05, "/joint_states", GATE, "/intervention", (0.2, 0.1))
+    assert stage.session.estop_reason()  # still latched: only reset from a measured pose clears it

@@ -15,7 +15,8 @@ import numpy as np
 
 from tinker_core.loop.edges import Action, Features, RobotState
 from tinker_core.loop.input_ages import Level
-from tinker_core.loop.policy import CommandGate, PolicyStep
+from tinker_core.errors import TinkerError
+from tinker_core.loop.policy import CommandGate, PolicyStep, check_on_overrun
 from tinker_core.loop.stage import LoopStage
 
 
@@ -67,6 +68,50 @@ class PolicyStage(LoopStage):
         if step.message is not None and self.say is not None:
             self.say(step)
         return target
+
+    # --- its life (`LoopStage`) ------------------------------------------------------------------
+    def configure_failed(self, why: str) -> None:
+        self.gate.last_error = why
+
+    def activate(self) -> None:
+        """Commands go out; the first starts from the first cycle's measured pose."""
+        self.core.cycle.restart(self.core.new_chain())
+        self.gate.activate()
+
+    def deactivate(self) -> None:
+        self.gate.deactivate()
+
+    def release(self) -> None:
+        """No command after it; the running bundle is closed."""
+        self.gate.deactivate()
+        if self.core is not None:
+            self.core.runner.close()
+        self.core = None
+
+    def set_param(self, name: str, value: Any) -> str:
+        """A parameter set at run time; '' = taken. ``bundle`` hot-reloads the running model (validated before it
+        goes live; a TinkerError where there is none of the running kind), ``on_overrun`` is checked."""
+        if name == "bundle" and self.core is not None:
+            self.core.reload(str(value))
+        elif name == "on_overrun":
+            check_on_overrun(value)
+        return ""
+
+    def reload(self, path: str) -> tuple[bool, str]:
+        """``~/reload``: (requested, message for the operator)."""
+        try:
+            self.core.reload(str(path))
+        except TinkerError as e:
+            return False, str(e)
+        return True, "reload requested; the new bundle is validated first"
+
+    def stop(self) -> tuple[np.ndarray, dict[str, object]] | None:
+        """Stop: the hold at the newest measured pose and its metadata while commands were going out (a command
+        the safety node passes through its guard), else None; no command goes out after it."""
+        q = self.stop_target()
+        hold = (q, self.gate.stop_meta(self.core.version)) if self.gate.active and q is not None else None
+        self.gate.deactivate()
+        return hold
 
     def stop_target(self) -> np.ndarray | None:
         """The hold at the newest measured pose, for a stop (None before any state)."""

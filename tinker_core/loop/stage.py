@@ -45,3 +45,20 @@ class LoopStage:
     def refuse(self, err: Exception) -> None:
         """An input this stage could not use (the host logs it): a WARN while such inputs go on."""
         self.refusals.note(str(err))
+
+    # --- its life, which each runtime drives: a lifecycle node's transitions (`tinker.lifecycle`), the in-process
+    # loop's start (`tinker.in_process`); a stage that only maps inputs to outputs needs none of them -------------
+    def configured(self) -> None:
+        """Its inputs and outputs are in place."""
+
+    def configure_failed(self, why: str) -> None:
+        """Configure failed (``why``: for the stage's diagnostics); it can be retried."""
+
+    def activate(self) -> None:
+        """Start acting on its inputs."""
+
+    def deactivate(self) -> None:
+        """Stop acting; it can be activated again."""
+
+    def release(self) -> None:
+        """Let go of what configure loaded (cleanup, shutdown, a failed configure)."""

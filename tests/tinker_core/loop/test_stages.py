@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tinker_core.action_chain import ActionChain, ActionChainConfig
-from tinker_core.errors import PipelineError, ValidationError
+from tinker_core.errors import BundleError, ConfigError, PipelineError, ValidationError
 from tinker_core.loop.edges import Features, Goal, RobotState, split_terms, task_report
 from tinker_core.loop.graph import ROBOT_LOOP
 from tinker_core.loop.input_ages import Level
@@ -114,6 +114,70 @@ def test_a_policy_step_over_its_budget_is_never_sent_and_stop_closes_the_gate():
         assert stage.on_features(Features(k, k, "0", np.ones(3, np.float32), "")) is None
     assert out == [] and notes == [(1, True, "hold"), (2, True, "stop")]
     assert not stage.gate.active and stage.level()[0] == Level.ERROR
+
+
+class _Bundle(_Core):
+    """`_Core` with what hot reload and cleanup touch: ``reload`` (a TinkerError where there is no bundle of the
+    running kind, as `tinker.bundle_io.PolicyBundle`) and the runner's ``close``."""
+
+    def __init__(self):
+        super().__init__()
+        self.requested, self.closed, self.reloads = [], False, 0
+        self.runner = SimpleNamespace(close=lambda: setattr(self, "closed", True), actor_sha256="a",
+                                      perception_sha256="p", rejected_reloads=0)
+
+    def new_chain(self):
+        return ActionChain(ActionChainConfig(), -np.ones(2), np.ones(2))
+
+    def reload(self, path):
+        if not str(path).startswith("runs/"):
+            raise BundleError(f"bundle {path}: no manifest.json there; keeping the running bundle")
+        self.requested.append(path)
+
+
+def test_the_policy_stages_life_is_the_same_on_every_runtime():
+    """The steps a lifecycle node's transitions and the in-process loop both drive: activate opens the gate from
+    the next measured pose, deactivate and release close it, release closes the running bundle, a failed
+    configure's reason shows in its diagnostics."""
+    core = _Bundle()
+    stage = PolicyStage(core)
+    out = _emitted(stage)
+    stage.configure_failed("configure failed: no bundle")
+    assert stage.values()["last_error"] == "configure failed: no bundle"
+    stage.activate()
+    stage.on_state(RobotState(1, np.zeros(2), np.zeros(2)))
+    assert stage.on_features(Features(1, 1, "0", np.ones(3, np.float32), "")) is not None
+    stage.deactivate()
+    stage.on_state(RobotState(2, np.zeros(2), np.zeros(2)))
+    assert stage.on_features(Features(2, 2, "0", np.ones(3, np.float32), "")) is None and len(out) == 2
+    stage.activate()
+    stage.release()
+    assert core.closed and stage.core is None and not stage.gate.active
+
+
+def test_a_bundle_set_at_run_time_is_reloaded_and_one_that_cannot_be_is_refused_with_why():
+    core = _Bundle()
+    stage = PolicyStage(core)
+    assert stage.set_param("bundle", "runs/v2/bundle") == "" and core.requested == ["runs/v2/bundle"]
+    with pytest.raises(BundleError, match="no manifest.json"):
+        stage.set_param("bundle", "/nowhere")
+    with pytest.raises(ConfigError, match="on_overrun"):
+        stage.set_param("on_overrun", "panic")
+    assert stage.set_param("on_overrun", "stop") == "" and stage.set_param("warmup_iterations", 3) == ""
+    ok, why = stage.reload("/nowhere")
+    assert not ok and "keeping the running bundle" in why
+    assert stage.reload("runs/v3/bundle") == (True, "reload requested; the new bundle is validated first")
+
+
+def test_stop_gives_the_hold_at_the_measured_pose_once_and_only_while_commands_went_out():
+    stage = PolicyStage(_Bundle())
+    assert stage.stop() is None  # never activated: nothing to hold
+    stage.activate()
+    stage.on_state(RobotState(1, np.full(2, 0.25), np.zeros(2)))
+    q, meta = stage.stop()
+    np.testing.assert_array_equal(q, [0.25, 0.25])
+    assert meta["stop"] == 1 and meta["version"] == 4
+    assert stage.stop() is None and not stage.gate.active
 
 
 def test_policy_values_name_the_bundle_and_the_refusals():

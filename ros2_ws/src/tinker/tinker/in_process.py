@@ -181,9 +181,8 @@ class InProcessLoop:
                                            info={"source": "in_process"})
             self.stages["experience_bridge"] = BridgeStage(self.bridge, now=lambda: self._mono_ns / 1e9)
         self._wire()
-        self.policy.cycle.restart(self.policy.new_chain())
-        self.stages["policy"].gate.activate()
-        self.session.cycle.activate()
+        for name in ("policy", "safety"):  # as their lifecycle nodes' activate
+            self.stages[name].activate()
         self.cycles = self.episodes_done = 0
 
     # --- the edges each stage handles (ROBOT_LOOP's inputs) -----------------------------------------
@@ -283,8 +282,8 @@ class InProcessLoop:
     def close(self) -> None:
         if getattr(self, "bridge", None) is not None:
             self.bridge.flush(self._mono_ns / 1e9)
-        self.session.release()
-        self.policy.runner.close()
+        for name in ("safety", "policy"):  # as their lifecycle nodes' cleanup: the session, the running bundle
+            self.stages[name].release()
         self.robot.close()
 
     def __enter__(self) -> "InProcessLoop":

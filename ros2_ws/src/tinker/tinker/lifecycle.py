@@ -3,9 +3,11 @@
 Every commanding node answers the transitions the same way: configure makes the node's subscriptions, publishers,
 services and timers, and a configure that fails (an exception, or a namesake on the domain where the node refuses
 one) leaves nothing behind, logs why and keeps the reason for /diagnostics, so it can be retried; activate and
-deactivate switch the node's stage; cleanup and shutdown destroy what configure made. The node gives the steps:
+deactivate switch the node's stage; cleanup and shutdown destroy what configure made. The node gives
 `configure_entities` (appending what it makes to ``made`` as it goes, so a failure halfway releases what was
-already made), `configured`, `configure_failed`, `activate`, `deactivate`, `release` and `shutdown`.
+already made); the other steps (`configured`, `configure_failed`, `activate`, `deactivate`, `release`) are its
+stage's (`tinker_core.loop.stage.LoopStage`: the same the in-process loop drives), and a node adds to them where
+it holds more than its stage (a timer, a channel).
 
 `watch_lifecycle` follows another node's primary lifecycle states (the safety node follows the policy's).
 """
@@ -27,6 +29,8 @@ class LifecycleAdapter:
 
     refuse_namesake = False
     """True: configure is refused while another node with this node's name is on the domain."""
+    stage = None
+    """the node's `tinker_core.loop.stage.LoopStage` (None: a node without one)"""
     _entities: list | tuple = ()
 
     # --- the node's steps ---------------------------------------------------------------------------
@@ -36,20 +40,28 @@ class LifecycleAdapter:
 
     def configured(self) -> None:
         """After a configure that succeeded (its entities are in place)."""
+        if self.stage is not None:
+            self.stage.configured()
 
     def configure_failed(self, why: str) -> None:
         """Keep why configure failed where /diagnostics reports it."""
+        if self.stage is not None:
+            self.stage.configure_failed(why)
 
     def activate(self) -> None:
-        """The stage starts acting."""
+        if self.stage is not None:
+            self.stage.activate()
 
     def deactivate(self) -> None:
-        """The stage stops acting."""
+        if self.stage is not None:
+            self.stage.deactivate()
 
     def release(self) -> None:
-        """Destroy what configure made (also after a failed configure)."""
+        """Destroy what configure made, then the stage lets go (also after a failed configure)."""
         self.destroy_entities(list(self._entities))
         self._entities = ()
+        if self.stage is not None:
+            self.stage.release()
 
     def shutdown(self) -> None:
         """The node's last transition: by default, `release`."""

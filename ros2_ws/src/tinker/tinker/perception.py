@@ -8,7 +8,6 @@ channels (`tinker.channel_io.ChannelListener`) feed the cycle's inbox. Topics: `
 
 from __future__ import annotations
 
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
@@ -17,7 +16,7 @@ from tinker.channel_io import ChannelListener, declared
 from tinker.node_params import PERCEPTION_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.wire import Reader
-from tinker_core.errors import TinkerError, ValidationError
+from tinker_core.errors import ValidationError
 from tinker_core.loop.input_ages import Level
 from tinker_core.loop.kinematics import ForwardKinematics
 from tinker_core.loop.perception_stage import PerceptionStage
@@ -36,7 +35,7 @@ class PerceptionNode(NodeRuntime, Node):
         if not self.param("bundle"):  # param get shows the bundle that runs
             self.set_parameters([Parameter("bundle", value=str(resolve_bundle("")))])
         self._load(self.param("bundle"))
-        self.add_on_set_parameters_callback(self._on_params)
+        self.on_param_set(self._set_param)
         stale = {"image": self._image_level(), "task": Level.ERROR if self.param("task_synced") else None,
                  "goal": None, "raw_action": Level.WARN}
         self.serve(self.stage, self.reader, TOPICS, stale, read={"joint_states": self._read_state},
@@ -72,16 +71,13 @@ class PerceptionNode(NodeRuntime, Node):
         self.reader.set_joints(model.manifest.joint_names)  # the served subscriptions keep this one reader
         self.model, self._checked = model, False
 
-    def _on_params(self, params) -> SetParametersResult:
-        try:
-            for prm in params:
-                if prm.name == "bundle":
-                    self._load(str(prm.value))
-                elif prm.name == "max_frame_age":
-                    self.cycle.max_frame_age_ns = int(float(prm.value) * 1e9)
-        except TinkerError as e:
-            return SetParametersResult(successful=False, reason=str(e))
-        return SetParametersResult(successful=True)
+    def _set_param(self, name: str, value) -> str:
+        """``bundle``: the new model, verified before it replaces the running one (a TinkerError refuses it)."""
+        if name == "bundle":
+            self._load(str(value))
+        elif name == "max_frame_age":
+            self.cycle.max_frame_age_ns = int(float(value) * 1e9)
+        return ""
 
     def _read_state(self, msg):
         if not self._checked:

@@ -9,7 +9,6 @@ loads, verifies and warms up; activate commands; deactivate stops. A declared ch
 
 from __future__ import annotations
 
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode
 from rclpy.parameter import Parameter
 
@@ -19,7 +18,6 @@ from tinker.lifecycle import LifecycleAdapter
 from tinker.node_params import POLICY_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.wire import Reader, array_msg
-from tinker_core.errors import TinkerError
 from tinker_core.loop.policy import CommandGate, check_on_overrun
 from tinker_core.loop.policy_stage import PolicyStage
 
@@ -34,8 +32,8 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         self.core, self.gate = None, CommandGate()
         self.agent, self.says, self.speaker = "", None, None
         self.stage = PolicyStage(None, self.gate, int(self.period * 1e9), lambda: self.param("on_overrun"),
-                                 self._overran, self._say)
-        self.add_on_set_parameters_callback(self._on_params)
+                                 lambda step, dur, how: self.note_overrun(step.cycle, dur, how), self._say)
+        self.on_param_set(self.stage.set_param)
 
     # --- the lifecycle's steps (`LifecycleAdapter`) ------------------------------------------------
     def configure_entities(self, made: list) -> None:
@@ -45,55 +43,17 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         self.agent, self.says, _ = declared(self)
         self.core = self.stage.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period,
                                                    self.get_logger().info, says=self.says)
-        p99, mx = self.core.runner.warmup(int(self.param("warmup_iterations")))
-        self.get_logger().info(f"bundle {self.param('bundle')} v{self.core.version} verified; actor p99 {p99:.1f} us, "
-                               f"max {mx:.1f} us after warm-up; providers {self.core.runner.providers}")
+        self.get_logger().info(self.core.warm_up(self.param("bundle"), self.param("warmup_iterations")))
         made += [*self.serve(self.stage, Reader("policy", self.core.runner.joint_names), TOPICS),
-                 self.trigger_service("~/reload", self._reload)]
+                 self.trigger_service("~/reload", lambda: self.stage.reload(self.param("bundle")))]
         self.cmd_pub = self.edge_publishers["joint_target"]
         if self.says is not None:
             self.speaker = ChannelSpeaker(self, self.says, self.agent)
             made += self.speaker.entities
 
-    def configure_failed(self, why: str) -> None:
-        self.gate.last_error = why
-
-    def activate(self) -> None:
-        self.core.cycle.restart(self.core.new_chain())  # its first command starts from the first cycle's pose
-        self.gate.activate()
-
-    def deactivate(self) -> None:
-        self.gate.deactivate()
-
     def release(self) -> None:
-        self.gate.deactivate()
-        super().release()
-        if self.core is not None:
-            self.core.runner.close()
-        self.core, self.stage.core, self.speaker = None, None, None
-
-    def _on_params(self, params) -> SetParametersResult:
-        try:
-            for prm in params:
-                if prm.name == "bundle" and self.core is not None:
-                    self.core.reload(str(prm.value))
-                if prm.name == "on_overrun":
-                    check_on_overrun(prm.value)
-        except TinkerError as e:
-            return SetParametersResult(successful=False, reason=str(e))
-        return SetParametersResult(successful=True)
-
-    def _reload(self) -> tuple[bool, str]:
-        try:
-            self.core.reload(str(self.param("bundle")))
-        except TinkerError as e:
-            return False, str(e)
-        return True, "reload requested; the new bundle is validated first"
-
-    def _overran(self, step, dur: int, how: str) -> None:
-        self.stats.record(dur)  # counted in /diagnostics: no log per cycle
-        self.get_logger().warning(f"cycle {step.cycle} overran its budget ({dur / 1e6:.2f} ms > "
-                                  f"{self.period * 1e3:.0f} ms): {how}", throttle_duration_sec=1.0)
+        super().release()  # the stage closes the running bundle
+        self.core, self.speaker = None, None
 
     def _say(self, step) -> None:
         if self.speaker is not None:
@@ -112,10 +72,9 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
 
     def on_exit(self) -> None:
         """Stop: hold at the measured position (a command the safety node passes through its guard)."""
-        q = self.stage.stop_target()
-        if self.gate.active and q is not None and self._entities:
-            self.cmd_pub.publish(array_msg(q, self.gate.stop_meta(self.core.version)))
-        self.gate.deactivate()
+        hold = self.stage.stop()
+        if hold is not None and self._entities:
+            self.cmd_pub.publish(array_msg(*hold))
 
 
 main = main_for(PolicyNode)

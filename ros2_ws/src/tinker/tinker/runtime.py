@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from rcl_interfaces.msg import SetParametersResult
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
@@ -356,6 +357,24 @@ class NodeRuntime:
 
         ROBOT_LOOP.check_port(self.module, role, direction)
         return TOPICS[role]
+
+    def on_param_set(self, apply: Callable[[str, Any], str]) -> None:
+        """Parameters set at run time (``ros2 param set``, a launch file, another node): ``apply(name, value)`` acts
+        on each and returns why it refuses ('' = taken; a TinkerError raised is a refusal with its message). The
+        first refusal refuses the whole set, and its reason is what the caller sees."""
+        def on_set(params) -> SetParametersResult:
+            try:
+                reason = next(filter(None, (apply(p.name, p.value) for p in params)), "")
+            except TinkerError as e:
+                reason = str(e)
+            return SetParametersResult(successful=not reason, reason=reason)
+        self.add_on_set_parameters_callback(on_set)
+
+    def note_overrun(self, cycle: int, dur_ns: int, how: str) -> None:
+        """A cycle over its budget: counted in /diagnostics, logged at most once a second (no log per cycle)."""
+        self.stats.record(dur_ns)
+        self.get_logger().warning(f"cycle {cycle} overran its budget ({dur_ns / 1e6:.2f} ms > "
+                                  f"{self.period * 1e3:.0f} ms): {how}", throttle_duration_sec=1.0)
 
     def trigger_service(self, name: str, call: Callable[[], tuple[bool, str]]):
         """A std_srvs/Trigger service ``name`` answered by ``call()`` -> (success, message)."""

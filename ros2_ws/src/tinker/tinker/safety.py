@@ -9,7 +9,6 @@ or JointTrajectory), the latched ``safety/estop_state``, ``safety/intervened``, 
 
 from __future__ import annotations
 
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode
 from trajectory_msgs.msg import JointTrajectory
 
@@ -31,12 +30,13 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
     def __init__(self, **kwargs):
         super().__init__("safety", **kwargs)
         self._init_runtime("safety", SAFETY_PARAMS)
-        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.on_param_set(lambda name, value: self.session.param_refusal(name, value))
         self.add_post_set_parameters_callback(self._after_set_parameters)
         self.stage = SafetyStage(self, self.param("command_type"),  # this node hosts its deadline, log, input watch
                                  wall_ns=lambda: self.get_clock().now().nanoseconds)
         self.session, self.cycle, self.command_type = self.stage.session, self.stage.cycle, self.stage.session.command_type
-        self.deadline = None
+        self.deadline = Deadline(self, float(self.param("hold_deadline")) * self.period, self._on_deadline)
+        self.arm_deadline, self.cancel_deadline = self.deadline.arm, self.deadline.cancel  # (`SafetyHost`)
         trajectory = self.command_type == "joint_trajectory"  # publishers live for the node's whole life
         self.serve_outputs(self.stage, TOPICS, write={
             "estop_state": lambda e: estop_msg(self.get_fully_qualified_name(), e.reason),
@@ -48,13 +48,9 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
     def active(self) -> bool:
         return self.cycle.active
 
-    def _on_set_parameters(self, params) -> SetParametersResult:
-        reason = next(filter(None, (self.session.param_refusal(p.name, p.value) for p in params)), "")
-        return SetParametersResult(successful=not reason, reason=reason)
-
     def _after_set_parameters(self, params) -> None:
         self.session.limits_from(self.param)
-        if any(prm.name == "hold_deadline" for prm in params) and self.deadline is not None:
+        if any(prm.name == "hold_deadline" for prm in params):
             self.deadline.set_delay(float(self.param("hold_deadline")) * self.period)
 
     # --- the lifecycle's steps (`LifecycleAdapter`) ------------------------------------------------
@@ -74,28 +70,10 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         self.stage.state_publishers = subs["joint_states"].get_publisher_count
         if teleop:
             self.stage.teleop_publishers = subs["intervention"].get_publisher_count
-        self.deadline = Deadline(self, float(self.param("hold_deadline")) * self.period, self._on_deadline)
-
-    def configured(self) -> None:
-        self.session.last_error = ""
-        self.stage.estop_changed()
-
-    def configure_failed(self, why: str) -> None:
-        self.session.last_error = why
-
-    def activate(self) -> None:
-        self.cycle.activate()
-        self.stage.estop_changed()
-
-    def deactivate(self) -> None:
-        self.cycle.deactivate()
 
     def release(self) -> None:
         super().release()
-        if self.deadline is not None:
-            self.deadline.destroy()
-        self.deadline = None
-        self.session.release()
+        self.deadline.cancel()
 
     def shutdown(self) -> None:
         self.stage.shutdown(hold=self.cycle.active)
@@ -110,14 +88,7 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         super().callback_failed(topic, err)
         self.stage.internal_error(topic, err)
 
-    # --- the stage's host (`SafetyHost`; its log is NodeRuntime.log) --------------------------------
-    def arm_deadline(self) -> None:
-        self.deadline.arm()
-
-    def cancel_deadline(self) -> None:
-        if self.deadline is not None:
-            self.deadline.cancel()
-
+    # --- the stage's host (`SafetyHost`; its log is NodeRuntime.log, its deadline self.deadline) ----------
     def expect_commands(self, expected: bool, arrived: bool) -> None:
         """The policy's commands are an input that must flow (ERROR when stale) only while it is active."""
         if self._entities:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 
-from rcl_interfaces.msg import SetParametersResult
 from rclpy.node import Node
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
@@ -56,13 +55,12 @@ class SimRobotNode(NodeRuntime, Node):
         self.loop.publishers = self.edge_subscriptions["command"].get_publisher_count
         self.timer = self.create_timer(self.period, self._tick)
         self.watch_namesake()
-        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.on_param_set(self._set_param)  # ranges and read-only are rclpy's
 
-    def _on_set_parameters(self, params) -> SetParametersResult:
-        """Ranges and read-only are rclpy's; the dynamic ones take effect at the next cycle."""
-        for prm in params:
-            self.loop.set_param(prm.name, prm.value)
-        return SetParametersResult(successful=True)
+    def _set_param(self, name: str, value) -> str:
+        """The dynamic ones take effect at the next cycle."""
+        self.loop.set_param(name, value)
+        return ""
 
     def _read_command(self, msg: Float64MultiArray) -> SafeCommand:
         self._arrived = time.time_ns()  # end to end: this state's publish -> the safe command's arrival here
