@@ -16,6 +16,11 @@ protocol (per held-out dynamics variant, --runs times with different seeds):
   tinker/ArmSort-v0: stage 1 only. The shipped sorter learned by imitation (BC); RL fine-tuning of it is
   issue #21 item 3, so stages 2-3 are reported as not available, never run or estimated.
 
+--bundle runs another policy of the task through the same protocol, e.g. the camera reach policy
+(pretrained/arm_reach_vision: its locator stays, the learner fine-tunes the actor behind it, each published
+bundle keeps the locator), with --reward sensors: the learner's rewards from the success sensor (the target the
+camera found, the measured joints), never the simulator's target; the simulator only scores.
+
 run r (0-based) evaluates episode seeds --seed + r * --eval-episodes onwards and seeds the robot's loop with r.
 A variant with a key that cannot act on the env and policy (sim/dynamics_check.py) is refused when named;
 without --variants every shipped variant runs whose keys all act, and the others are listed with why.
@@ -28,6 +33,7 @@ examples:
   tinker benchmark sim2real --train                          retrain with configs/sac_arm_reach.yaml first
   tinker benchmark sim2real --variants laggy --finetune-episodes 10 --eval-episodes 20
   tinker benchmark sim2real --env tinker/ArmSort-v0 --variants far_latency_sort --runs 3 --eval-episodes 50
+  tinker benchmark sim2real --bundle pretrained/arm_reach_vision --reward sensors --variants far_latency_reach --runs 5
 """
 
 ENVS = ("tinker/ArmReach-v0", "tinker/ArmSort-v0")
@@ -49,6 +55,14 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=1000, help="first evaluation episode seed of run 0 (default 1000)")
     p.add_argument("--train", action="store_true",
                    help="train the policy with configs/sac_arm_reach.yaml first (default: the shipped pretrained one)")
+    p.add_argument("--bundle", default=None,
+                   help="the policy bundle to run (default: the task's shipped pretrained one)")
+    p.add_argument("--checkpoint", default=None,
+                   help="the checkpoint the learner fine-tunes (default: the task's shipped pretrained one; a "
+                        "vision bundle's actor is the reach policy's, so its checkpoint serves)")
+    p.add_argument("--reward", default="sim", choices=["sim", "sensors"],
+                   help="the learner's rewards while fine-tuning: 'sim' (the simulator's true target, an oracle) "
+                        "or 'sensors' (the success sensor; a vision bundle); the simulator scores either way")
     p.add_argument("--eval-episodes", type=int, default=50, help="simulation episodes per evaluation (default 50)")
     p.add_argument("--finetune-episodes", type=int, default=50, help="ROS-loop episodes of fine-tuning (default 50)")
     p.add_argument("--out", default="runs/sim2real", help="output directory (default runs/sim2real)")
@@ -167,7 +181,7 @@ def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundl
     demo_out = out / f"finetune_{name}" / f"run{run_idx}"
     rep = run_demo(DemoConfig(bundle=str(bundle), checkpoint=str(checkpoint), dynamics=str(dyn), out=str(demo_out),
                               episodes_before=1, finetune_episodes=args.finetune_episodes, episodes_after=1,
-                              seed=run_idx),
+                              seed=run_idx, reward=args.reward),
                    progress=lambda s: print("   " + s) if s.startswith(("phase", "  final")) else None)
     published = rep["learner"].get("version") or 0
     tuned_bundle = demo_out / "bundles" / f"v{published:06d}" if published else bundle
@@ -220,9 +234,26 @@ def run(args: argparse.Namespace) -> int:
     if args.train and args.env != ENVS[0]:
         raise ConfigError(f"--train: the protocol retrains only the ArmReach policy (configs/sac_arm_reach.yaml); "
                           f"for {args.env} run 'tinker train' and 'tinker export' yourself")
+    if args.train and (args.bundle or args.checkpoint):
+        raise ConfigError("--train makes its own bundle and checkpoint; leave out --bundle and --checkpoint")
+    if no_finetune and (args.reward != "sim" or args.checkpoint):
+        raise ConfigError(f"--reward and --checkpoint set the fine-tuning stage, and {args.env} has none: {no_finetune}")
     out = Path(args.out).resolve()
     pre = pretrained_dir(args.env)
-    bundle, checkpoint = pre / "bundle", pre / "checkpoint"
+    bundle = Path(args.bundle).resolve() if args.bundle else pre / "bundle"
+    checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else pre / "checkpoint"
+    for path, what in ((bundle, "--bundle"), *(() if no_finetune else ((checkpoint, "--checkpoint"),))):
+        if not path.exists():
+            raise ConfigError(f"{what}: {path} does not exist")
+    from tinker_deploy.hierarchy_runtime import is_hierarchy
+
+    if is_hierarchy(bundle):
+        raise ConfigError(f"--bundle {bundle}: a hierarchical policy (hierarchy.json); this protocol runs one-level "
+                          f"bundles. Evaluate it on a variant with 'tinker eval {bundle} --dynamics VARIANT.yaml'")
+    if args.reward == "sensors":  # refused now, with why, not after the zero-shot stage
+        from tinker.reward_source import sensor_outcome
+
+        sensor_outcome(str(bundle))
     variants, skipped = select_variants(args.variants, args.env, load_policy(bundle).manifest, bundle, REPO)
     for name, why in skipped.items():
         print(f"variant {name} left out: {why}")
@@ -263,6 +294,7 @@ def run(args: argparse.Namespace) -> int:
     (out / "sim2real.json").write_text(json.dumps({"env": args.env, "bundle": str(bundle), "rows": rows,
                                                    "left_out": skipped, "settings": vars(args) | {"func": None}},
                                                   indent=1, default=str))
-    (out / "sim2real.md").write_text(f"{args.env}, policy {bundle}\n\n" + md + f"\n\n![sim2real]({png.name})\n")
+    rewards = "" if no_finetune else f", fine-tuned on {'the success sensor' if args.reward == 'sensors' else 'the simulator'}'s rewards"
+    (out / "sim2real.md").write_text(f"{args.env}, policy {bundle}{rewards}\n\n" + md + f"\n\n![sim2real]({png.name})\n")
     print("\n" + md + f"\n\nwrote {out / 'sim2real.md'}, {out / 'sim2real.json'}, {png}")
     return 0

@@ -71,6 +71,23 @@ def test_bad_arguments_are_refused(tmp_path):
     assert p.returncode == 2 and "invalid choice" in p.stderr
 
 
+def test_another_bundle_and_the_sensor_reward_are_refused_where_they_cannot_run(tmp_path):
+    """Before anything runs: a sensor reward needs a target the camera finds (the state bundle's comes from the
+    simulator), the sorter has no fine-tuning stage to reward, --train makes its own bundle, a bundle must exist."""
+    p = tinker("benchmark", "sim2real", "--reward", "sensors", "--out", str(tmp_path / "a"))
+    assert p.returncode == 2 and "a sensor reward needs a target the robot perceives" in p.stderr
+    p = tinker("benchmark", "sim2real", "--env", SORT, "--reward", "sensors", "--out", str(tmp_path / "b"))
+    assert p.returncode == 2 and "--reward and --checkpoint set the fine-tuning stage" in p.stderr
+    p = tinker("benchmark", "sim2real", "--train", "--bundle", "pretrained/arm_reach_vision", "--out", str(tmp_path / "c"))
+    assert p.returncode == 2 and "leave out --bundle and --checkpoint" in p.stderr
+    p = tinker("benchmark", "sim2real", "--bundle", str(tmp_path / "none"), "--out", str(tmp_path / "d"))
+    assert p.returncode == 2 and f"--bundle: {tmp_path / 'none'} does not exist" in p.stderr
+    p = tinker("benchmark", "sim2real", "--env", SORT, "--bundle", "pretrained/arm_sort_hppo/bundle", "--out",
+               str(tmp_path / "e"))
+    assert p.returncode == 2 and "a hierarchical policy (hierarchy.json); this protocol runs one-level" in p.stderr
+    assert not any((tmp_path / k).exists() for k in "abcde")
+
+
 def test_the_demo_refuses_a_dynamics_key_its_robot_cannot_act_on_before_it_starts_anything(tmp_path):
     out = tmp_path / "demo"
     p = tinker("demo", "--dynamics", "sim/config/dynamics/worn_robot.yaml", "--out", str(out))
