@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from tinker_core.algos.base import Algorithm, PolicyModule
-from tinker_core.algos.optim import backward_in_caller_thread, make_adam
+from tinker_core.algos.optim import make_adam, update_scope
 from tinker_core.algos.hppo_config import HPPOConfig
 from tinker_core.errors import CheckpointError, ConfigError, SpecError
 from tinker_core.hierarchy.networks import (
@@ -235,7 +235,7 @@ class HPPO(Algorithm):
         self.last_decisions = decisions
         m: dict[str, Any] = {}
         self.train(True)
-        with backward_in_caller_thread():
+        with update_scope():
             m.update(self._update_high(decisions))
             if learned:
                 m.update(self._update_low(low_obs, low_opt, low_act, low_logp, low_val, rewards, terms, ends,

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from tinker_core.algos.base import Algorithm, AlgoConfig, Callback
-from tinker_core.algos.optim import backward_in_caller_thread, make_adam
+from tinker_core.algos.optim import make_adam, update_scope
 from tinker_core.algos.actor_critic import ActorCritic
 from tinker_core.algos.networks import seq_forward
 from tinker_core.algos.vec_env import EpisodeInfo
@@ -288,7 +288,7 @@ class IMPALA(ActorCritic, Algorithm):
         sums = {"policy_loss": 0.0, "value_loss": 0.0, "entropy": 0.0, "grad_norm": 0.0, "clip_fraction": 0.0}
         steps = 0
         self.train(True)
-        with backward_in_caller_thread():
+        with update_scope():
             for _ in range(int(c.n_epochs)):
                 order = torch.randperm(n, generator=self.gen).to(dev) if mb < n else torch.arange(n, device=dev)
                 for s in range(0, n, mb):

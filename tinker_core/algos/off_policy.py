@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from tinker_core.algos.base import AlgoConfig, Algorithm
-from tinker_core.algos.optim import backward_in_caller_thread
+from tinker_core.algos.optim import update_scope
 from tinker_core.algos.buffers import ReplayBuffer, ReplaySamples
 from tinker_core.algos.her import HerConfig, HerReplayBuffer, check_goal_spec
 from tinker_core.algos.train_freq import TrainTrigger
@@ -148,7 +148,7 @@ class OffPolicyAlgorithm(Algorithm):
     def _train(self, gradient_steps: int) -> None:
         if isinstance(self.replay, HerReplayBuffer) and not self.replay.ready():
             return  # HER samples finished episodes only: training starts once the first one ends
-        with backward_in_caller_thread():
+        with update_scope():
             for _ in range(gradient_steps):
                 s, w, idx = self._sample()
                 self._last_batch_rewards = s.rewards
@@ -231,7 +231,7 @@ class OffPolicyAlgorithm(Algorithm):
                           torch.as_tensor(np.asarray(batch.reward, dtype=np.float32), device=self.device),
                           torch.as_tensor(np.asarray(batch.terminated, dtype=np.float32), device=self.device))
         w = None if weights is None else torch.as_tensor(np.asarray(weights, dtype=np.float32), device=self.device)
-        with backward_in_caller_thread():
+        with update_scope():
             td = self._train_step(s, w)
         self._last_batch_rewards = np.asarray(batch.reward)
         out: dict[str, Any] = {k: float(v) for k, v in self._metrics.items()

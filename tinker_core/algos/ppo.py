@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from tinker_core.algos.base import AlgoConfig, Algorithm
-from tinker_core.algos.optim import backward_in_caller_thread, make_adam
+from tinker_core.algos.optim import make_adam, update_scope
 from tinker_core.algos.buffers import RolloutSamples, _alloc, _put, _take
 from tinker_core.algos.flat_params import FlatParams
 from tinker_core.algos.fused_ac import FusedActorCritic
@@ -404,11 +404,11 @@ class PPO(ActorCritic, Algorithm):
         scal = torch.stack([f_val, f_logp, f_adv, f_ret], 1)
         if self._native is not None and not isinstance(f_obs, dict) and self._native.ready(self.opt):
             perms = torch.stack([torch.randperm(total, generator=self.gen) for _ in range(c.n_epochs)])
-            with torch.no_grad():
+            with torch.no_grad(), update_scope():
                 losses_t, lr_all, norms_t = self._native.update(self.opt, f_obs, f_act, scal, perms, c)
         else:
             losses, log_ratios, norms = [], [], []
-            with backward_in_caller_thread():
+            with update_scope():
                 for _ in range(c.n_epochs):
                     perm = torch.randperm(total, generator=self.gen).to(self.device)
                     e_obs, e_act, e_scal = _take(f_obs, perm), f_act[perm], scal[perm]
@@ -442,7 +442,7 @@ class PPO(ActorCritic, Algorithm):
         c, total = self.config, f_ret.shape[0]
         with torch.no_grad():  # the passes move the value MLP only: the features are computed once
             feats = self.perception(f_obs)
-        with backward_in_caller_thread():
+        with update_scope():
             for _ in range(c.value_epochs):
                 perm = torch.randperm(total, generator=self.gen).to(self.device)
                 for start in range(0, total, c.batch_size):

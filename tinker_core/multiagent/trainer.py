@@ -35,7 +35,7 @@ from torch import nn
 
 from tinker_core.algos import ALGOS, DQN, PPO, Algorithm
 from tinker_core.algos.checkpointing import load_checkpoint_into
-from tinker_core.algos.optim import backward_in_caller_thread, make_adam
+from tinker_core.algos.optim import make_adam, update_scope
 from tinker_core.algos.normalize import ObsNormalizer
 from tinker_core.algos.off_policy import OffPolicyAlgorithm
 from tinker_core.errors import CheckpointError, ConfigError
@@ -405,7 +405,7 @@ class MultiAgentTrainer:
         critic, opt = g.critic, g.critic_opt
         n = x.shape[0]
         critic.train(True)  # type: ignore[union-attr]
-        with backward_in_caller_thread():
+        with update_scope():
             for _ in range(c.n_epochs):
                 perm = torch.randperm(n, generator=g.algo.gen)
                 for s in range(0, n, c.batch_size):
