@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tinker_core.errors import ConfigError
-from tinker_core.spec import AnySpec, DictSpec, spec_from_space
+from tinker_core.spec import AnySpec, spec_from_space
 
 
 @dataclass
@@ -102,6 +102,3 @@ class VecEnv:
         for e in self.envs:
             e.close()
 
-
-def is_dict_spec(spec: AnySpec) -> bool:
-    return isinstance(spec, DictSpec)

@@ -200,13 +200,6 @@ def task_settings(path: str | os.PathLike) -> dict[str, object]:
     return {"task": task, **({"max_objects": int(kw["max_objects"])} if task == "sort" and "max_objects" in kw else {})}
 
 
-def _providers_check(session, wanted: tuple[str, ...] = ("CPUExecutionProvider",)) -> list[str]:
-    got = list(session.get_providers())
-    if got[: len(wanted)] != list(wanted):
-        raise BundleError(f"onnxruntime execution providers: expected {list(wanted)}, got {got} (silent fallback)")
-    return got
-
-
 def chain_config(manifest) -> ActionChainConfig:
     return config_from_dict(ActionChainConfig, dict(manifest.action_chain or {}), "manifest.action_chain")
 

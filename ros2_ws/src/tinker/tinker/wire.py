@@ -155,11 +155,6 @@ def state_tags(msg: JointState) -> tuple[int | None, int | None]:
     return (int(cycle) if cycle.isdigit() else None), (int(episode) if episode.isdigit() else None)
 
 
-def state_cycle(msg: JointState) -> int | None:
-    """The simulator's cycle counter in a JointState's frame_id; None from any other driver."""
-    return state_tags(msg)[0]
-
-
 def encode_meta(meta: Mapping[str, object]) -> str:
     label = ";".join([f"{k}={v}" for k, v in meta.items()])
     if label.count("=") != len(meta) or label.count(";") != max(len(meta) - 1, 0):  # one check per message
