@@ -13,9 +13,9 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tinker_core.errors import TinkerError
 from tinker_core.loop.edges import Action, Features, RobotState
 from tinker_core.loop.input_ages import Level
-from tinker_core.errors import TinkerError
 from tinker_core.loop.policy import CommandGate, PolicyStep, check_on_overrun
 from tinker_core.loop.stage import LoopStage
 
