@@ -294,7 +294,8 @@ def run(args: argparse.Namespace) -> int:
     (out / "sim2real.json").write_text(json.dumps({"env": args.env, "bundle": str(bundle), "rows": rows,
                                                    "left_out": skipped, "settings": vars(args) | {"func": None}},
                                                   indent=1, default=str))
-    rewards = "" if no_finetune else f", fine-tuned on {'the success sensor' if args.reward == 'sensors' else 'the simulator'}'s rewards"
+    source = "the success sensor" if args.reward == "sensors" else "the simulator"
+    rewards = "" if no_finetune else f", fine-tuned on {source}'s rewards"
     (out / "sim2real.md").write_text(f"{args.env}, policy {bundle}{rewards}\n\n" + md + f"\n\n![sim2real]({png.name})\n")
     print("\n" + md + f"\n\nwrote {out / 'sim2real.md'}, {out / 'sim2real.json'}, {png}")
     return 0
