@@ -20,7 +20,8 @@ from tinker_core.loop.bridge import ExperienceBridge
 from tinker_core.loop.graph import ROBOT_LOOP
 
 ASK_EVERY = 10
-"""`tick` calls between two reads of the policy node's ``bundle`` parameter"""
+"""`tick` calls between two reads of the policy node's ``bundle`` parameter once one was read (until then, every
+call: a person who takes over right after start-up needs the chain at once)"""
 
 
 class BundleHandover:
@@ -31,7 +32,7 @@ class BundleHandover:
                  weights_endpoint: str = "", bundle_dir: str = ""):
         self.node, self.bridge, self.urdf = node, bridge, urdf
         self.weights = self.deployed_version = None
-        self.bundles_received, self._ticks = 0, 0
+        self.bundles_received, self._ticks, self._asked_at = 0, 0, None
         ns = node.get_namespace().rstrip("/")
         self.clients = {role: AsyncParameterClient(node, f"{ns}/{name}") for role, name in nodes.items()}
         if weights_endpoint:
@@ -44,13 +45,19 @@ class BundleHandover:
             node.create_timer(0.1, self.poll)
 
     def tick(self) -> None:
-        """Every `ASK_EVERY` calls: ask the policy node which bundle runs (its chain inverts a person's targets)."""
+        """Ask the policy node which bundle runs (its chain inverts a person's targets): every call until one was
+        read, then every `ASK_EVERY` calls; one question at a time (one unanswered for `ASK_EVERY` calls is
+        given up: the policy node may have gone)."""
         self._ticks += 1
         client = self.clients["policy"]
-        if self._ticks % ASK_EVERY == 1 and client.services_are_ready():
+        due = not self.bridge.chain_bundle or self._ticks % ASK_EVERY == 1
+        waiting = self._asked_at is not None and self._ticks - self._asked_at < ASK_EVERY
+        if due and not waiting and client.services_are_ready():
+            self._asked_at = self._ticks
             client.get_parameters(["bundle"], callback=self._on_policy_bundle)
 
     def _on_policy_bundle(self, future) -> None:
+        self._asked_at = None
         try:
             path = future.result().values[0].string_value
         except Exception as e:  # the policy node is not up (yet): asked again later
