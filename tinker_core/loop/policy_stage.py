@@ -108,14 +108,10 @@ class PolicyStage(LoopStage):
     def stop(self) -> tuple[np.ndarray, dict[str, object]] | None:
         """Stop: the hold at the newest measured pose and its metadata while commands were going out (a command
         the safety node passes through its guard), else None; no command goes out after it."""
-        q = self.stop_target()
+        q = self.core.cycle.q_latest if self.core is not None else None  # None before any state
         hold = (q, self.gate.stop_meta(self.core.version)) if self.gate.active and q is not None else None
         self.gate.deactivate()
         return hold
-
-    def stop_target(self) -> np.ndarray | None:
-        """The hold at the newest measured pose, for a stop (None before any state)."""
-        return self.core.cycle.q_latest if self.core is not None else None
 
     def values(self, channel: dict[str, object] | None = None) -> dict[str, object]:
         """/diagnostics values: the running bundle, its reloads, refused inputs (``channel``: the channel's own)."""

@@ -29,7 +29,7 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
     def __init__(self, **kwargs):
         super().__init__("policy", **kwargs)
         self._init_runtime("policy", POLICY_PARAMS)
-        self.core, self.gate = None, CommandGate()
+        self.gate = CommandGate()
         self.agent, self.says, self.speaker = "", None, None
         self.stage = PolicyStage(None, self.gate, int(self.period * 1e9), lambda: self.param("on_overrun"),
                                  lambda step, dur, how: self.note_overrun(step.cycle, dur, how), self._say)
@@ -41,10 +41,10 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
             self.set_parameters([Parameter("bundle", value=str(resolve_bundle("")))])
         check_on_overrun(self.param("on_overrun"))
         self.agent, self.says, _ = declared(self)
-        self.core = self.stage.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period,
-                                                   self.get_logger().info, says=self.says)
-        self.get_logger().info(self.core.warm_up(self.param("bundle"), self.param("warmup_iterations")))
-        made += [*self.serve(self.stage, Reader("policy", self.core.runner.joint_names), TOPICS),
+        core = self.stage.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period,
+                                              self.get_logger().info, says=self.says)
+        self.get_logger().info(core.warm_up(self.param("bundle"), self.param("warmup_iterations")))
+        made += [*self.serve(self.stage, Reader("policy", core.runner.joint_names), TOPICS),
                  self.trigger_service("~/reload", lambda: self.stage.reload(self.param("bundle")))]
         self.cmd_pub = self.edge_publishers["joint_target"]
         if self.says is not None:
@@ -53,7 +53,7 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
 
     def release(self) -> None:
         super().release()  # the stage closes the running bundle
-        self.core, self.speaker = None, None
+        self.speaker = None
 
     def _say(self, step) -> None:
         if self.speaker is not None:
@@ -64,8 +64,8 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         return self.gate.active
 
     def diagnostic_values(self) -> dict[str, object]:
-        s = self.speaker
-        return self.stage.values(None if s is None else s.values(self.core.cycle.outbox.clipped if self.core else 0))
+        s, core = self.speaker, self.stage.core
+        return self.stage.values(None if s is None else s.values(core.cycle.outbox.clipped if core else 0))
 
     def diagnostic_level(self):
         return self.stage.level("" if self.speaker is None else self.speaker.crowded())

@@ -30,11 +30,11 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
     def __init__(self, **kwargs):
         super().__init__("safety", **kwargs)
         self._init_runtime("safety", SAFETY_PARAMS)
-        self.on_param_set(lambda name, value: self.session.param_refusal(name, value))
-        self.add_post_set_parameters_callback(self._after_set_parameters)
         self.stage = SafetyStage(self, self.param("command_type"),  # this node hosts its deadline, log, input watch
                                  wall_ns=lambda: self.get_clock().now().nanoseconds)
         self.session, self.cycle, self.command_type = self.stage.session, self.stage.cycle, self.stage.session.command_type
+        self.on_param_set(self.session.param_refusal)
+        self.add_post_set_parameters_callback(self._after_set_parameters)
         self.deadline = Deadline(self, float(self.param("hold_deadline")) * self.period, self._on_deadline)
         self.arm_deadline, self.cancel_deadline = self.deadline.arm, self.deadline.cancel  # (`SafetyHost`)
         trajectory = self.command_type == "joint_trajectory"  # publishers live for the node's whole life
