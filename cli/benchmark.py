@@ -242,7 +242,8 @@ def run(args: argparse.Namespace) -> int:
     pre = pretrained_dir(args.env)
     bundle = Path(args.bundle).resolve() if args.bundle else pre / "bundle"
     checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else pre / "checkpoint"
-    for path, what in ((bundle, "--bundle"), *(() if no_finetune else ((checkpoint, "--checkpoint"),))):
+    needed = {"--bundle": bundle} if no_finetune else {"--bundle": bundle, "--checkpoint": checkpoint}
+    for what, path in needed.items():
         if not path.exists():
             raise ConfigError(f"{what}: {path} does not exist")
     from tinker_deploy.hierarchy_runtime import is_hierarchy
