@@ -34,6 +34,7 @@ import torch
 
 from tinker_core.algos import native
 from tinker_core.algos.buffers import ReplaySamples
+from tinker_core.algos.optim import update_scope
 from tinker_core.errors import ConfigError
 
 log = logging.getLogger("tinker.learner")
@@ -132,8 +133,10 @@ class DataParallelUpdate:
         self.all_reduces += 1
 
     def step(self, shard: ReplaySamples) -> torch.Tensor:
-        """One data-parallel update on this rank's shard (returns the shard's |TD| per sample)."""
-        return self.algo._train_step(shard)
+        """One data-parallel update on this rank's shard (returns the shard's |TD| per sample), in the
+        `update_scope` every update runs in."""
+        with update_scope():
+            return self.algo._train_step(shard)
 
     def close(self) -> None:
         """Remove the optimizer hooks (the algorithm trains alone again)."""
@@ -200,9 +203,13 @@ def run(devices: int, steps: int, batch: int, hidden: int, seed: int, determinis
     elif path == "autograd":
         algo._update = None
     mine = [shard(b, rank, world) for b in batches]
+
+    def step(b: ReplaySamples) -> None:
+        with update_scope():
+            algo._train_step(b)
     np.save(out / f"rank{rank}_start.npy", flat_state(algo))
     for b in mine[:steps]:  # the steps compared by the test
-        algo._train_step(b)
+        step(b)
     state = flat_state(algo)
     np.save(out / f"rank{rank}.npy", state)
     ts = []  # timing: all batches again (after the state was saved), each step timed
@@ -210,7 +217,7 @@ def run(devices: int, steps: int, batch: int, hidden: int, seed: int, determinis
         if dp is not None and i == warm:
             dp.reduce_s = 0.0
         t0 = time.perf_counter()
-        algo._train_step(b)
+        step(b)
         ts.append(time.perf_counter() - t0)
     ts = ts[warm:]
     if dp is not None:
