@@ -81,8 +81,8 @@ def load_policy(bundle: str | os.PathLike):
 
 class HeldEstimatePolicy:
     """A vision bundle as the perception node runs it with ``hold_estimate``: perception.onnx, then
-    `tinker_core.loop.held_estimate.EstimateHold` (the episode's first estimate held), then actor.onnx;
-    ``reset()`` starts an episode (`tinker_core.evaluate.evaluate` calls it)."""
+    `tinker_core.loop.held_estimate.EstimateHold` (the estimate averaged over the frames that show the target),
+    then actor.onnx; ``reset()`` starts an episode (`tinker_core.evaluate.evaluate` calls it)."""
 
     def __init__(self, bundle: str | os.PathLike):
         from tinker_core.loop.held_estimate import EstimateHold
@@ -107,7 +107,7 @@ class HeldEstimatePolicy:
         self.episode += 1
 
     def __call__(self, obs: Any) -> np.ndarray:
-        return self.actor.forward(self.hold(self.perception.forward(obs), str(self.episode)))
+        return self.actor.forward(self.hold(self.perception.forward(obs), str(self.episode), obs["image"]))
 
 
 def policy_env_for_bundle(policy: Any, env_id: str, **kwargs: Any) -> gym.Env:

@@ -57,8 +57,8 @@ def register(sub: Any) -> None:
     p.add_argument("--safety-config", metavar="YAML", help="the SafetyWrapper's settings (default: "
                    "safety/config/kuka_iiwa.yaml, what the safety node runs), e.g. a copy with limit_from: measured")
     p.add_argument("--hold-estimate", action="store_true",
-                   help="a vision bundle: hold its image estimate (the located target) of each episode's first step "
-                        "for the episode, as the perception node's hold_estimate does")
+                   help="a vision bundle: its image estimate (the located target) averaged over the episode's "
+                        "frames that show the target, as the perception node's hold_estimate does")
     p.add_argument("--curriculum", metavar="PARAM=VALUE", help="an env parameter set as a curriculum level before the "
                    "first episode, e.g. num_objects=3 (a policy trained with a curriculum records its first level)")
     p.add_argument("--runtime", choices=("env", "loop"), default="env",

@@ -19,7 +19,7 @@ states' inputs mixed:
 - ``image_terms`` (a bundle's ``image_terms``: what its perception model computes from the image, e.g. the
   target a locator finds): never taken from the task input, never waited for; their slots in the model's
   state input hold the term's offset (0 once scaled), so the simulator's value of them cannot reach the policy;
-- ``hold_estimate``: the image terms of each episode's first cycle are held for the episode
+- ``hold_estimate``: the image terms are averaged over the episode's frames that show the target
   (`tinker_core.loop.held_estimate.EstimateHold`; episodes come with the synced task terms).
 """
 
@@ -144,7 +144,7 @@ class PerceptionCycle:
             self.channels = other.channels  # the messages heard (and the counters) stay with the robot
         self._episode_start_ns = other._episode_start_ns
         if self.hold is not None and other.hold is not None:  # a reloaded model keeps the episode's estimate
-            self.hold.episode, self.hold.held = other.hold.episode, dict(other.hold.held)
+            self.hold.episode, self.hold.sums, self.hold.seen = other.hold.episode, dict(other.hold.sums), other.hold.seen
         if other.last_action.shape == self.last_action.shape:
             self.last_action = other.last_action
 
@@ -215,7 +215,7 @@ class PerceptionCycle:
         if not np.isfinite(feats).all():
             raise ValidationError("perception.features", "finite values", "NaN/inf from the model")
         if self.hold is not None:
-            feats = self.hold(feats, self.episode)
+            feats = self.hold(feats, self.episode, img[1])
         return PerceivedCycle(stamp, cycle, self.episode, feats, extra)
 
 

@@ -16,6 +16,7 @@ import torch
 import torch.nn as nn
 
 from tinker_core.errors import ConfigError
+from tinker_core.loop.target_sight import GREENNESS
 
 
 @dataclass
@@ -30,7 +31,7 @@ class LocatorConfig:
     """soft-argmax heatmaps per view"""
     width: int = 8
     """channels of the trunk"""
-    prior_rgb: list[float] | None = field(default_factory=lambda: [-0.5, 1.0, -0.5])
+    prior_rgb: list[float] | None = field(default_factory=lambda: list(GREENNESS))
     """initialize heatmap 0 as this colour contrast (default: greenness, the ArmReach marker's colour), so training
     starts from a detector that already fires on the target; None: random initialization"""
     hidden: int = 128

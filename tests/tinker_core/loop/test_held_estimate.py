@@ -1,4 +1,5 @@
-"""`EstimateHold`: the located target of an episode's first cycle, held (no ROS; the shipped vision bundle)."""
+"""`EstimateHold`: the located target averaged over an episode's frames that show it (no ROS; the shipped vision
+bundle)."""
 
 from __future__ import annotations
 
@@ -9,32 +10,55 @@ import pytest
 
 from tinker_core.errors import ConfigError
 from tinker_core.loop.held_estimate import EstimateHold
+from tinker_core.loop.target_sight import TargetSight
 
 VISION = Path(__file__).resolve().parents[3] / "pretrained" / "arm_reach_vision"
+TARGET = slice(17, 20)  # the bundle's target_pos slot (after joint_pos, joint_vel, ee_pos)
 
 
-def test_the_held_features_are_the_models_on_the_first_frame_with_this_cycles_state():
-    """Holding = the locator's estimate from the episode's first image, the rest from this cycle's state: exactly
-    what the model gives for (first image, this state)."""
+def _raw(hold: EstimateHold, features: np.ndarray) -> np.ndarray:
+    return hold.raw(features, "target_pos")
+
+
+def test_the_held_target_is_the_mean_of_the_estimates_from_frames_that_show_it():
+    """Over a real episode (the arm moving at random, so some frames hide the target): the held target is the mean
+    of the model's per-frame estimates over the frames `TargetSight` accepts, the first frame's own before any;
+    target_minus_ee follows this cycle's measured end effector; a new episode starts over."""
     from tinker_deploy.runtime import OnnxPolicy
     from tinker_sim.arm_env import ArmEnv
 
     perception = OnnxPolicy.from_bundle(VISION, part="perception")
     m = perception.manifest
-    hold = EstimateHold(m.obs_terms, m.image_terms)
+    hold, sight = EstimateHold(m.obs_terms, m.image_terms), TargetSight()
     env = ArmEnv(task="reach", camera=True, camera_views=2)
+    rng = np.random.default_rng(0)
     try:
-        first, _ = env.reset(seed=4)
-        assert np.array_equal(hold(perception.forward(first), "0"), perception.forward(first))
-        rng = np.random.default_rng(0)
-        for _ in range(3):
+        seen, hidden, frames = [], 0, 0
+        obs, _ = env.reset(seed=4)
+        while frames < 40 and (not seen or not hidden):
+            own = perception.forward(obs)
+            held = hold(own, "0", obs["image"])
+            frames += 1
+            if sight(obs["image"]):
+                seen.append(_raw(hold, own))
+            else:
+                hidden += 1
+            if not seen:
+                np.testing.assert_array_equal(held, own)  # nothing seen yet: this frame's own estimate
+            else:
+                np.testing.assert_allclose(_raw(hold, held), np.mean(seen, axis=0), atol=1e-5)
+                ee, s = hold.raw(own, "ee_pos"), hold.slots["target_minus_ee"]
+                np.testing.assert_allclose(held[s], np.clip((np.mean(seen, axis=0) - ee) * hold.scale[s], -10, 10),
+                                           atol=1e-4)
+                np.testing.assert_array_equal(held[:17], own[:17])  # the measured terms stay this cycle's
             obs, *_ = env.step(rng.uniform(-1, 1, 7))
-            held = hold(perception.forward(obs), "0")
-            want = perception.forward({"image": first["image"], "state": obs["state"]})
-            np.testing.assert_allclose(held, want, atol=2e-5)
-            assert not np.allclose(perception.forward(obs), want, atol=2e-5)  # the arm moved: per frame differs
+        assert seen and hidden, f"the episode should show the target in some frames and hide it in others: " \
+                                f"{len(seen)} seen, {hidden} hidden"
         second, _ = env.reset(seed=5)
-        np.testing.assert_array_equal(hold(perception.forward(second), "1"), perception.forward(second))  # new episode
+        own = perception.forward(second)
+        out = hold(own, "1", second["image"])
+        assert hold.seen == int(sight(second["image"]))  # a new episode forgets the last one's frames
+        np.testing.assert_allclose(out, own, atol=1e-5)  # one frame: its own estimate either way
     finally:
         env.close()
 

@@ -123,8 +123,8 @@ PERCEPTION_PARAMS = {
     "camera_rate_hz": Param(20.0, "camera frames per s; 0: every cycle waits for the frame of its state", (0.0, 1000.0), True),
     "max_frame_age": Param(0.25, "s; an older camera frame is refused and the cycle held", (0.0, 10.0)),
     **CHANNEL_PARAMS,
-    "hold_estimate": Param(False, "true: the image terms (a located target) of each episode's first cycle are held "
-                                  "for the episode (needs task_synced)", read_only=True),
+    "hold_estimate": Param(False, "true: the image terms (a located target) are averaged over the episode's "
+                                  "frames that show the target (needs task_synced)", read_only=True),
 }
 """`tinker.perception.PerceptionNode`"""
 
