@@ -37,7 +37,9 @@ def register(sub: Any) -> None:
                                    "online from the live loop, hot-reload improved policies, and report.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--dynamics", default=None,
-                   help="robot dynamics YAML (default sim/config/dynamics/shifted_miscalibrated.yaml: a heavier, laggier arm with a 7.5 cm hand-eye calibration error)")
+                   help="robot dynamics YAML (default sim/config/dynamics/shifted_miscalibrated.yaml: a heavier, laggier arm with a "
+                        "7.5 cm hand-eye calibration error; for a camera bundle, which finds the target itself, "
+                        "shifted_heavy_laggy.yaml: a much heavier, weaker, laggier arm)")
     p.add_argument("--bundle", default=None, help="policy bundle (default: pretrained/arm_reach/bundle)")
     p.add_argument("--checkpoint", default=None, help="checkpoint to fine-tune (default: pretrained/arm_reach/checkpoint)")
     p.add_argument("--episodes-before", type=int, default=20)
@@ -71,9 +73,10 @@ def run(args: argparse.Namespace) -> int:
     from tinker_core.errors import ConfigError
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    from tinker.demo import DemoConfig, run_demo
+    from tinker.demo import DemoConfig, default_dynamics, run_demo
 
     pre = pretrained_dir("tinker/ArmReach-v0") if not (args.bundle and args.checkpoint) else None
+    bundle = args.bundle or str(pre / "bundle")  # type: ignore[operator]
     overrides = {}
     for item in args.learner_set:
         if "=" not in item:
@@ -84,8 +87,8 @@ def run(args: argparse.Namespace) -> int:
         except json.JSONDecodeError:
             overrides[k] = v
     cfg = DemoConfig(
-        bundle=args.bundle or str(pre / "bundle"), checkpoint=args.checkpoint or str(pre / "checkpoint"),  # type: ignore[operator]
-        dynamics=args.dynamics or str(REPO / "sim" / "config" / "dynamics" / "shifted_miscalibrated.yaml"),
+        bundle=bundle, checkpoint=args.checkpoint or str(pre / "checkpoint"),  # type: ignore[operator]
+        dynamics=args.dynamics or default_dynamics(bundle, REPO / "sim" / "config" / "dynamics"),
         out=args.out, episodes_before=args.episodes_before, finetune_episodes=args.finetune_episodes,
         episodes_after=args.episodes_after, learner=overrides, record=args.record,
         view=args.view, reward=args.reward, operator=args.operator)

@@ -1,11 +1,12 @@
-"""`tinker demo`'s learner settings (no graph is started): the share of live data in each batch follows the reward
-source, as measured (README, "Live data only"), and the user's ``--learner-set`` still wins."""
+"""`tinker demo`'s settings (no graph is started): the share of live data in each batch follows the reward source, as
+measured (README, "Live data only"), and the user's ``--learner-set`` still wins; a camera bundle gets a robot its
+policy can feel and the held estimate, which its success sensor reads as it is."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from tinker.demo import REAL_FRACTION, DemoConfig, learner_config
+from tinker.demo import REAL_FRACTION, DemoConfig, check_dynamics, default_dynamics, graph_overrides, learner_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,3 +27,15 @@ def test_a_learner_override_wins(tmp_path):
     lconf = learner_config(_cfg(bundle=str(ROOT / "pretrained/arm_reach/bundle"), learner={"real_fraction": 0.25}),
                            tmp_path)
     assert lconf["real_fraction"] == 0.25
+
+
+def test_a_camera_bundle_runs_on_a_robot_it_can_feel_with_the_held_estimate(tmp_path):
+    dyn = ROOT / "sim" / "config" / "dynamics"
+    for name, camera in (("arm_reach/bundle", False), ("arm_reach_vision", True)):
+        cfg = _cfg(bundle=str(ROOT / "pretrained" / name), reward="sensors" if camera else "sim")
+        cfg.dynamics = default_dynamics(cfg.bundle, dyn)
+        assert Path(cfg.dynamics).name == ("shifted_heavy_laggy.yaml" if camera else "shifted_miscalibrated.yaml")
+        check_dynamics(cfg)  # refuses a key the policy cannot feel: the default robot has none
+        nodes = graph_overrides(cfg, tmp_path, learner_config(cfg, tmp_path))
+        assert nodes["perception"]["hold_estimate"] is camera
+        assert nodes["experience_bridge"]["sensor_hold_target"] is (not camera)

@@ -46,7 +46,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
 
             recorder = CycleRecorder(g("record"), {"namespace": self.get_namespace(), "control_period": str(self.period)})
         self.bridge = ExperienceBridge(EpisodeLabels(*(g(n) for n in LABEL_PARAMS)), sender, recorder,
-                                       reward_source(g("reward_source"), g("sensor_bundle"), g("sensor_env"), g("urdf")),
+                                       reward_source(g("reward_source"), g("sensor_bundle"), g("sensor_env"), g("urdf"),
+                                                     g("sensor_hold_target")),
                                        info={"namespace": self.get_namespace(), "source": "real"})
         self.add_post_set_parameters_callback(
             lambda _: self.bridge.labels.configure(*(self.param(n) for n in LABEL_PARAMS)))

@@ -98,6 +98,9 @@ BRIDGE_PARAMS = {
                                "target_pos must be one of its image_terms)", read_only=True),
     "sensor_env": Param("tinker/ArmReach-v0", "reward_source 'sensors': the env whose task gives the success rule "
                                               "(success distance, bonus) and the time limit", read_only=True),
+    "sensor_hold_target": Param(True, "reward_source 'sensors': hold the target of each episode's first state; "
+                                      "false where perception.hold_estimate is on (its features already carry the "
+                                      "episode's held estimate)", read_only=True),
     **topic_params(task_topic="task", features_topic="features", raw_action_topic="raw_action",
                    joint_target_topic="joint_target", command_topic="command", estop_state_topic="estop_state",
                    intervened_topic="intervened"),

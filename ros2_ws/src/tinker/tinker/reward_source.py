@@ -19,8 +19,10 @@ SOURCES = ("sim", "sensors")
 """the bridge's ``reward_source`` values"""
 
 
-def sensor_outcome(bundle: str, env_id: str = "tinker/ArmReach-v0", urdf: str = "") -> SensorOutcome:
-    """The success sensor for the features of ``bundle`` (its terms and image_terms) on ``env_id``'s task."""
+def sensor_outcome(bundle: str, env_id: str = "tinker/ArmReach-v0", urdf: str = "",
+                   hold_target: bool = True) -> SensorOutcome:
+    """The success sensor for the features of ``bundle`` (its terms and image_terms) on ``env_id``'s task;
+    ``hold_target``: `SensorConfig.hold_target`."""
     from tinker_deploy.manifest import Manifest
     from tinker_core.loop.kinematics import ForwardKinematics
     from tinker_sim.registration import ENV_IDS
@@ -38,14 +40,15 @@ def sensor_outcome(bundle: str, env_id: str = "tinker/ArmReach-v0", urdf: str = 
                           f"(tinker/ArmReach-v0); {env_id!r} has none yet")
     m = Manifest.from_json(path.read_text(), str(path))
     cfg = SensorConfig(**success_rule(reg["kwargs"].get("task_kwargs")),
-                       time_limit_cycles=int(reg["max_episode_steps"]))
+                       time_limit_cycles=int(reg["max_episode_steps"]), hold_target=bool(hold_target))
     fk = ForwardKinematics.from_urdf(urdf or None, m.joint_names).ee_position
     return SensorOutcome(ReachSensor(cfg, m.obs_terms, m.image_terms, fk))
 
 
-def reward_source(source: str, bundle: str = "", env_id: str = "tinker/ArmReach-v0", urdf: str = "") -> SensorOutcome | None:
+def reward_source(source: str, bundle: str = "", env_id: str = "tinker/ArmReach-v0", urdf: str = "",
+                  hold_target: bool = True) -> SensorOutcome | None:
     """The bridge's rewards for ``reward_source`` ``source``: None for the simulator's, the success sensor
     (`sensor_outcome` of ``bundle``) for ``sensors``."""
     if source not in SOURCES:
         raise ConfigError(f"experience_bridge.reward_source: expected one of {list(SOURCES)}, got {source!r}")
-    return None if source == "sim" else sensor_outcome(bundle, env_id, urdf)
+    return None if source == "sim" else sensor_outcome(bundle, env_id, urdf, hold_target)
