@@ -207,6 +207,7 @@ def run(devices: int, steps: int, batch: int, hidden: int, seed: int, determinis
     def step(b: ReplaySamples) -> None:
         with update_scope():
             algo._train_step(b)
+
     np.save(out / f"rank{rank}_start.npy", flat_state(algo))
     for b in mine[:steps]:  # the steps compared by the test
         step(b)

@@ -60,8 +60,9 @@ class SensorConfig:
     hold_target: bool = True
     """read the target on an episode's first state and hold it for the episode (`SensorOutcome`): the reach
     target does not move within an episode, and near it the arm hides it from the camera, where a target read
-    on every frame wanders by centimetres just when the sensor decides (the rule of
-    `tinker_core.loop.held_estimate.EstimateHold`). False: the target of each state's own frame"""
+    on every frame wanders by centimetres just when the sensor decides. False: the target in each state's own
+    features, which is what to use where perception holds the estimate itself (``hold_estimate``: the mean over the
+    frames that show the target, `tinker_core.loop.held_estimate.EstimateHold`)"""
 
     def __post_init__(self) -> None:
         if not self.success_distance > 0:

@@ -13,7 +13,6 @@ from tinker_core.loop.held_estimate import EstimateHold
 from tinker_core.loop.target_sight import TargetSight
 
 VISION = Path(__file__).resolve().parents[3] / "pretrained" / "arm_reach_vision"
-TARGET = slice(17, 20)  # the bundle's target_pos slot (after joint_pos, joint_vel, ee_pos)
 
 
 def _raw(hold: EstimateHold, features: np.ndarray) -> np.ndarray:
