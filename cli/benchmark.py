@@ -56,7 +56,8 @@ def register(sub: Any) -> None:
     p.add_argument("--train", action="store_true",
                    help="train the policy with configs/sac_arm_reach.yaml first (default: the shipped pretrained one)")
     p.add_argument("--bundle", default=None,
-                   help="the policy bundle to run (default: the task's shipped pretrained one)")
+                   help="the policy bundle to run (default: the task's shipped pretrained one); a camera bundle runs "
+                        "with its estimate held, in the loop and in the evaluations (tinker eval --hold-estimate)")
     p.add_argument("--checkpoint", default=None,
                    help="the checkpoint the learner fine-tunes (default: the task's shipped pretrained one; a "
                         "vision bundle's actor is the reach policy's, so its checkpoint serves)")
@@ -114,16 +115,22 @@ def select_variants(names: list[str] | None, env_id: str, manifest: Any, bundle:
 
 
 def _evaluate(bundle: Any, dynamics: Any, episodes: int, env_id: str = ENVS[0], seed: int = 1000) -> dict:
-    from tinker_cli._compose import load_policy, policy_env_for_bundle
+    """``episodes`` simulation episodes of ``bundle`` on ``dynamics``; a camera bundle (one with image_terms) is
+    scored as the demo's loop runs it, its estimate held (``tinker eval --hold-estimate``)."""
+    from tinker_cli._compose import HeldEstimatePolicy, load_policy, policy_env_for_bundle
     from tinker_core.evaluate import evaluate
 
     policy = load_policy(bundle)
+    held = bool(getattr(policy.manifest, "image_terms", None))
+    if held:
+        policy = HeldEstimatePolicy(bundle)
     env = policy_env_for_bundle(policy, env_id, dynamics=str(dynamics))
     try:
         res = evaluate(env, policy, episodes, seed=seed, control_period=float(env.unwrapped.control_period))
     finally:
         env.close()
-    return {**res.to_dict(), "policy_version": policy.version, "seeds": [seed, seed + episodes - 1]}
+    return {**res.to_dict(), "policy_version": policy.version, "seeds": [seed, seed + episodes - 1],
+            "hold_estimate": held}
 
 
 def _rate(x: dict | None) -> str:

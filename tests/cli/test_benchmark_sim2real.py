@@ -95,3 +95,15 @@ def test_the_demo_refuses_a_dynamics_key_its_robot_cannot_act_on_before_it_start
     assert "worn_robot.yaml: 2 key(s) cannot act on tinker/ArmReach-v0 with the demo's policy" in p.stderr
     assert "object_mass_scale = 1.3: it scales the task's objects, and the reach task has none" in p.stderr
     assert not out.exists()
+
+
+def test_a_camera_bundle_is_scored_with_the_estimate_its_loop_holds():
+    """The protocol's evaluations score a camera bundle as the demo's loop runs it (perception holding the estimate);
+    a state bundle as it is."""
+    from tinker_cli.benchmark import _evaluate
+
+    dyn = REPO / "sim" / "config" / "dynamics" / "laggy.yaml"
+    vision = _evaluate(REPO / "pretrained" / "arm_reach_vision", dyn, episodes=2)
+    state = _evaluate(REPO / "pretrained" / "arm_reach" / "bundle", dyn, episodes=2)
+    assert vision["hold_estimate"] is True and state["hold_estimate"] is False
+    assert vision["episodes"] == state["episodes"] == 2 and vision["seeds"] == [1000, 1001]
