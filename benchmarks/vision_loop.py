@@ -4,7 +4,8 @@ What it measures (real processes, real DDS on loopback; `tinker.bringup.Graph` w
 (sim_robot, perception, policy, safety) runs ``pretrained/arm_reach_vision`` (perception = the target locator on
 two 64x64 views + the state assembly; sim_robot renders both views in line, the frame of every state, as the graph
 sets it up for a bundle with image_terms: `tinker.bundle_io.camera_settings`), with the
-locator's estimate per frame and with the episode's first estimate held (``hold_estimate``), and the shipped
+locator's estimate per frame and held (``hold_estimate``: the mean over the episode's frames that show the
+target, `tinker_core.loop.held_estimate`), and the shipped
 state bundle ``pretrained/arm_reach/bundle`` (perception = the state assembly and a Flatten) as the competitor,
 in rotation, at the bundles' 50 ms period, episodes of at most 60 cycles. Per configuration, from the nodes'
 trace spans (``trace_dir``): perception's time per cycle (the node's callback that completes the cycle: the
