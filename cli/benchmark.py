@@ -117,13 +117,12 @@ def select_variants(names: list[str] | None, env_id: str, manifest: Any, bundle:
 def _evaluate(bundle: Any, dynamics: Any, episodes: int, env_id: str = ENVS[0], seed: int = 1000) -> dict:
     """``episodes`` simulation episodes of ``bundle`` on ``dynamics``; a camera bundle (one with image_terms) is
     scored as the demo's loop runs it, its estimate held (``tinker eval --hold-estimate``)."""
+    from tinker.bundle_io import top_manifest
     from tinker_cli._compose import HeldEstimatePolicy, load_policy, policy_env_for_bundle
     from tinker_core.evaluate import evaluate
 
-    policy = load_policy(bundle)
-    held = bool(getattr(policy.manifest, "image_terms", None))
-    if held:
-        policy = HeldEstimatePolicy(bundle)
+    held = bool(top_manifest(bundle).image_terms)  # the manifest only: the bundle is loaded once, below
+    policy = HeldEstimatePolicy(bundle) if held else load_policy(bundle)
     env = policy_env_for_bundle(policy, env_id, dynamics=str(dynamics))
     try:
         res = evaluate(env, policy, episodes, seed=seed, control_period=float(env.unwrapped.control_period))

@@ -10,7 +10,7 @@ Measured on the shipped vision bundle, nominal ArmReach with the SafetyWrapper, 
 The features keep the state's layout (the located state: the model wrote its image terms into the state's
 slots); each image term ``<x>_pos`` gets its held value, and ``<x>_minus_ee`` is recomputed from the held
 ``<x>_pos`` and this cycle's measured ``ee_pos`` (as the model computes it), scaled and clipped as the
-observation is. Any other image term is held as it was. `tinker eval --hold-estimate` and the perception
+observation is. Any other image term is averaged the same way. `tinker eval --hold-estimate` and the perception
 node (``hold_estimate``) use this same class.
 """
 
@@ -57,6 +57,10 @@ class EstimateHold:
     def held(self) -> dict[str, np.ndarray]:
         """The held terms' raw values (the mean over the frames seen; empty before the first)."""
         return {n: v / self.seen for n, v in self.sums.items()} if self.seen else {}
+
+    def continue_from(self, other: "EstimateHold") -> None:
+        """Keep ``other``'s episode and the frames it has seen (a reloaded model goes on with the same estimate)."""
+        self.episode, self.sums, self.seen = other.episode, dict(other.sums), other.seen
 
     def raw(self, features: np.ndarray, name: str) -> np.ndarray:
         """Term ``name`` of ``features`` unscaled: ``value / scale + offset``."""

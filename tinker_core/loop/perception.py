@@ -144,7 +144,7 @@ class PerceptionCycle:
             self.channels = other.channels  # the messages heard (and the counters) stay with the robot
         self._episode_start_ns = other._episode_start_ns
         if self.hold is not None and other.hold is not None:  # a reloaded model keeps the episode's estimate
-            self.hold.episode, self.hold.sums, self.hold.seen = other.hold.episode, dict(other.hold.sums), other.hold.seen
+            self.hold.continue_from(other.hold)
         if other.last_action.shape == self.last_action.shape:
             self.last_action = other.last_action
 
