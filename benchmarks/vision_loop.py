@@ -4,7 +4,7 @@ What it measures (real processes, real DDS on loopback; `tinker.bringup.Graph` w
 (sim_robot, perception, policy, safety) runs ``pretrained/arm_reach_vision`` (perception = the target locator on
 two 64x64 views + the state assembly; sim_robot renders both views in line, the frame of every state, as the graph
 sets it up for a bundle with image_terms: `tinker.bundle_io.camera_settings`), with the
-locator's estimate per frame and held (``hold_estimate``: the mean over the episode's frames that show the
+locator's estimate per frame and held (``estimate: held``: the mean over the episode's frames that show the
 target, `tinker_core.loop.held_estimate`), and the shipped
 state bundle ``pretrained/arm_reach/bundle`` (perception = the state assembly and a Flatten) as the competitor,
 in rotation, at the bundles' 50 ms period, episodes of at most 60 cycles. Per configuration, from the nodes'
@@ -51,7 +51,8 @@ def run_graph(bundle: Path, hold: bool, cycles: int, env: dict, tmp: Path, tag: 
     from tinker_core.tracer import read_trace
 
     trace = tmp / f"trace_{tag}"
-    overrides = {"perception": {"bundle": str(bundle), "hold_estimate": hold}, "policy": {"bundle": str(bundle)},
+    overrides = {"perception": {"bundle": str(bundle), "estimate": "held" if hold else "per_frame"},
+                 "policy": {"bundle": str(bundle)},
                  "sim_robot": {"episode_cycles": 60, **({} if bundle == VISION else {"camera": False})},
                  "/**": {"trace_dir": str(trace)}}
     g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], overrides=overrides, run_dir=tmp / f"logs_{tag}",
@@ -118,7 +119,8 @@ def run_episodes(hold: bool, episodes: int, env: dict, tmp: Path, timeout_s: flo
     spin = threading.Thread(target=spin_until_stopped, daemon=True)
     spin.start()
     g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], run_dir=tmp / f"logs_episodes_{hold}", env=env,
-              overrides={"perception": {"bundle": str(VISION), "hold_estimate": hold}, "policy": {"bundle": str(VISION)},
+              overrides={"perception": {"bundle": str(VISION), "estimate": "held" if hold else "per_frame"},
+                         "policy": {"bundle": str(VISION)},
                          "sim_robot": {"episode_cycles": 50, "seed": 1000}})
     load, t0 = os.getloadavg()[0], time.monotonic()
     try:

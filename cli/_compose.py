@@ -79,8 +79,19 @@ def load_policy(bundle: str | os.PathLike):
     return OnnxPolicy.from_bundle(bundle, part="policy")
 
 
+def bundle_policy(bundle: str | os.PathLike, estimate: str = "auto", where: str = "--estimate") -> Any:
+    """The bundle's policy as the perception and policy nodes run it: a vision bundle's estimate held or per frame
+    by ``estimate`` (`tinker_core.loop.held_estimate.holds_estimate`, the perception node's rule; the env's
+    episodes are known), read from the manifest before the bundle is loaded once."""
+    from tinker.bundle_io import top_manifest
+    from tinker_core.loop.held_estimate import holds_estimate
+
+    held = holds_estimate(estimate, top_manifest(bundle).image_terms or (), synced=True, where=where)
+    return HeldEstimatePolicy(bundle) if held else load_policy(bundle)
+
+
 class HeldEstimatePolicy:
-    """A vision bundle as the perception node runs it with ``hold_estimate``: perception.onnx, then
+    """A vision bundle as the perception node runs it by default (``estimate: auto``): perception.onnx, then
     `tinker_core.loop.held_estimate.EstimateHold` (the estimate averaged over the frames that show the target),
     then actor.onnx; ``reset()`` starts an episode (`tinker_core.evaluate.evaluate` calls it)."""
 

@@ -57,7 +57,7 @@ def register(sub: Any) -> None:
                    help="train the policy with configs/sac_arm_reach.yaml first (default: the shipped pretrained one)")
     p.add_argument("--bundle", default=None,
                    help="the policy bundle to run (default: the task's shipped pretrained one); a camera bundle runs "
-                        "with its estimate held, in the loop and in the evaluations (tinker eval --hold-estimate)")
+                        "with its estimate held, in the loop and in the evaluations (as tinker eval does by default)")
     p.add_argument("--checkpoint", default=None,
                    help="the checkpoint the learner fine-tunes (default: the task's shipped pretrained one; a "
                         "vision bundle's actor is the reach policy's, so its checkpoint serves)")
@@ -116,13 +116,12 @@ def select_variants(names: list[str] | None, env_id: str, manifest: Any, bundle:
 
 def _evaluate(bundle: Any, dynamics: Any, episodes: int, env_id: str = ENVS[0], seed: int = 1000) -> dict:
     """``episodes`` simulation episodes of ``bundle`` on ``dynamics``; a camera bundle (one with image_terms) is
-    scored as the demo's loop runs it, its estimate held (``tinker eval --hold-estimate``)."""
-    from tinker.bundle_io import top_manifest
-    from tinker_cli._compose import HeldEstimatePolicy, load_policy, policy_env_for_bundle
+    scored as the demo's loop runs it, its estimate held (``tinker eval``'s default, ``--estimate auto``)."""
+    from tinker_cli._compose import HeldEstimatePolicy, bundle_policy, policy_env_for_bundle
     from tinker_core.evaluate import evaluate
 
-    held = bool(top_manifest(bundle).image_terms)  # the manifest only: the bundle is loaded once, below
-    policy = HeldEstimatePolicy(bundle) if held else load_policy(bundle)
+    policy = bundle_policy(bundle)
+    held = isinstance(policy, HeldEstimatePolicy)
     env = policy_env_for_bundle(policy, env_id, dynamics=str(dynamics))
     try:
         res = evaluate(env, policy, episodes, seed=seed, control_period=float(env.unwrapped.control_period))

@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tinker_core.loop.held_estimate import ESTIMATE_MODES
+
 ORDER = 40
 
 EPILOG = """\
@@ -56,9 +58,13 @@ def register(sub: Any) -> None:
     p.add_argument("--no-safety", action="store_true", help="evaluate without the SafetyWrapper (not recommended)")
     p.add_argument("--safety-config", metavar="YAML", help="the SafetyWrapper's settings (default: "
                    "safety/config/kuka_iiwa.yaml, what the safety node runs), e.g. a copy with limit_from: measured")
-    p.add_argument("--hold-estimate", action="store_true",
-                   help="a vision bundle: its image estimate (the located target) averaged over the episode's "
-                        "frames that show the target, as the perception node's hold_estimate does")
+    est = p.add_mutually_exclusive_group()
+    est.add_argument("--estimate", choices=ESTIMATE_MODES, default="auto",
+                     help="a vision bundle's image estimate (the located target): auto (default) averages it over "
+                          "the episode's frames that show the target, as the perception node does by default "
+                          "(a state bundle has none: per frame); held requires that; per_frame uses each frame's own")
+    est.add_argument("--hold-estimate", dest="estimate", action="store_const", const="held",
+                     help="the same as --estimate held")
     p.add_argument("--curriculum", metavar="PARAM=VALUE", help="an env parameter set as a curriculum level before the "
                    "first episode, e.g. num_objects=3 (a policy trained with a curriculum records its first level)")
     p.add_argument("--runtime", choices=("env", "loop"), default="env",
@@ -75,7 +81,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinker_cli._compose import load_policy, policy_env_for_bundle
+    from tinker_cli._compose import bundle_policy, policy_env_for_bundle
     from tinker_deploy.pretrained import default_bundle
     from tinker_core.errors import ConfigError
 
@@ -91,12 +97,7 @@ def run(args: argparse.Namespace) -> int:
         if is_hierarchy(args.policy):
             return _run_hierarchy(args)
     bundle = args.policy or default_bundle(args.env or DEFAULT_ENV)
-    if args.hold_estimate:
-        from tinker_cli._compose import HeldEstimatePolicy
-
-        policy = HeldEstimatePolicy(bundle)
-    else:
-        policy = load_policy(bundle)
+    policy = bundle_policy(bundle, args.estimate)
     recorded = policy.manifest.env or ({"id": policy.manifest.env_id} if policy.manifest.env_id else {})
     env_id = args.env or recorded.get("id") or DEFAULT_ENV
     if env_id.startswith("tinker/"):
@@ -123,6 +124,15 @@ def _no_guard(args: argparse.Namespace, why: str) -> None:
         from tinker_core.errors import ConfigError
 
         raise ConfigError(f"--safety-config: {why}, without the SafetyWrapper (it guards the arm); nothing would read it")
+
+
+def _no_held(args: argparse.Namespace, what: str) -> None:
+    """Refuse ``--estimate held`` where no bundle's image estimate runs."""
+    if getattr(args, "estimate", "auto") == "held":
+        from tinker_core.errors import ConfigError
+
+        raise ConfigError(f"--estimate held: {args.policy} is {what}; an estimate is held for an exported vision "
+                          f"bundle (one with image_terms)")
 
 
 def _safety_yaml(args: argparse.Namespace) -> str | None:
@@ -181,7 +191,7 @@ def _run_loop(args: argparse.Namespace) -> int:
         if param != "num_objects":
             raise ConfigError(f"--curriculum {args.curriculum!r}: the loop's robot takes num_objects=N only")
         sim["num_objects"] = int(value)
-    overrides = {"sim_robot": sim, "perception": {"hold_estimate": bool(args.hold_estimate)},
+    overrides = {"sim_robot": sim, "perception": {"estimate": args.estimate},
                  **({"safety": {"config": _safety_yaml(args)}} if args.safety_config else {})}
     bar = tqdm(total=args.episodes, desc="eval (loop)", unit="ep", disable=args.json)
     t0 = time.perf_counter()
@@ -197,6 +207,7 @@ def _run_loop(args: argparse.Namespace) -> int:
             out = loop.run_episodes(args.episodes, on_cycle)
         finally:
             bar.close()
+        held = loop.stages["perception"].cycle.hold is not None
     k, n = out["successes"], out["episodes"]
     lo, hi = wilson_interval(k, n)
     d = {"runtime": "loop", "policy": bundle, "env": env_id, "dynamics": args.dynamics or "nominal", "episodes": n,
@@ -204,11 +215,12 @@ def _run_loop(args: argparse.Namespace) -> int:
          "unsafe_states": out["unsafe_states"], "estops": out["estops"], "holds": out["holds"],
          "deadline_misses": out["deadline_misses"], "max_command_step": out["max_command_step"],
          "commands_over_velocity_limit": out["commands_over_velocity_limit"], "transitions": out["transitions"],
-         "flow": out["flow"], "wall_s": time.perf_counter() - t0}
+         "flow": out["flow"], "hold_estimate": held, "wall_s": time.perf_counter() - t0}
     if args.json:
         print(json.dumps(d))
     else:
-        print(f"{env_id} | policy {bundle} | dynamics {d['dynamics']} | the loop's stages in one process")
+        print(f"{env_id} | policy {bundle} | dynamics {d['dynamics']} | the loop's stages in one process"
+              + (" | estimate held over the episode" if held else ""))
         unsafe = sum(out["unsafe_states"].values())
         print(f"success {k}/{n} = {k / n:.1%} [95% CI {lo:.1%}-{hi:.1%}]; unsafe states {unsafe}; e-stops "
               f"{out['estops']} (each cleared at the next episode); holds {out['holds']}; largest command step "
@@ -235,6 +247,7 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
     from tinker_core.algos import load_algorithm
 
     _no_guard(args, "a checkpoint runs on its recorded env")
+    _no_held(args, "a checkpoint")
     algo = load_algorithm(args.policy, device="cpu")
     if args.env and args.env != algo.env_id:
         from tinker_core.envs import EnvConfig
@@ -268,6 +281,7 @@ def _run_hierarchy(args: argparse.Namespace) -> int:
     from tinker_core.errors import ConfigError
     from tinker_deploy.hierarchy_runtime import HierarchicalOnnxPolicy
 
+    _no_held(args, "a hierarchical policy")
     policy = HierarchicalOnnxPolicy(args.policy)
     recorded = policy.low.manifest.env or ({"id": policy.low.manifest.env_id} if policy.low.manifest.env_id else {})
     env_id = args.env or recorded.get("id")
@@ -299,6 +313,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     import numpy as np
     from tqdm import tqdm
 
+    from tinker_cli._compose import HeldEstimatePolicy
     from tinker_cli._eval_figure import SafetyMarks, instrument, write_figure
     from tinker_core.evaluate import evaluate
 
@@ -326,7 +341,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     d = res.to_dict()
     rets = [r["return"] for r in res.per_episode]
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
-             hold_estimate=bool(getattr(args, "hold_estimate", False)),
+             hold_estimate=isinstance(policy, HeldEstimatePolicy),
              safety_config=(getattr(args, "safety_config", None) or "default") if safety else None,
              std_return=float(np.std(rets)), curriculum=args.curriculum or None)
     if args.plot:
@@ -337,6 +352,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
         print(json.dumps(d))
     else:
         print(f"{env_id} | policy {name} (v{version}) | dynamics {args.dynamics or 'nominal'}"
+              + (" | estimate held over the episode" if d["hold_estimate"] else "")
               + ("" if safety else " | no SafetyWrapper"))
         print(res.format() + f"; return std {d['std_return']:.2f}")
         if "plot" in d:

@@ -84,18 +84,22 @@ def test_the_estimate_does_not_read_the_target_from_the_state(perception):
     assert np.array_equal(perception(obs), perception(other))
 
 
-def test_vision_bundle_runs_in_tinker_eval():
+def test_vision_bundle_runs_in_tinker_eval_with_its_estimate_held_by_default():
     p = tinker("eval", str(BUNDLE), "--episodes", "2", "--seed", "1000", "--json", "--plot", "")
     assert p.returncode == 0, p.stderr[-2000:]
     d = json.loads(p.stdout.strip().splitlines()[-1])
-    assert d["episodes"] == 2 and d["successes"] >= 1
+    assert d["hold_estimate"] is True and d["episodes"] == 2 and d["successes"] >= 1
 
 
-def test_tinker_eval_holds_the_estimate_when_asked():
-    p = tinker("eval", str(BUNDLE), "--episodes", "2", "--seed", "1000", "--hold-estimate", "--json", "--plot", "")
+def test_tinker_eval_estimates_per_frame_when_asked_and_refuses_a_hold_with_nothing_to_hold():
+    p = tinker("eval", str(BUNDLE), "--episodes", "2", "--seed", "1000", "--estimate", "per_frame", "--json",
+               "--plot", "")
     assert p.returncode == 0, p.stderr[-2000:]
     d = json.loads(p.stdout.strip().splitlines()[-1])
-    assert d["hold_estimate"] is True and d["episodes"] == 2 and d["successes"] >= 1
+    assert d["hold_estimate"] is False and d["episodes"] == 2 and d["successes"] >= 1
+    state = BUNDLE.parent / "arm_reach" / "bundle"
+    p = tinker("eval", str(state), "--episodes", "1", "--hold-estimate", "--plot", "")
+    assert p.returncode != 0 and "--estimate: held needs a bundle whose model computes terms from the image" in p.stderr
 
 
 def test_vision_help_teaches_the_steps():

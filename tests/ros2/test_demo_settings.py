@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tinker.bringup import default_params_file, node_parameters
+from tinker.bundle_io import open_perception
 from tinker.demo import REAL_FRACTION, DemoConfig, check_dynamics, default_dynamics, graph_overrides, learner_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,5 +39,9 @@ def test_a_camera_bundle_runs_on_a_robot_it_can_feel_with_the_held_estimate(tmp_
         assert Path(cfg.dynamics).name == ("shifted_heavy_laggy.yaml" if camera else "shifted_miscalibrated.yaml")
         check_dynamics(cfg)  # refuses a key the policy cannot feel: the default robot has none
         nodes = graph_overrides(cfg, tmp_path, learner_config(cfg, tmp_path))
-        assert nodes["perception"]["hold_estimate"] is camera
-        assert nodes["experience_bridge"]["sensor_hold_target"] is (not camera)
+        # the estimate and the sensor's target as the launch YAML has them, where a camera bundle holds its estimate
+        assert "estimate" not in nodes["perception"] and "sensor_hold_target" not in nodes["experience_bridge"]
+        launch = {n: node_parameters(default_params_file(), n) for n in ("perception", "experience_bridge")}
+        assert launch["perception"]["estimate"] == "auto" and launch["experience_bridge"]["sensor_hold_target"] is False
+        _, cycle, _ = open_perception(cfg.bundle, synced=True, estimate=launch["perception"]["estimate"])
+        assert (cycle.hold is not None) is camera

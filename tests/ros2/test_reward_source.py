@@ -13,10 +13,10 @@ from tinker_core.errors import ConfigError
 VISION = Path(__file__).resolve().parents[2] / "pretrained" / "arm_reach_vision"
 
 
-def test_the_sensor_holds_the_first_target_unless_told_perception_holds_it():
+def test_the_sensor_reads_each_states_held_estimate_unless_told_to_hold_the_first():
     assert reward_source("sim") is None
-    held = reward_source("sensors", str(VISION))
-    as_is = reward_source("sensors", str(VISION), hold_target=False)
+    held = reward_source("sensors", str(VISION), hold_target=True)
+    as_is = reward_source("sensors", str(VISION))  # perception holds the estimate by default
     assert held.sensor.config.hold_target is True and as_is.sensor.config.hold_target is False
     assert held.sensor.config.time_limit_cycles == as_is.sensor.config.time_limit_cycles == 50  # the env's own
 

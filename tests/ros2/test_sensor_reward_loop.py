@@ -50,11 +50,14 @@ def test_transitions_carry_the_sensor_reward_not_the_simulators(ros2, tmp_path):
     probe = ros2.Probe(domain, "sensors")
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
     g = Graph(run_dir=tmp_path / "logs", env=ros2.graph_env(domain),
-              overrides={"perception": {"bundle": str(VISION)}, "policy": {"bundle": str(VISION)},
+              # perception per frame and the sensor holding each episode's first target: the bridge's own hold
+              overrides={"perception": {"bundle": str(VISION), "estimate": "per_frame"},
+                         "policy": {"bundle": str(VISION)},
                          "sim_robot": {"episode_cycles": 50, "seed": 1000, "dynamics": str(SHIFTED_CAMERA),
                                        "end_on_success": False},
                          "safety": {"config": str(tmp_path / "safety.yaml")},
-                         "experience_bridge": {"learner_endpoint": learner.endpoint, "reward_source": "sensors"}})
+                         "experience_bridge": {"learner_endpoint": learner.endpoint, "reward_source": "sensors",
+                                               "sensor_hold_target": True}})
     assert g.parameters("experience_bridge")["sensor_bundle"] == str(VISION)  # perception's bundle, filled in
     got = []
     try:

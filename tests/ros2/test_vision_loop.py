@@ -48,7 +48,8 @@ def test_the_vision_bundle_reaches_targets_it_finds_in_the_camera_image(ros2, tm
     images = probe.collect(Image, "/camera/image_raw", SENSOR_QOS)
     g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], run_dir=tmp_path / "logs",
               env=ros2.graph_env(domain),
-              overrides={"perception": {"bundle": str(VISION), "hold_estimate": hold}, "policy": {"bundle": str(VISION)},
+              overrides={"perception": {"bundle": str(VISION), "estimate": "held" if hold else "per_frame"},
+                         "policy": {"bundle": str(VISION)},
                          "sim_robot": {"episode_cycles": 60, "seed": 1000},
                          "safety": {"config": str(tmp_path / "safety.yaml")}})
     # the camera follows the bundle: two 64x64 views side by side, as the locator was trained on

@@ -10,8 +10,9 @@ Measured on the shipped vision bundle, nominal ArmReach with the SafetyWrapper, 
 The features keep the state's layout (the located state: the model wrote its image terms into the state's
 slots); each image term ``<x>_pos`` gets its held value, and ``<x>_minus_ee`` is recomputed from the held
 ``<x>_pos`` and this cycle's measured ``ee_pos`` (as the model computes it), scaled and clipped as the
-observation is. Any other image term is averaged the same way. `tinker eval --hold-estimate` and the perception
-node (``hold_estimate``) use this same class.
+observation is. Any other image term is averaged the same way. `tinker eval` and the perception node use this
+same class, chosen by one rule (`holds_estimate`): held by default wherever the model computes image terms and the
+episodes are known; ``per_frame`` to see each frame's own estimate.
 """
 
 from __future__ import annotations
@@ -25,6 +26,30 @@ from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
 from tinker_core.loop.target_sight import TargetSight
 
 
+ESTIMATE_MODES = ("auto", "held", "per_frame")
+"""How a bundle's image estimate is used: ``auto`` (held where there is one to hold, see `holds_estimate`),
+``held`` (required: refused where it cannot be), ``per_frame`` (each frame's own)."""
+
+
+def holds_estimate(mode: str, image_terms: Sequence[str], synced: bool = True, where: str = "estimate") -> bool:
+    """Whether the estimate is held (`EstimateHold`) under ``mode`` (`ESTIMATE_MODES`), for a model computing
+    ``image_terms`` whose episodes are known (``synced``: the simulated robot's task terms declare them).
+    ``auto`` holds exactly where both hold; ``held`` where they do not is refused (``where`` names the setting)."""
+    if mode not in ESTIMATE_MODES:
+        raise ConfigError(f"{where}: expected one of {list(ESTIMATE_MODES)}, got {mode!r}")
+    if mode == "per_frame":
+        return False
+    if mode == "auto":
+        return bool(image_terms) and bool(synced)
+    if not image_terms:
+        raise ConfigError(f"{where}: held needs a bundle whose model computes terms from the image (image_terms); "
+                          f"this one names none, so there is no estimate to hold")
+    if not synced:
+        raise ConfigError(f"{where}: held needs the episodes the synced task terms declare (task_synced: true); "
+                          f"a goal-driven robot has none")
+    return True
+
+
 class EstimateHold:
     """``hold(features, episode, image)``: the features with the image terms averaged over ``episode``'s frames
     that show the target (``sight``), or as they are until one has."""
@@ -33,11 +58,11 @@ class EstimateHold:
                  sight: TargetSight | None = None):
         asm = ObservationAssembly(terms)
         if not image_terms:
-            raise ConfigError("hold_estimate: the bundle names no image_terms (terms its model computes from the "
+            raise ConfigError("held estimate: the bundle names no image_terms (terms its model computes from the "
                               "image); there is no estimate to hold")
         unknown = sorted(set(image_terms) - set(asm.names))
         if unknown:
-            raise ConfigError(f"hold_estimate: image terms {unknown} are not observation terms {asm.names}")
+            raise ConfigError(f"held estimate: image terms {unknown} are not observation terms {asm.names}")
         starts = np.cumsum([0] + asm.sizes)
         self.slots = {n: slice(int(a), int(a + k)) for n, a, k in zip(asm.names, starts, asm.sizes)}
         self.size, self.bound = asm.size, float(bound)
@@ -69,7 +94,7 @@ class EstimateHold:
 
     def __call__(self, features: np.ndarray, episode: str, image: np.ndarray) -> np.ndarray:
         if features.shape != (self.size,):
-            raise ValidationError("hold_estimate.features", f"{self.size} values in the state's layout",
+            raise ValidationError("held_estimate.features", f"{self.size} values in the state's layout",
                                   f"shape {list(features.shape)}")
         if episode != self.episode:  # a new episode: nothing seen yet
             self.episode, self.sums, self.seen = episode, {}, 0

@@ -19,8 +19,9 @@ states' inputs mixed:
 - ``image_terms`` (a bundle's ``image_terms``: what its perception model computes from the image, e.g. the
   target a locator finds): never taken from the task input, never waited for; their slots in the model's
   state input hold the term's offset (0 once scaled), so the simulator's value of them cannot reach the policy;
-- ``hold_estimate``: the image terms are averaged over the episode's frames that show the target
-  (`tinker_core.loop.held_estimate.EstimateHold`; episodes come with the synced task terms).
+- ``estimate`` (`tinker_core.loop.held_estimate.ESTIMATE_MODES`): ``auto`` (the default) averages the image
+  terms over the episode's frames that show the target (`tinker_core.loop.held_estimate.EstimateHold`) wherever
+  the episodes are known (the synced task terms declare them); ``per_frame`` uses each frame's own.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
-from tinker_core.loop.held_estimate import EstimateHold
+from tinker_core.loop.held_estimate import EstimateHold, holds_estimate
 from tinker_core.loop.observation import ObservationAssembly
 from tinker_core.multiagent.channels import TERM_PREFIX
 from tinker_core.spec import DictSpec
@@ -60,7 +61,7 @@ class PerceptionCycle:
                  synced: bool = True, sync_frames: bool = False, max_frame_age_ns: int = 250_000_000,
                  ee_fn: Callable[[np.ndarray], np.ndarray] | None = None, channels: Any = None,
                  clock: Callable[[], int] = time.time_ns, image_terms: Sequence[str] = (),
-                 hold_estimate: bool = False):
+                 estimate: str = "auto"):
         """``channels``: the `ChannelInbox` of the channels this robot hears (None: none); it must match the
         bundle's ``channel/NAME`` terms, name and size. ``clock``: ns, the inbox's clock (a message's age)."""
         self.image_key = self.state_key = None
@@ -84,10 +85,8 @@ class PerceptionCycle:
                               f"takes an image; " + (f"no such terms: {missing}" if missing else "this one takes none"))
         self.model, self.synced, self.sync_frames = model, bool(synced), bool(sync_frames)
         self.max_frame_age_ns, self.ee_fn = int(max_frame_age_ns), ee_fn
-        if hold_estimate and not synced:
-            raise ConfigError("perception.hold_estimate: holding an estimate per episode needs the episodes the "
-                              "synced task terms declare (task_synced: true); a goal-driven robot has none")
-        self.hold = EstimateHold(terms, list(self.image_terms)) if hold_estimate else None
+        held = holds_estimate(estimate, list(self.image_terms), synced, where="perception.estimate")
+        self.hold = EstimateHold(terms, list(self.image_terms)) if held else None
         names = set(self.assembly.names) - set(self.image_terms)
         self.derived = {} if synced else {n: n[: -len("_minus_ee")] + "_pos" for n in names
                                           if n.endswith("_minus_ee") and n[: -len("_minus_ee")] + "_pos" in names}

@@ -16,14 +16,16 @@ in by the composition root (this layer does not import the simulator).
 
 `SensorOutcome` turns readings into the outcome of each state the experience bridge joins: it pairs a state's
 counters (cycle, episode: what a real driver gives with its state) with the features of the same stamp, reads
-the target on the episode's first state and holds it (``hold_target``), ends an episode on the sensor's success
+the target from them (or, with ``hold_target``, on the episode's first state and holds it), ends an episode on the sensor's success
 (terminated) or at the time limit (truncated), and keeps reporting that end for the episode's later states (the
 joiner starts no transition from them).
 
-Why the hold: with the target read from every frame, the sensor declared 49 of 60 episodes successful where the
-simulator counted 36 (14 false successes, at true distances of 5.4 to 10.6 cm: the locator's estimate wanders
-when the arm hides the target); with the first frame's target held, 33 (1 false success, 4 missed). Vision reach
-on far_latency_reach, seeds 1000-1059, 50 cycles each: docs/sim2real/sensor_reward.md.
+Why a held target: with the target of every frame's own estimate, the sensor declared 49 of 60 episodes
+successful where the simulator counted 36 (14 false successes, at true distances of 5.4 to 10.6 cm: the
+locator's estimate wanders when the arm hides the target); with the first frame's target held, 33 (1 false
+success, 4 missed). Vision reach on far_latency_reach, seeds 1000-1059, 50 cycles each:
+docs/sim2real/sensor_reward.md. Perception now holds the estimate itself by default (the mean over the frames
+that show the target), so the sensor reads each state's features as they are unless told otherwise.
 """
 
 from __future__ import annotations
@@ -57,12 +59,13 @@ class SensorConfig:
     """the features' term holding the perceived target (base frame, m); must be one of the bundle's image_terms"""
     joint_term: str = "joint_pos"
     """the features' term holding the measured joint positions (rad, the manifest's joint order)"""
-    hold_target: bool = True
-    """read the target on an episode's first state and hold it for the episode (`SensorOutcome`): the reach
-    target does not move within an episode, and near it the arm hides it from the camera, where a target read
-    on every frame wanders by centimetres just when the sensor decides. False: the target in each state's own
-    features, which is what to use where perception holds the estimate itself (``hold_estimate``: the mean over the
-    frames that show the target, `tinker_core.loop.held_estimate.EstimateHold`)"""
+    hold_target: bool = False
+    """True: read the target on an episode's first state and hold it for the episode (`SensorOutcome`), for
+    perception that estimates per frame: the reach target does not move within an episode, and near it the arm
+    hides it from the camera, where a target read on every frame wanders by centimetres just when the sensor
+    decides. False (the default): the target in each state's own features, which carry perception's held
+    estimate (its default: the mean over the frames that show the target,
+    `tinker_core.loop.held_estimate.EstimateHold`)"""
 
     def __post_init__(self) -> None:
         if not self.success_distance > 0:

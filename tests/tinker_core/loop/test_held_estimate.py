@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from tinker_core.errors import ConfigError
-from tinker_core.loop.held_estimate import EstimateHold
+from tinker_core.loop.held_estimate import EstimateHold, holds_estimate
 from tinker_core.loop.target_sight import TargetSight
 
 VISION = Path(__file__).resolve().parents[3] / "pretrained" / "arm_reach_vision"
@@ -68,3 +68,16 @@ def test_a_bundle_without_image_terms_has_nothing_to_hold():
         EstimateHold(terms, [])
     with pytest.raises(ConfigError, match=r"\['target_pos'\] are not observation terms"):
         EstimateHold(terms, ["target_pos"])
+
+
+def test_auto_holds_where_there_is_an_estimate_and_episodes_and_held_is_refused_elsewhere():
+    assert holds_estimate("auto", ["target_pos"]) is True
+    assert holds_estimate("auto", []) is False  # a state bundle: nothing computed from the image
+    assert holds_estimate("auto", ["target_pos"], synced=False) is False  # no episodes to hold it over
+    assert holds_estimate("per_frame", ["target_pos"]) is False and holds_estimate("held", ["target_pos"]) is True
+    with pytest.raises(ConfigError, match="--estimate: held needs a bundle whose model computes terms"):
+        holds_estimate("held", [], where="--estimate")
+    with pytest.raises(ConfigError, match="held needs the episodes"):
+        holds_estimate("held", ["target_pos"], synced=False)
+    with pytest.raises(ConfigError, match="expected one of"):
+        holds_estimate("yes", ["target_pos"])

@@ -86,8 +86,10 @@ VISION = REACH.parents[2] / "arm_reach_vision"
 
 
 def _vision(model=None, **kw):
+    """The shipped vision bundle's cycle; each frame's own estimate unless ``estimate`` says otherwise."""
     from tinker_deploy.runtime import OnnxPolicy
 
+    kw.setdefault("estimate", "per_frame")
     perception = OnnxPolicy.from_bundle(VISION, part="perception")
     m = perception.manifest
     cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model or perception.forward, 7, image_terms=m.image_terms,
@@ -169,9 +171,14 @@ def test_a_frame_from_before_the_episode_reset_is_not_used():
     assert cycle.on_state(3, np.zeros(7), np.zeros(7)).stamp_ns == 3  # within the episode the newest frame serves
 
 
-def test_hold_estimate_needs_the_episodes_of_synced_task_terms():
-    with pytest.raises(ConfigError, match="hold_estimate"):
-        _vision(synced=False, ee_fn=lambda q: np.zeros(3), hold_estimate=True)
+def test_the_estimate_is_held_by_default_where_the_episodes_are_known():
+    assert _vision(estimate="auto")[0].hold is not None
+    assert _vision(estimate="auto", synced=False, ee_fn=lambda q: np.zeros(3))[0].hold is None  # no episodes
+    assert _vision(estimate="per_frame")[0].hold is None
+    with pytest.raises(ConfigError, match="perception.estimate: held needs the episodes"):
+        _vision(synced=False, ee_fn=lambda q: np.zeros(3), estimate="held")
+    with pytest.raises(ConfigError, match=r"perception.estimate: expected one of \['auto', 'held', 'per_frame'\]"):
+        _vision(estimate="true")
 
 
 def test_a_vision_bundle_on_a_robot_without_the_simulator_needs_no_goal():

@@ -126,7 +126,7 @@ class ObservationFeatures:
 
 def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) -> tuple[object, PerceptionCycle, str]:
     """(model, cycle, log line): the bundle's perception model, verified and warmed up, behind its cycle.
-    ``cycle_kwargs`` go to `PerceptionCycle` (synced, sync_frames, max_frame_age_ns, ee_fn, hold_estimate, channels)."""
+    ``cycle_kwargs`` go to `PerceptionCycle` (synced, sync_frames, max_frame_age_ns, ee_fn, estimate, channels)."""
     from tinker_deploy.hierarchy_runtime import is_hierarchy
     from tinker_deploy.runtime import OnnxPolicy
 

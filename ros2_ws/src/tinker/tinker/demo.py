@@ -179,11 +179,11 @@ def graph_overrides(cfg: DemoConfig, out: Path, lconf: dict) -> dict:
                       # from sensors, the episode ends on the success sensor or the time limit, not when the
                       # simulator sees success (that reset would tell the learner what only the simulator knows)
                       "end_on_success": cfg.reward == "sim"},
-        # a camera bundle: the target estimate averaged over the frames that show it (597/600 at nominal against
-        # 590 per frame, docs/sim2real/vision.md), which the success sensor then reads as it is
-        "perception": {"bundle": bundle, "hold_estimate": camera},
+        # perception and the success sensor as bringup.yaml has them: a camera bundle's target estimate averaged
+        # over the frames that show it (estimate: auto), which the sensor reads as it is (sensor_hold_target: false)
+        "perception": {"bundle": bundle},
         "policy": {"bundle": bundle},
-        "experience_bridge": {"reward_source": cfg.reward, "sensor_bundle": bundle, "sensor_hold_target": not camera,
+        "experience_bridge": {"reward_source": cfg.reward, "sensor_bundle": bundle,
                               "learner_endpoint": lconf["transitions_endpoint"],
                               "weights_endpoint": lconf["weights_endpoint"],
                               "bundle_dir": str(out / "received")},

@@ -73,7 +73,7 @@ class InProcessConfig:
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     """node -> parameters over the YAML's, as `tinker.bringup.Graph` takes them: ``sim_robot`` (episode_cycles,
     dynamics, seed, num_objects, ...; the bundle's task and camera are applied first, `tinker.bringup.sim_for_bundle`),
-    ``perception`` (hold_estimate), ``safety`` (config, urdf), ``policy`` (urdf)"""
+    ``perception`` (estimate), ``safety`` (config, urdf), ``policy`` (urdf)"""
     bridge: bool = True
     """run the experience bridge (the transitions it joins are kept in `InProcessLoop.transitions`)"""
     reset_estop: bool = False
@@ -140,7 +140,7 @@ class InProcessLoop:
         self._deadline_armed = self._latched = False
         self.estops = self.estop_resets = 0
         self.model, cycle, _ = open_perception(bundle, synced=True, sync_frames=True,
-                                               hold_estimate=bool(p["perception"].get("hold_estimate")))
+                                               estimate=str(p["perception"].get("estimate", "auto")))
         self.policy = PolicyBundle(bundle, p["policy"].get("urdf") or None, self.period)
         self.stages = {"perception": PerceptionStage(cycle, self.model.sha256),
                        "policy": PolicyStage(self.policy)}  # no budget: time is virtual here

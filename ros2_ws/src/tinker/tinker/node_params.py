@@ -98,9 +98,10 @@ BRIDGE_PARAMS = {
                                "target_pos must be one of its image_terms)", read_only=True),
     "sensor_env": Param("tinker/ArmReach-v0", "reward_source 'sensors': the env whose task gives the success rule "
                                               "(success distance, bonus) and the time limit", read_only=True),
-    "sensor_hold_target": Param(True, "reward_source 'sensors': hold the target of each episode's first state; "
-                                      "false where perception.hold_estimate is on (its features already carry the "
-                                      "episode's held estimate)", read_only=True),
+    "sensor_hold_target": Param(False, "reward_source 'sensors': hold the target of each episode's first state; "
+                                       "false (default) reads each state's, which carries perception's held "
+                                       "estimate (perception.estimate auto or held); true where perception "
+                                       "estimates per frame", read_only=True),
     **topic_params(task_topic="task", features_topic="features", raw_action_topic="raw_action",
                    joint_target_topic="joint_target", command_topic="command", estop_state_topic="estop_state",
                    intervened_topic="intervened"),
@@ -126,8 +127,9 @@ PERCEPTION_PARAMS = {
     "camera_rate_hz": Param(20.0, "camera frames per s; 0: every cycle waits for the frame of its state", (0.0, 1000.0), True),
     "max_frame_age": Param(0.25, "s; an older camera frame is refused and the cycle held", (0.0, 10.0)),
     **CHANNEL_PARAMS,
-    "hold_estimate": Param(False, "true: the image terms (a located target) are averaged over the episode's "
-                                  "frames that show the target (needs task_synced)", read_only=True),
+    "estimate": Param("auto", "a vision bundle's image terms (the located target): 'auto' averages them over the "
+                              "episode's frames that show the target where the episodes are known (task_synced), "
+                              "'held' requires that, 'per_frame' uses each frame's own estimate", read_only=True),
 }
 """`tinker.perception.PerceptionNode`"""
 

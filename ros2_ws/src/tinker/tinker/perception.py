@@ -59,7 +59,7 @@ class PerceptionNode(NodeRuntime, Node):
         model, cycle, line = open_perception(path, int(g("warmup_iterations")), synced=bool(g("task_synced")),
                                              sync_frames=float(g("camera_rate_hz")) <= 0, ee_fn=ee_fn,
                                              max_frame_age_ns=int(float(g("max_frame_age")) * 1e9),
-                                             hold_estimate=bool(g("hold_estimate")), channels=self.inbox)
+                                             estimate=str(g("estimate")), channels=self.inbox)
         self.get_logger().info(line)
         if self.stage is None:
             self.stage = PerceptionStage(cycle, model.sha256)

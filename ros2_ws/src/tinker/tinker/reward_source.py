@@ -20,7 +20,7 @@ SOURCES = ("sim", "sensors")
 
 
 def sensor_outcome(bundle: str, env_id: str = "tinker/ArmReach-v0", urdf: str = "",
-                   hold_target: bool = True) -> SensorOutcome:
+                   hold_target: bool = False) -> SensorOutcome:
     """The success sensor for the features of ``bundle`` (its terms and image_terms) on ``env_id``'s task;
     ``hold_target``: `SensorConfig.hold_target`."""
     from tinker_deploy.manifest import Manifest
@@ -46,7 +46,7 @@ def sensor_outcome(bundle: str, env_id: str = "tinker/ArmReach-v0", urdf: str = 
 
 
 def reward_source(source: str, bundle: str = "", env_id: str = "tinker/ArmReach-v0", urdf: str = "",
-                  hold_target: bool = True) -> SensorOutcome | None:
+                  hold_target: bool = False) -> SensorOutcome | None:
     """The bridge's rewards for ``reward_source`` ``source``: None for the simulator's, the success sensor
     (`sensor_outcome` of ``bundle``) for ``sensors``."""
     if source not in SOURCES:
