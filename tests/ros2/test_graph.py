@@ -433,11 +433,11 @@ def test_an_integer_override_of_a_float_parameter_is_written_as_a_float(tmp_path
     from tinker.bringup import Graph
 
     g = Graph(run_dir=tmp_path, overrides={"/**": {"camera_rate_hz": 0, "trace_dir": "t"},
-                                           "safety": {"hold_deadline": 1}, "sim_robot": {"episode_cycles": 60}})
+                                           "safety": {"max_state_age": 1}, "sim_robot": {"episode_cycles": 60}})
     doc = yaml.safe_load(g.overlay_file().read_text())
     assert doc["/**"]["ros__parameters"]["camera_rate_hz"] == 0.0
     assert isinstance(doc["/**"]["ros__parameters"]["camera_rate_hz"], float)
-    assert isinstance(doc["/**/safety"]["ros__parameters"]["hold_deadline"], float)
+    assert isinstance(doc["/**/safety"]["ros__parameters"]["max_state_age"], float)  # (1 s: hold_deadline is <= 0.95)
     assert type(doc["/**/sim_robot"]["ros__parameters"]["episode_cycles"]) is int  # an integer parameter stays one
 
 

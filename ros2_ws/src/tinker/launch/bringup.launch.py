@@ -64,11 +64,15 @@ def _graph(context):
 
 def _robot(context, namespace, own):
     """One robot's nodes in ``namespace``; ``own``: its bundle and simulator seed when it is one of several."""
+    from tinker.param_check import check_params_file
+
     params_file = context.launch_configurations["params_file"]
     sim = context.launch_configurations["sim"].strip().lower() not in ("false", "0", "no", "off")
     actions = []
     view = context.launch_configurations.get("view", "false").lower() in ("true", "1", "yes")
     observers = (VIEW_NODE,) if view or context.launch_configurations.get("record", "") else ()
+    # a parameter no node declares, or a value a node would refuse, stops the launch here, named
+    check_params_file(params_file, [n for n in NODES + observers if sim or n != "sim_robot"], own.get("nodes"))
     bundle = (own.get("bundle") if "bundle" in own else context.launch_configurations.get("bundle", "")) or \
         node_parameters(params_file, "perception").get("bundle", "")
     camera = sim_for_bundle({"bundle": bundle}) if sim else {}  # the task and camera the bundle was trained on

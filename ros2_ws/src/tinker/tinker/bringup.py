@@ -210,6 +210,7 @@ class Graph:
             self.overrides.setdefault("experience_bridge", {})["sensor_bundle"] = self.parameters("perception").get("bundle", "")
         if VIEW_NODE in self.nodes:
             self.overrides.setdefault(VIEW_NODE, {}).setdefault("serve", bool(view))
+        self._check_parameters()
         self.run_dir = Path(run_dir or tempfile.mkdtemp(prefix="tinker-bringup-"))
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.env = dict(os.environ if env is None else env)
@@ -238,11 +239,21 @@ class Graph:
             os.replace(tmp, path)
         return path
 
+    def _check_parameters(self) -> None:
+        """Refuse, before anything starts, a parameter its node does not declare or a value it would refuse
+        (`tinker.param_check`): the parameter file's entries and the overrides."""
+        from tinker.param_check import check_params_file
+
+        check_params_file(self.params_file, self.nodes, self.overrides)
+
     def _as_declared(self, node: str, params: Mapping[str, Any]) -> dict[str, Any]:
-        """``params`` with an integer made a float where the parameter file gives that parameter a float: ROS
-        refuses ``0`` for a double parameter at start-up (``--set /**.camera_rate_hz=0`` stopped perception)."""
+        """``params`` with an integer made a float where the node declares a float: ROS refuses ``0`` for a
+        double parameter at start-up (``--set /**.camera_rate_hz=0`` stopped perception)."""
+        from tinker.param_check import declared
+
+        tables = declared()
         nodes = [*NODES, VIEW_NODE] if node == "/**" else [node]
-        floats = {k for n in nodes for k, v in node_parameters(self.params_file, n).items() if isinstance(v, float)}
+        floats = {k for n in nodes for k, p in tables.get(n, {}).items() if isinstance(p.default, float)}
         return {k: float(v) if k in floats and isinstance(v, int) and not isinstance(v, bool) else v
                 for k, v in params.items()}
 

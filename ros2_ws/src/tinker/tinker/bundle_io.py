@@ -141,8 +141,10 @@ def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) ->
     cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m),
                             image_terms=m.image_terms, **cycle_kwargs)
     r = model.warmup(int(warmup)) if warmup > 0 else {"p99_us": 0.0, "max_us": 0.0}
+    estimate = ("" if not m.image_terms else "; its estimate held over each episode" if cycle.hold is not None
+                else "; its estimate per frame")
     return model, cycle, (f"perception v{model.version} ({model.sha256[:12]}) from {path}: p99 {r['p99_us']:.0f} us, "
-                          f"max {r['max_us']:.0f} us after warm-up")
+                          f"max {r['max_us']:.0f} us after warm-up{estimate}")
 
 
 def camera_settings(path: str | os.PathLike) -> dict[str, object]:

@@ -1,0 +1,47 @@
+"""A graph's parameters are checked against what its nodes declare before any node starts: ROS 2 itself ignores an
+undeclared name (a typo, or ``hold_estimate`` from before it became ``estimate``) and stops a node with a traceback
+on a value of the wrong type."""
+
+from __future__ import annotations
+
+
+import pytest
+import yaml
+
+from tinker.bringup import NODES, VIEW_NODE, Graph, default_params_file
+from tinker.param_check import check_params_file, declared
+from tinker_core.errors import ConfigError
+
+ALL = [*NODES, VIEW_NODE]
+
+
+def test_the_shipped_parameter_file_names_only_declared_parameters_of_the_declared_types():
+    check_params_file(default_params_file(), ALL)
+    data = yaml.safe_load(default_params_file().read_text())
+    for node in ALL:  # and every declared parameter of a tinker node is in the file, with its default's type
+        given = {**data["/**"]["ros__parameters"], **data[f"/**/{node}"]["ros__parameters"]}
+        missing = sorted(set(declared()[node]) - set(given))
+        assert not missing, f"{node}: declared but not in bringup.yaml: {missing}"
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"perception": {"hold_estimate": True}}, r"perception.hold_estimate: no such parameter \(did you mean estimate\?\)"),
+    ({"perception": {"estimate": True}}, r"perception.estimate: expected a string like its default 'auto', got True"),
+    ({"/**": {"contrl_period": 0.05}}, r"/\*\*.contrl_period: no such parameter \(did you mean control_period\?\)"),
+    ({"safety": {"hold_deadline": 2.0}}, r"safety.hold_deadline: 2.0 is outside its range \[0.05, 0.95\]"),
+    ({"sim_robot": {"seed": 1.5}}, r"sim_robot.seed: expected an integer like its default 0, got 1.5"),
+    ({"/**": {"camera_rate_hz": "fast"}}, r"/\*\*.camera_rate_hz \(for sim_robot\): expected a number"),
+])
+def test_a_parameter_no_node_takes_is_refused_before_anything_starts(tmp_path, overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        Graph(overrides=overrides, run_dir=tmp_path)
+    assert not any(tmp_path.iterdir())  # refused in the constructor: no process, no file
+
+
+def test_a_users_parameter_file_is_checked_too(tmp_path):
+    data = yaml.safe_load(default_params_file().read_text())
+    data["/**/policy"]["ros__parameters"]["on_overun"] = "stop"
+    path = tmp_path / "mine.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"policy.on_overun: no such parameter \(did you mean on_overrun\?\)"):
+        check_params_file(path, NODES)
