@@ -85,6 +85,13 @@ def make_fabric(cfg: FabricConfig) -> Any:
     return lf.Fabric(accelerator=cfg.accelerator, devices=int(cfg.devices), strategy=strategy, precision="32-true")
 
 
+def train_step(algo: Any, samples: ReplaySamples) -> torch.Tensor:
+    """One update of ``algo`` on ``samples`` (returns |TD| per sample), in the `update_scope` every update runs in;
+    data-parallel where a `DataParallelUpdate` hooks the algorithm's optimizers."""
+    with update_scope():
+        return algo._train_step(samples)
+
+
 class DataParallelUpdate:
     """An algorithm's gradient steps made data-parallel over ``fabric``'s processes.
 
@@ -133,10 +140,8 @@ class DataParallelUpdate:
         self.all_reduces += 1
 
     def step(self, shard: ReplaySamples) -> torch.Tensor:
-        """One data-parallel update on this rank's shard (returns the shard's |TD| per sample), in the
-        `update_scope` every update runs in."""
-        with update_scope():
-            return self.algo._train_step(shard)
+        """One data-parallel update on this rank's shard (returns the shard's |TD| per sample): `train_step`."""
+        return train_step(self.algo, shard)
 
     def close(self) -> None:
         """Remove the optimizer hooks (the algorithm trains alone again)."""
@@ -203,11 +208,7 @@ def run(devices: int, steps: int, batch: int, hidden: int, seed: int, determinis
     elif path == "autograd":
         algo._update = None
     mine = [shard(b, rank, world) for b in batches]
-
-    def step(b: ReplaySamples) -> None:
-        with update_scope():
-            algo._train_step(b)
-
+    step = dp.step if dp is not None else (lambda b: train_step(algo, b))  # noqa: E731
     np.save(out / f"rank{rank}_start.npy", flat_state(algo))
     for b in mine[:steps]:  # the steps compared by the test
         step(b)
