@@ -178,9 +178,25 @@ def _plot(rows: list[dict], out: Any, env_id: str) -> Any:
     return path
 
 
+def loop_summary(rep: dict) -> dict:
+    """What a row keeps of the fine-tuning loop's report (`tinker.demo.run_demo`); with ``fine_tune`` (why) where
+    the learner made no update, so that the unchanged policy is not scored as a fine-tuned one."""
+    loop = {"published_version": rep["learner"].get("version") or 0,
+            "ros_loop": {k: rep[k] for k in ("before", "finetune", "after")},
+            "safety_interventions_in_loop": rep["safety_interventions"], "estops": rep["estops"],
+            "unsafe_states_in_loop": sum(rep.get("unsafe_states", {}).values()),
+            "learner_updates": rep["learner"].get("updates") or 0,
+            "live_transitions": rep["learner"].get("ingested_total") or 0}
+    if not loop["learner_updates"]:
+        loop["fine_tune"] = (f"not fine-tuned: the learner made 0 updates on {loop['live_transitions']} live "
+                             f"transitions (fewer than its warmup, or none arrived); the policy is the pretrained one")
+    return loop
+
+
 def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundle: Any, checkpoint: Any, out: Any,
-              seed: int) -> tuple[dict, dict]:
-    """Stages 2 and 3 for one variant and run: the demo's ROS loop fine-tunes, then the newest bundle is evaluated."""
+              seed: int) -> tuple[dict | None, dict]:
+    """Stages 2 and 3 for one variant and run: the demo's ROS loop fine-tunes, then the newest bundle is evaluated.
+    A learner that made no update changed nothing: no "after" is scored (None), and the row says why."""
     from tinker.demo import DemoConfig, run_demo
 
     demo_out = out / f"finetune_{name}" / f"run{run_idx}"
@@ -188,15 +204,16 @@ def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundl
                               episodes_before=1, finetune_episodes=args.finetune_episodes, episodes_after=1,
                               seed=run_idx, reward=args.reward),
                    progress=lambda s: print("   " + s) if s.startswith(("phase", "  final")) else None)
-    published = rep["learner"].get("version") or 0
+    loop = loop_summary(rep)
+    published = loop["published_version"]
+    if "fine_tune" in loop:
+        print(f"== {name} run {run_idx}: {loop['fine_tune']}")
+        return None, loop
     tuned_bundle = demo_out / "bundles" / f"v{published:06d}" if published else bundle
     print(f"== {name} run {run_idx}: evaluation after fine-tuning (bundle {tuned_bundle.name})")
     after = _evaluate(tuned_bundle, dyn, args.eval_episodes, args.env, seed)
     print(f"   success {after['success_rate'] * 100:.1f}%")
-    return after, {"published_version": published, "ros_loop": {k: rep[k] for k in ("before", "finetune", "after")},
-                   "safety_interventions_in_loop": rep["safety_interventions"], "estops": rep["estops"],
-                   "unsafe_states_in_loop": sum(rep.get("unsafe_states", {}).values()),
-                   "learner_updates": rep["learner"].get("updates") or 0}
+    return after, loop
 
 
 def table(rows: list[dict], env_id: str) -> str:
@@ -212,8 +229,10 @@ def table(rows: list[dict], env_id: str) -> str:
         b, a = r["zero_shot"], r["fine_tuned"]
         seeds = f"{r['run']} ({b['seeds'][0]}–{b['seeds'][1]})"
         if a is None:
+            loop = r.get("ros_loop") is not None  # the loop ran and its learner made no update
             lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | fine-tune: "
-                         f"{r['fine_tune']} | {t(b)} | — | — | — |")
+                         f"{r['fine_tune']} | {t(b)} | " + (f"— | 0 | {r['unsafe_states_in_loop']} / {len(r['estops'])} |"
+                                                             if loop else "— | — | — |"))
         else:
             lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | {_rate(a)} "
                          f"| {t(b)} → {t(a)} | v{r['published_version']} | {r['learner_updates']} "

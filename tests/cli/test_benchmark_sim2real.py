@@ -107,3 +107,23 @@ def test_a_camera_bundle_is_scored_with_the_estimate_its_loop_holds():
     state = _evaluate(REPO / "pretrained" / "arm_reach" / "bundle", dyn, episodes=2)
     assert vision["hold_estimate"] is True and state["hold_estimate"] is False
     assert vision["episodes"] == state["episodes"] == 2 and vision["seeds"] == [1000, 1001]
+
+
+def test_a_loop_whose_learner_made_no_update_is_not_scored_as_fine_tuned():
+    """The sensor ends each moved-camera episode within ~9 cycles: 50 episodes gave ~320 live transitions and 0
+    updates. The row then says so instead of scoring the pretrained policy a second time as "after fine-tuning"."""
+    from tinker_cli.benchmark import loop_summary, table
+
+    phase = {"episodes": 1, "successes": 0}
+    rep = {k: phase for k in ("before", "finetune", "after")} | {
+        "safety_interventions": 3, "estops": [], "unsafe_states": {"contact": 0},
+        "learner": {"version": 1, "updates": 0, "ingested_total": 176}}
+    idle = loop_summary(rep)
+    assert idle["fine_tune"].startswith("not fine-tuned: the learner made 0 updates on 176 live transitions")
+    trained = loop_summary(rep | {"learner": {"version": 3, "updates": 2864, "ingested_total": 1321}})
+    assert "fine_tune" not in trained and trained["learner_updates"] == 2864 and trained["published_version"] == 3
+    zero = {"success_rate": 0.4, "ci_low": 0.3, "ci_high": 0.5, "successes": 20, "episodes": 50, "seeds": [1000, 1049],
+            "safety_violations": 0, "safety_estops": 0, "mean_time_to_success_s": 0.4}
+    md = table([{"variant": "shifted_camera", "run": 0, "zero_shot": zero, "fine_tuned": None, **idle}],
+               "tinker/ArmReach-v0")
+    assert "fine-tune: not fine-tuned: the learner made 0 updates" in md and md.rstrip().endswith("| — | 0 | 0 / 0 |")
