@@ -21,6 +21,7 @@ def test_the_simulators_reward_trains_on_live_data_only_and_the_sensors_on_half(
     state = learner_config(_cfg(bundle=str(ROOT / "pretrained/arm_reach/bundle"), reward="sim"), tmp_path)
     vision = learner_config(_cfg(bundle=str(ROOT / "pretrained/arm_reach_vision"), reward="sensors"), tmp_path)
     assert state["real_fraction"] == 1.0 and vision["real_fraction"] == 0.5
+    assert state["warmup"] == 256 and vision["warmup"] == 128  # the live share of one batch of 256
     assert set(REAL_FRACTION) == {"sim", "sensors"}
     assert state["perception_bundle"] is None and vision["perception_bundle"].endswith("arm_reach_vision")
 
@@ -28,7 +29,9 @@ def test_the_simulators_reward_trains_on_live_data_only_and_the_sensors_on_half(
 def test_a_learner_override_wins(tmp_path):
     lconf = learner_config(_cfg(bundle=str(ROOT / "pretrained/arm_reach/bundle"), learner={"real_fraction": 0.25}),
                            tmp_path)
-    assert lconf["real_fraction"] == 0.25
+    assert lconf["real_fraction"] == 0.25 and lconf["warmup"] == 64  # the warmup follows the live share
+    assert learner_config(_cfg(bundle=str(ROOT / "pretrained/arm_reach/bundle"), learner={"warmup": 10}),
+                          tmp_path)["warmup"] == 10
 
 
 def test_a_camera_bundle_runs_on_a_robot_it_can_feel_with_the_held_estimate(tmp_path):

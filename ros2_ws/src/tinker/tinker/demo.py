@@ -140,13 +140,19 @@ took the vision policy from 15/20 to 9/20 on far_latency_reach, where half and h
 
 
 def learner_config(cfg: DemoConfig, out: Path) -> dict:
-    """The learner's settings: fresh endpoints, the pretrained checkpoint, the gate; ``cfg.learner`` overrides."""
+    """The learner's settings: fresh endpoints, the pretrained checkpoint, the gate; ``cfg.learner`` overrides.
+
+    Its ``warmup`` (live transitions before the first update), unless overridden, is the live share of one batch
+    (``batch_size * real_fraction``): from then on a batch's live samples can all be different transitions. That is
+    256 with the simulator's reward and 128 with the sensors', whose other half comes from the pretraining replay.
+    A fixed 256 left the moved camera's loop untrained: its success sensor ends an episode within ~9 cycles, 50
+    episodes gave ~320-460 live transitions, and the learner made 0 updates (docs/sim2real/sensor_reward.md)."""
     ends = free_endpoints(4)
     lconf = {
         "transitions_endpoint": ends[0], "weights_endpoint": ends[1], "params_endpoint": ends[2], "control_endpoint": ends[3],
         "algo": "sac", "env_id": "tinker/ArmReach-v0", "env_kwargs": {"randomize": True},
         "init_checkpoint": str(Path(cfg.checkpoint).resolve()), "device": "auto",
-        "batch_size": 256, "update_interval": 1, "updates_per_interval": 4, "warmup": 256,
+        "batch_size": 256, "update_interval": 1, "updates_per_interval": 4,
         "real_fraction": REAL_FRACTION[cfg.reward],
         "publish_every": 1000, "checkpoint_every": 0, "checkpoint_dir": str(out / "learner"),
         "bundle_dir": str(out / "bundles"), "gate_episodes": 10, "gate_max_estops": 0,
@@ -159,6 +165,7 @@ def learner_config(cfg: DemoConfig, out: Path) -> dict:
         "perception_bundle": str(Path(cfg.bundle).resolve()) if _has_camera(cfg.bundle) else None,
     }
     lconf.update(cfg.learner)
+    lconf.setdefault("warmup", max(1, round(int(lconf["batch_size"]) * float(lconf["real_fraction"]))))
     return lconf
 
 
