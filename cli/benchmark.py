@@ -66,6 +66,9 @@ def register(sub: Any) -> None:
                         "or 'sensors' (the success sensor; a vision bundle); the simulator scores either way")
     p.add_argument("--eval-episodes", type=int, default=50, help="simulation episodes per evaluation (default 50)")
     p.add_argument("--finetune-episodes", type=int, default=50, help="ROS-loop episodes of fine-tuning (default 50)")
+    p.add_argument("--learner-set", nargs="*", default=[], metavar="NAME=VALUE",
+                   help="the fine-tuning learner's LearnerConfig overrides, as tinker demo's (e.g. warmup=16 "
+                        "batch_size=16 for a tiny budget)")
     p.add_argument("--out", default="runs/sim2real", help="output directory (default runs/sim2real)")
     p.set_defaults(func=run)
 
@@ -198,11 +201,12 @@ def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundl
     """Stages 2 and 3 for one variant and run: the demo's ROS loop fine-tunes, then the newest bundle is evaluated.
     A learner that made no update changed nothing: no "after" is scored (None), and the row says why."""
     from tinker.demo import DemoConfig, run_demo
+    from tinker_cli.demo import learner_overrides
 
     demo_out = out / f"finetune_{name}" / f"run{run_idx}"
     rep = run_demo(DemoConfig(bundle=str(bundle), checkpoint=str(checkpoint), dynamics=str(dyn), out=str(demo_out),
                               episodes_before=1, finetune_episodes=args.finetune_episodes, episodes_after=1,
-                              seed=run_idx, reward=args.reward),
+                              seed=run_idx, reward=args.reward, learner=learner_overrides(args.learner_set)),
                    progress=lambda s: print("   " + s) if s.startswith(("phase", "  final")) else None)
     loop = loop_summary(rep)
     published = loop["published_version"]
@@ -260,8 +264,12 @@ def run(args: argparse.Namespace) -> int:
                           f"for {args.env} run 'tinker train' and 'tinker export' yourself")
     if args.train and (args.bundle or args.checkpoint):
         raise ConfigError("--train makes its own bundle and checkpoint; leave out --bundle and --checkpoint")
-    if no_finetune and (args.reward != "sim" or args.checkpoint):
-        raise ConfigError(f"--reward and --checkpoint set the fine-tuning stage, and {args.env} has none: {no_finetune}")
+    if no_finetune and (args.reward != "sim" or args.checkpoint or args.learner_set):
+        raise ConfigError(f"--reward, --checkpoint and --learner-set set the fine-tuning stage, and {args.env} has "
+                          f"none: {no_finetune}")
+    from tinker_cli.demo import learner_overrides
+
+    learner_overrides(args.learner_set)  # a malformed one is refused now, not after the zero-shot stage
     out = Path(args.out).resolve()
     pre = pretrained_dir(args.env)
     bundle = Path(args.bundle).resolve() if args.bundle else pre / "bundle"

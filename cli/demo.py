@@ -64,21 +64,14 @@ def register(sub: Any) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def learner_overrides(items: list[str]) -> dict:
+    """``--learner-set NAME=VALUE ...`` as LearnerConfig overrides (each value read as JSON, else kept as text)."""
     import json
-    import os
 
-    from tinker_cli._compose import REPO
-    from tinker_deploy.pretrained import pretrained_dir
     from tinker_core.errors import ConfigError
 
-    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    from tinker.demo import DemoConfig, default_dynamics, run_demo
-
-    pre = pretrained_dir("tinker/ArmReach-v0") if not (args.bundle and args.checkpoint) else None
-    bundle = args.bundle or str(pre / "bundle")  # type: ignore[operator]
     overrides = {}
-    for item in args.learner_set:
+    for item in items:
         if "=" not in item:
             raise ConfigError(f"--learner-set: expected NAME=VALUE, got {item!r}")
         k, v = item.split("=", 1)
@@ -86,6 +79,21 @@ def run(args: argparse.Namespace) -> int:
             overrides[k] = json.loads(v)
         except json.JSONDecodeError:
             overrides[k] = v
+    return overrides
+
+
+def run(args: argparse.Namespace) -> int:
+    import os
+
+    from tinker_cli._compose import REPO
+    from tinker_deploy.pretrained import pretrained_dir
+
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    from tinker.demo import DemoConfig, default_dynamics, run_demo
+
+    pre = pretrained_dir("tinker/ArmReach-v0") if not (args.bundle and args.checkpoint) else None
+    bundle = args.bundle or str(pre / "bundle")  # type: ignore[operator]
+    overrides = learner_overrides(args.learner_set)
     cfg = DemoConfig(
         bundle=bundle, checkpoint=args.checkpoint or str(pre / "checkpoint"),  # type: ignore[operator]
         dynamics=args.dynamics or default_dynamics(bundle, REPO / "sim" / "config" / "dynamics"),

@@ -69,6 +69,9 @@ def test_bad_arguments_are_refused(tmp_path):
     assert p.returncode == 2 and "--runs must be >= 1, got 0" in p.stderr
     p = tinker("benchmark", "sim2real", "--env", "tinker/PlanarSort-v0", "--out", str(tmp_path / "c"))
     assert p.returncode == 2 and "invalid choice" in p.stderr
+    p = tinker("benchmark", "sim2real", "--variants", "laggy", "--learner-set", "warmup", "--out", str(tmp_path / "d"))
+    assert p.returncode == 2 and "--learner-set: expected NAME=VALUE, got 'warmup'" in p.stderr
+    assert not (tmp_path / "d").exists()  # refused before the zero-shot stage
 
 
 def test_another_bundle_and_the_sensor_reward_are_refused_where_they_cannot_run(tmp_path):
@@ -77,7 +80,7 @@ def test_another_bundle_and_the_sensor_reward_are_refused_where_they_cannot_run(
     p = tinker("benchmark", "sim2real", "--reward", "sensors", "--out", str(tmp_path / "a"))
     assert p.returncode == 2 and "a sensor reward needs a target the robot perceives" in p.stderr
     p = tinker("benchmark", "sim2real", "--env", SORT, "--reward", "sensors", "--out", str(tmp_path / "b"))
-    assert p.returncode == 2 and "--reward and --checkpoint set the fine-tuning stage" in p.stderr
+    assert p.returncode == 2 and "--reward, --checkpoint and --learner-set set the fine-tuning stage" in p.stderr
     p = tinker("benchmark", "sim2real", "--train", "--bundle", "pretrained/arm_reach_vision", "--out", str(tmp_path / "c"))
     assert p.returncode == 2 and "leave out --bundle and --checkpoint" in p.stderr
     p = tinker("benchmark", "sim2real", "--bundle", str(tmp_path / "none"), "--out", str(tmp_path / "d"))
