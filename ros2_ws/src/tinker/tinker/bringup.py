@@ -97,13 +97,22 @@ def default_params_file() -> Path:
     return p
 
 
+def parameter_sections(data: Mapping[str, Any], node: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(shared, own): a loaded parameter file's ``/**`` entries, and ``node``'s own (``/**/node``, ``node``,
+    ``/node``, later ones winning)."""
+    def entries(key: str) -> dict[str, Any]:
+        return dict((data.get(key) or {}).get("ros__parameters") or {})
+
+    own: dict[str, Any] = {}
+    for key in (f"/**/{node}", node, f"/{node}"):
+        own.update(entries(key))
+    return entries("/**"), own
+
+
 def node_parameters(params_file: str | os.PathLike, node: str) -> dict[str, Any]:
     """What a node gets from a parameter file: ``/**`` first, then ``/**/node`` and ``node`` entries."""
-    data = yaml.safe_load(Path(params_file).read_text()) or {}
-    out: dict[str, Any] = {}
-    for key in ("/**", f"/**/{node}", node, f"/{node}"):
-        out.update((data.get(key) or {}).get("ros__parameters", {}) or {})
-    return out
+    shared, own = parameter_sections(yaml.safe_load(Path(params_file).read_text()) or {}, node)
+    return {**shared, **own}
 
 
 def _fq(namespace: str, name: str) -> str:

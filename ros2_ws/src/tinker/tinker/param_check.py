@@ -87,14 +87,11 @@ def check_graph(own: Mapping[str, Mapping[str, Any]], shared: Mapping[str, Any],
 
 def check_params_file(path: str | os.PathLike, nodes: Sequence[str],
                       overrides: Mapping[str, Mapping[str, Any]] | None = None) -> None:
-    """`check_graph` for a parameter file (``/**``, ``/**/NODE``, ``NODE`` and ``/NODE`` entries, as
-    `tinker.bringup.node_parameters` reads it) with ``overrides`` (node or ``/**`` -> name -> value) on top."""
+    """`check_graph` for a parameter file (its sections as `tinker.bringup.parameter_sections` reads them) with
+    ``overrides`` (node or ``/**`` -> name -> value) on top."""
+    from tinker.bringup import parameter_sections
+
     data = yaml.safe_load(Path(path).read_text()) or {}
     over = overrides or {}
-
-    def entries(key: str) -> dict[str, Any]:
-        return dict((data.get(key) or {}).get("ros__parameters") or {})
-
-    own = {n: {**{k: v for key in (f"/**/{n}", n, f"/{n}") for k, v in entries(key).items()}, **over.get(n, {})}
-           for n in nodes}
-    check_graph(own, {**entries("/**"), **over.get("/**", {})}, nodes)
+    own = {n: {**parameter_sections(data, n)[1], **over.get(n, {})} for n in nodes}
+    check_graph(own, {**parameter_sections(data, "")[0], **over.get("/**", {})}, nodes)
