@@ -197,16 +197,16 @@ def loop_summary(rep: dict) -> dict:
 
 
 def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundle: Any, checkpoint: Any, out: Any,
-              seed: int) -> tuple[dict | None, dict]:
-    """Stages 2 and 3 for one variant and run: the demo's ROS loop fine-tunes, then the newest bundle is evaluated.
-    A learner that made no update changed nothing: no "after" is scored (None), and the row says why."""
+              seed: int, learner: dict) -> tuple[dict | None, dict]:
+    """Stages 2 and 3 for one variant and run: the demo's ROS loop fine-tunes (``learner``: LearnerConfig overrides),
+    then the newest bundle is evaluated. A learner that made no update changed nothing: no "after" is scored (None),
+    and the row says why."""
     from tinker.demo import DemoConfig, run_demo
-    from tinker_cli.demo import learner_overrides
 
     demo_out = out / f"finetune_{name}" / f"run{run_idx}"
     rep = run_demo(DemoConfig(bundle=str(bundle), checkpoint=str(checkpoint), dynamics=str(dyn), out=str(demo_out),
                               episodes_before=1, finetune_episodes=args.finetune_episodes, episodes_after=1,
-                              seed=run_idx, reward=args.reward, learner=learner_overrides(args.learner_set)),
+                              seed=run_idx, reward=args.reward, learner=dict(learner)),
                    progress=lambda s: print("   " + s) if s.startswith(("phase", "  final")) else None)
     loop = loop_summary(rep)
     published = loop["published_version"]
@@ -269,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
                           f"none: {no_finetune}")
     from tinker_cli.demo import learner_overrides
 
-    learner_overrides(args.learner_set)  # a malformed one is refused now, not after the zero-shot stage
+    learner = learner_overrides(args.learner_set)  # a malformed one is refused now, not after the zero-shot stage
     out = Path(args.out).resolve()
     pre = pretrained_dir(args.env)
     bundle = Path(args.bundle).resolve() if args.bundle else pre / "bundle"
@@ -319,7 +319,7 @@ def run(args: argparse.Namespace) -> int:
             if no_finetune:
                 row.update(fine_tuned=None, fine_tune=no_finetune)
             else:
-                after, loop = _finetune(args, name, r, dyn, bundle, checkpoint, out, seed)
+                after, loop = _finetune(args, name, r, dyn, bundle, checkpoint, out, seed, learner)
                 row.update(fine_tuned=after, **loop)
             rows.append(row)
     md = table(rows, args.env)
