@@ -5,6 +5,8 @@ on a value of the wrong type."""
 from __future__ import annotations
 
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -45,3 +47,28 @@ def test_a_users_parameter_file_is_checked_too(tmp_path):
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(ConfigError, match=r"policy.on_overun: no such parameter \(did you mean on_overrun\?\)"):
         check_params_file(path, NODES)
+
+
+VISION = str(Path(__file__).resolve().parents[2] / "pretrained" / "arm_reach_vision")
+
+
+@pytest.mark.parametrize("perception, hold_target, message", [
+    ({"estimate": "per_frame"}, False, r"sensor_hold_target: False does not pair with perception, which estimates per "
+                                       r"frame \(estimate: per_frame\); set experience_bridge.sensor_hold_target: True"),
+    ({"task_synced": False}, False, r"which estimates per frame \(estimate: auto, task_synced: false\)"),
+    ({}, True, r"sensor_hold_target: True does not pair with perception, which holds its estimate over each episode"),
+    ({"task_synced": False, "estimate": "held"}, True, r"perception.estimate: held needs the episodes"),
+])
+def test_a_success_sensor_that_contradicts_perceptions_estimate_is_refused(tmp_path, perception, hold_target, message):
+    bridge = {"reward_source": "sensors", "sensor_hold_target": hold_target}
+    with pytest.raises(ConfigError, match=message):
+        Graph(overrides={"perception": {"bundle": VISION, **perception}, "experience_bridge": bridge}, run_dir=tmp_path)
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("perception, hold_target", [({}, False), ({"estimate": "per_frame"}, True),
+                                                     ({"task_synced": False}, True)])
+def test_the_pairings_that_agree_pass(perception, hold_target):
+    check_params_file(default_params_file(), ALL, {"perception": {"bundle": VISION, **perception},
+                                                   "experience_bridge": {"reward_source": "sensors",
+                                                                         "sensor_hold_target": hold_target}})

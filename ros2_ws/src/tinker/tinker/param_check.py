@@ -4,7 +4,7 @@ ROS 2 ignores a parameter a node does not declare (a typo, or a name from an old
 default and nothing says so) and refuses a value of another type with a traceback from inside the node. Here
 both are refused up front, naming the node, the parameter and what it expects: each node's own entries must be
 its parameters, with a value of the declared type within the declared range; a ``/**`` entry must be a
-parameter of at least one node.
+parameter of at least one node. Settings of two nodes that must agree are checked together (`check_pairings`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import yaml
 
-from tinker_core.errors import ConfigError
+from tinker_core.errors import ConfigError, TinkerError
 
 ROS_BUILTIN = frozenset({"use_sim_time", "start_type_description_service"})
 """parameters rclpy declares on every node"""
@@ -83,6 +83,35 @@ def check_graph(own: Mapping[str, Mapping[str, Any]], shared: Mapping[str, Any],
             if name not in tables[node]:
                 raise _unknown(f"{node}.{name}", name, set(tables[node]))
             check_value(f"{node}.{name}", tables[node][name], value)
+    check_pairings(lambda node, name: own.get(node, {}).get(name, shared.get(name, tables[node][name].default)), nodes)
+
+
+def check_pairings(value: Any, nodes: Any) -> None:
+    """Refuse settings of two nodes that contradict each other; ``value(node, name)`` is what the node will run
+    with (its own entry, else the ``/**`` one, else the default).
+
+    The experience bridge's success sensor (``reward_source: sensors``) reads the located target from each state
+    (``sensor_hold_target: false``) or holds the episode's first (``true``). Reading each state's is right where
+    perception holds its estimate over the episode (`tinker_core.loop.held_estimate.holds_estimate`), holding the
+    first is right where perception estimates per frame: the other two pairings reward the arm for one frame's
+    noise in the estimate, or for the first frame's alone."""
+    if not {"perception", "experience_bridge"} <= set(nodes) or value("experience_bridge", "reward_source") != "sensors":
+        return
+    from tinker.bundle_io import resolve_bundle, top_manifest
+    from tinker_core.loop.held_estimate import holds_estimate
+
+    try:
+        image_terms = top_manifest(resolve_bundle(value("perception", "bundle") or None)).image_terms or ()
+    except (OSError, TinkerError):  # an unreadable bundle is the perception node's to report, with its own message
+        return
+    mode, synced = value("perception", "estimate"), value("perception", "task_synced")
+    held = holds_estimate(mode, image_terms, synced, where="perception.estimate")
+    if value("experience_bridge", "sensor_hold_target") == held:
+        how = (f"holds its estimate over each episode (estimate: {mode})" if held else
+               f"estimates per frame (estimate: {mode}" + (", task_synced: false" if mode == "auto" and not synced else "")
+               + ")")
+        raise ConfigError(f"experience_bridge.sensor_hold_target: {held} does not pair with perception, which {how}; "
+                          f"set experience_bridge.sensor_hold_target: {not held}, or change perception.estimate")
 
 
 def check_params_file(path: str | os.PathLike, nodes: Sequence[str],
