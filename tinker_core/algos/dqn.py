@@ -218,8 +218,8 @@ class DQN(OffPolicyAlgorithm):
                          "exploration_rate": torch.tensor(self.exploration_rate)}
         return (q - target).detach().abs()
 
-    def train_on_batch(self, batch: Any, weights: np.ndarray | None = None) -> dict:
-        out = super().train_on_batch(batch, weights)
+    def train_on_batch(self, batch: Any, weights: np.ndarray | None = None, demo_mask: np.ndarray | None = None) -> dict:
+        out = super().train_on_batch(batch, weights, demo_mask)
         if self.num_updates % self.config.target_update_interval == 0:
             self._update_target()
         return out

@@ -76,6 +76,8 @@ class OffPolicyAlgorithm(Algorithm):
 
     def __init__(self, env_or_specs: Any, config: OffPolicyConfig | None = None, **kw: Any):
         super().__init__(env_or_specs, config, **kw)
+        self._demo_mask: torch.Tensor | None = None
+        """the rows of the batch in training that are demonstrations (``train_on_batch``'s ``demo_mask``)"""
         c = self.config
         act_shape = () if self.discrete else self.action_spec.shape
         # dict observations through Flatten are stored flat: [(key, size)] in the dict's order, else None
@@ -212,8 +214,10 @@ class OffPolicyAlgorithm(Algorithm):
         return None
 
     # -- the external learner -----------------------------------------------------------------------
-    def train_on_batch(self, batch: TransitionBatch, weights: np.ndarray | None = None) -> dict:
-        """One gradient step on a batch from an external replay (env-unit actions, raw obs).
+    def train_on_batch(self, batch: TransitionBatch, weights: np.ndarray | None = None,
+                       demo_mask: np.ndarray | None = None) -> dict:
+        """One gradient step on a batch from an external replay (env-unit actions, raw obs); ``demo_mask`` marks
+        the rows that are demonstrations (an algorithm that imitates them reads it, e.g. SAC's ``td3bc_alpha``).
         Returns float metrics plus ``"td_errors"`` (np.ndarray, |TD| per sample) for priority updates."""
         if batch.next_obs is None:
             raise ConfigError("train_on_batch: batch.next_obs is required")
@@ -231,8 +235,13 @@ class OffPolicyAlgorithm(Algorithm):
                           torch.as_tensor(np.asarray(batch.reward, dtype=np.float32), device=self.device),
                           torch.as_tensor(np.asarray(batch.terminated, dtype=np.float32), device=self.device))
         w = None if weights is None else torch.as_tensor(np.asarray(weights, dtype=np.float32), device=self.device)
-        with update_scope():
-            td = self._train_step(s, w)
+        self._demo_mask = None if demo_mask is None else torch.as_tensor(np.asarray(demo_mask, dtype=bool),
+                                                                          device=self.device)
+        try:
+            with update_scope():
+                td = self._train_step(s, w)
+        finally:
+            self._demo_mask = None
         self._last_batch_rewards = np.asarray(batch.reward)
         out: dict[str, Any] = {k: float(v) for k, v in self._metrics.items()
                                if isinstance(v, torch.Tensor) and v.numel() == 1}

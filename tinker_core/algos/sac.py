@@ -54,6 +54,12 @@ class SACConfig(OffPolicyConfig):
     """With gSDE, act with the gSDE policy instead of uniform random actions before learning_starts."""
     log_std_init: float = -3.0
     """Initial log std of gSDE's noise-matrix entries (SB3's SAC default; only used with use_sde)."""
+    td3bc_alpha: float | None = None
+    """None: plain SAC. A number: the actor also imitates the batch's demonstration rows (``train_on_batch``'s
+    ``demo_mask``), as TD3+BC (Fujimoto & Gu, 2021) does: its loss becomes
+    ``alpha * (ent_coef * logp - Q) / mean|Q| + mean ||tanh(mu) - a_demo||^2``, so a policy pretrained by imitation
+    is fine-tuned by RL without first being unlearned. Runs on the autograd step (the written-out ones have no
+    imitation term)."""
     compiled_step: bool = True
     """On the CPU, run the MLP step compiled (sac_native.py; built once per machine) where it applies;
     False, or no compiler, runs the same step in Python."""
@@ -68,6 +74,8 @@ class SACConfig(OffPolicyConfig):
                 raise ConfigError(f"ent_coef: expected 'auto', 'auto_X' or a number, got {self.ent_coef!r}") from None
             if v < 0:
                 raise ConfigError(f"ent_coef: expected >= 0, got {v}")
+        if self.td3bc_alpha is not None and not self.td3bc_alpha > 0:
+            raise ConfigError(f"td3bc_alpha: expected a number > 0 (or null: plain SAC), got {self.td3bc_alpha}")
         if self.n_critics < 1:
             raise ConfigError(f"n_critics: expected >= 1, got {self.n_critics}")
         if self.sde_sample_freq == 0 or self.sde_sample_freq < -1:
@@ -107,7 +115,8 @@ class SAC(OffPolicyAlgorithm):
         self.target_entropy = float(-self.act_dim if c.target_entropy is None else c.target_entropy)
         plain = type(self.actor_perception) is Flatten and type(self.critic_perception) is Flatten
         self._update: SACUpdate | NativeSACUpdate | None = None
-        why = ("the perception is not a plain Flatten (image or encoder observations)" if not plain else
+        why = ("td3bc_alpha is set (the imitation term runs on autograd)" if c.td3bc_alpha is not None else
+               "the perception is not a plain Flatten (image or encoder observations)" if not plain else
                "the networks are not what the written-out step supports (an MLP of Linear layers "
                "with ReLU or Tanh)" if not SACUpdate.supports(self.actor, self.critic) else "")
         if not why:
@@ -239,6 +248,11 @@ class SAC(OffPolicyAlgorithm):
         # actor: gradients flow to the actions only (critic weights detached, critic not re-stepped)
         q_pi = self.critic(cfeat.detach(), a_pi, detach_params=True).min(0).values
         actor_loss = (ent_coef * logp_pi - q_pi).mean()
+        imitation = None
+        if c.td3bc_alpha is not None:
+            actor_loss = c.td3bc_alpha * actor_loss / q_pi.abs().mean().detach().clamp(min=1e-6)
+            imitation = self._imitation_loss(feat, s.actions)
+            actor_loss = actor_loss + imitation
         self.actor_opt.zero_grad(set_to_none=True)
         if ent_loss is not None:
             self.ent_opt.zero_grad(set_to_none=True)  # type: ignore[union-attr]
@@ -249,10 +263,21 @@ class SAC(OffPolicyAlgorithm):
         self.actor_opt.step()
         if self.sde:
             self.actor.train_matrix = None  # type: ignore[union-attr]  # its graph is spent
-        self._end_update({"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
-                          "ent_coef": ent_coef.squeeze(), "entropy": -logp_pi.detach().mean(),
-                          "q_mean": q.detach().mean()})
+        metrics = {"critic_loss": critic_loss.detach(), "actor_loss": actor_loss.detach(),
+                   "ent_coef": ent_coef.squeeze(), "entropy": -logp_pi.detach().mean(), "q_mean": q.detach().mean()}
+        if imitation is not None:
+            metrics["imitation_loss"] = imitation.detach()
+        self._end_update(metrics)
         return td.detach().abs().max(0).values
+
+    def _imitation_loss(self, feat: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """TD3+BC's term: mean squared distance of the actor's mean action to the demonstrations' (the rows
+        ``_demo_mask`` marks; none: 0)."""
+        mask = self._demo_mask
+        if mask is None or not bool(mask.any()):
+            return feat.new_zeros(())
+        mu = torch.tanh(self.actor.dist_params(feat[mask])[0])
+        return (mu - actions[mask].clamp(-0.999, 0.999)).square().sum(-1).mean()
 
     def _train_step_mlp(self, s: ReplaySamples, weights: torch.Tensor | None) -> torch.Tensor:
         """``_train_step`` for flat observations, MLPs and an fp32 critic: the same step with the
