@@ -33,6 +33,10 @@ class LearnerConfig:
     seed_replay_from_init: bool = True
     """Copy the init checkpoint's own replay (its simulation experience) into the simulation replay, so
     fine-tuning keeps the sim share of the ``real_fraction`` mix from the first update."""
+    demonstrations: str | None = None
+    """A saved replay of demonstrations (``tinker prior``'s ``demonstrations/``), loaded into the simulation replay at
+    start: RLPD's prior data, sampled beside the live data by ``real_fraction``. Its rows, and a person's
+    interventions, are the batch's demonstrations (``demo_mask``: SAC's ``td3bc_alpha`` imitates them)."""
     device: str = "auto"
     """"auto" (CUDA when available, else CPU), "cpu" or "cuda[:N]"."""
     batch_size: int = 256

@@ -95,7 +95,7 @@ def status(learner: Learner) -> dict:
         "settings": dict(learner.settings), "algo_settings": algo_settings,
         "last_train": learner.last_train, "last_gate": learner.last_gate, "last_checkpoint": learner.last_checkpoint,
         "published": learner.published[-1] if learner.published else None, "restored_from": learner.restored_from,
-        "seeded_from_init": learner.seeded_from_init,
+        "seeded_from_init": learner.seeded_from_init, "demonstrations": learner.demonstrations,
         "uptime_s": round(el, 2),
         "receiver": None if recv is None else {"received": recv.received, "rejected": recv.rejected},
         "flow": flow(learner),

@@ -97,10 +97,33 @@ class MixedReplay:
             n_real = rest
         return {"sim": rest - n_real, "real": n_real, "intervention": n_int}
 
+    def load(self, source: str, directory: str | os.PathLike, seed: int = 0) -> int:
+        """Add the transitions of a saved replay (`tinker_core.replay.save_replay`) to ``source``'s buffer; returns
+        how many."""
+        saved = load_replay(directory, seed=seed)
+        n = len(saved)
+        if n == 0:
+            return 0
+        b = saved.storage.get(np.arange(n), with_info=False)
+
+        def row(x: Any, i: int) -> Any:
+            return {k: row(v, i) for k, v in x.items()} if isinstance(x, dict) else x[i]
+
+        for i in range(n):
+            self.buffers[source].add(Transition(row(b.obs, i), b.action[i], float(b.reward[i]), bool(b.terminated[i]),
+                                                bool(b.truncated[i]), {"source": source}, row(b.next_obs, i)))
+        return n
+
+    def demo_mask(self, split: dict[str, int], demo_sources: tuple[str, ...]) -> np.ndarray:
+        """Which rows of a batch `sample` drew with ``split`` come from ``demo_sources`` (in `SOURCES` order)."""
+        return np.concatenate([np.full(split[src], src in demo_sources) for src in SOURCES])
+
     def sample(self, n: int) -> tuple[TransitionBatch, np.ndarray | None, dict[str, np.ndarray]]:
-        """``(batch, weights or None, {source: slots})``; weights only for prioritized replay."""
+        """``(batch, weights or None, {source: slots})``; weights only for prioritized replay. The split it drew
+        is ``last_split``."""
         parts, weights, slots = [], [], {}
-        for src, k in self.split(n).items():
+        self.last_split = self.split(n)
+        for src, k in self.last_split.items():
             if k == 0:
                 continue
             buf = self.buffers[src]

@@ -39,6 +39,7 @@ import numpy as np
 from tinker_core.diagnostics import DivergenceError
 from tinker_core.errors import CheckpointError, ConfigError, TinkerError
 from tinker_core.learner import control
+from tinker_core.learner.admit import admit_action
 from tinker_core.learner.config import LearnerConfig, resolve_device
 from tinker_core.learner.gate import GateResult, run_gate
 from tinker_core.learner.mix import SOURCES, MixedReplay
@@ -97,6 +98,8 @@ class Learner:
         self.published: list[dict] = []
         self.restored_from: str | None = None
         self.seeded_from_init = 0
+        self.demonstrations = 0
+        """transitions loaded from ``config.demonstrations`` into the simulation replay"""
         self.last_checkpoint: dict | None = None
         self.last_train: dict = {}
         self.divergences = 0
@@ -115,6 +118,12 @@ class Learner:
         self._streams: dict[tuple, list] = {}  # on-policy algorithms (PPO): time-ordered transitions per source
         self.flow = FlowMonitor()
         """What crosses each of the learner's edges (`learner_edges`): ``ctl status``'s ``flow``."""
+
+    @property
+    def demo_sources(self) -> tuple[str, ...]:
+        """The replays whose rows are demonstrations: a person's interventions, and the simulation replay where it
+        holds ``config.demonstrations``."""
+        return ("sim", "intervention") if self.config.demonstrations else ("intervention",)
 
     @property
     def on_policy(self) -> bool:
@@ -175,7 +184,8 @@ class Learner:
     # -- checkpoint ----------------------------------------------------------------------------
     def _restore_or_build(self) -> None:
         d = Path(self.config.checkpoint_dir) if self.config.checkpoint_dir else None
-        if d is not None and (d / STATE_FILE).is_file():
+        resumed = d is not None and (d / STATE_FILE).is_file()
+        if resumed:
             from tinker_core.algos import load_algorithm
 
             try:
@@ -202,6 +212,8 @@ class Learner:
                 self.seeded_from_init = self._seed_sim_replay(self.algo)
         else:
             self.algo = self.algo_factory()
+        if self.config.demonstrations and not resumed:  # a resumed replay holds them already
+            self.demonstrations = self.replay.load("sim", self.config.demonstrations, seed=self.config.seed)
 
     def _seed_sim_replay(self, algo: Any) -> int:
         """Copy an algorithm's own replay (uniform, in insertion order) into the simulation replay."""
@@ -254,8 +266,8 @@ class Learner:
                     n += 1
                     continue
                 try:
-                    src = self.replay.add(t)
-                except TinkerError as e:  # a source with the wrong layout must not stop training
+                    src = self.replay.add(admit_action(t, self.algo.action_spec))
+                except TinkerError as e:  # a source with the wrong layout or action must not stop training
                     self.rejected += 1
                     self.last_reject = str(e)
                     continue
@@ -323,7 +335,8 @@ class Learner:
             self._ingest(timeout_ms=0)
             batch, weights, slots = self.replay.sample(c.batch_size)
             try:
-                out = self.algo.train_on_batch(batch, weights=weights)
+                out = self.algo.train_on_batch(batch, weights=weights,
+                                               demo_mask=self.replay.demo_mask(self.replay.last_split, self.demo_sources))
                 check_update(out)  # before the TD errors become priorities
                 if slots and out is not None and "td_errors" in out:
                     self.replay.update_priorities(slots, out["td_errors"])

@@ -1,0 +1,41 @@
+"""What the learner lets into its replay: a live transition's action within the algorithm's action bounds.
+
+An action computed on the robot side in float32 (the exported actor's scaled tanh, a command turned back into an
+action) can land a rounding error beyond its bound, e.g. -1.0000001 for -1; the update checks its batch against
+the spec, so one such row would stop the learner. Within `TOLERANCE` of the bound it is clipped to it; further out
+it is refused here (counted, never trained on), naming the joint and the value.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from tinker_core.errors import ValidationError
+from tinker_core.transition import Transition
+
+TOLERANCE = 1e-4
+"""how far beyond its bound, as a share of the bound's range, an action counts as rounding"""
+
+
+def admit_action(t: Transition, spec: Any) -> Transition:
+    """``t`` with its action clipped to ``spec``'s bounds where it is beyond them by rounding only; raises
+    `ValidationError` where it is beyond them by more. A spec without float bounds (discrete) admits as is."""
+    low, high = getattr(spec, "low", None), getattr(spec, "high", None)
+    if low is None or high is None or np.dtype(getattr(spec, "dtype", np.float32)).kind != "f":
+        return t
+    a = np.asarray(t.action, dtype=np.float64)
+    if a.shape != tuple(spec.shape):
+        return t  # the layout check is the replay's (it names the field)
+    low, high = np.broadcast_to(low, a.shape), np.broadcast_to(high, a.shape)
+    slack = TOLERANCE * np.maximum(high - low, 1.0)
+    bad = (a < low - slack) | (a > high + slack) | ~np.isfinite(a)
+    if bad.any():
+        i = int(np.flatnonzero(bad.reshape(-1))[0])
+        raise ValidationError(f"transition.action[{i}]", f"a value in [{low.flat[i]:g}, {high.flat[i]:g}]",
+                              f"{float(a.flat[i])!r}", "beyond its bound by more than rounding; the transition is refused")
+    if ((a < low) | (a > high)).any():
+        return dataclasses.replace(t, action=np.clip(a, low, high).astype(np.asarray(t.action).dtype))
+    return t
