@@ -32,3 +32,14 @@ def pretrained_dir(env_id: str) -> Path:
 def default_bundle(env_id: str) -> Path:
     """The shipped bundle of ``env_id``."""
     return pretrained_dir(env_id) / "bundle"
+
+
+def finetune_start(env_id: str) -> tuple[Path, Path | None]:
+    """What online RL fine-tuning of ``env_id``'s shipped policy starts from: ``(checkpoint, demonstrations)``.
+    A policy learned by imitation ships an RL prior (``pretrained/<name>/rl_prior``, made by ``tinker prior``: SAC
+    with the imitation policy as its actor, and the expert's demonstrations); an RL policy its own checkpoint."""
+    d = pretrained_dir(env_id)
+    prior = d / "rl_prior"
+    if (prior / "checkpoint").is_dir():
+        return prior / "checkpoint", prior / "demonstrations"
+    return d / "checkpoint", None
