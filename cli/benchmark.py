@@ -13,8 +13,9 @@ protocol (per held-out dynamics variant, --runs times with different seeds):
   2. online fine-tuning through the ROS 2 loop on that variant for --finetune-episodes episodes
      (the demo's graph: sim_robot with the variant, experience bridge -> learner -> gated bundles)
   3. the newest published bundle, evaluated again in simulation on the same variant and seeds
-  tinker/ArmSort-v0: stage 1 only. The shipped sorter learned by imitation (BC); RL fine-tuning of it is
-  issue #21 item 3, so stages 2-3 are reported as not available, never run or estimated.
+  tinker/ArmSort-v0: the shipped sorter learned by imitation (BC); stage 2 fine-tunes its RL prior
+  (pretrained/arm_sort/rl_prior, made by tinker prior: SAC whose actor is the BC policy) with the expert's
+  demonstrations sampled beside the live data (RLPD), its actor kept near them (SAC's td3bc_alpha).
 
 --bundle runs another policy of the task through the same protocol, e.g. the camera reach policy
 (pretrained/arm_reach_vision: its locator stays, the learner fine-tunes the actor behind it, each published
@@ -38,8 +39,6 @@ examples:
 
 ENVS = ("tinker/ArmReach-v0", "tinker/ArmSort-v0")
 """the arm tasks the protocol runs on (each with its shipped pretrained policy)"""
-NO_FINETUNE = {"tinker/ArmSort-v0": "not available for ArmSort (imitation policy; RL fine-tuning is issue #21 item 3)"}
-"""envs whose shipped policy the ROS loop's learner cannot fine-tune yet, and what the table says instead"""
 
 
 def register(sub: Any) -> None:
@@ -59,8 +58,8 @@ def register(sub: Any) -> None:
                    help="the policy bundle to run (default: the task's shipped pretrained one); a camera bundle runs "
                         "with its estimate held, in the loop and in the evaluations (as tinker eval does by default)")
     p.add_argument("--checkpoint", default=None,
-                   help="the checkpoint the learner fine-tunes (default: the task's shipped pretrained one; a "
-                        "vision bundle's actor is the reach policy's, so its checkpoint serves)")
+                   help="the checkpoint the learner fine-tunes (default: the task's shipped one: the reach policy's, "
+                        "which also serves the vision bundle's actor; the sorter's RL prior)")
     p.add_argument("--reward", default="sim", choices=["sim", "sensors"],
                    help="the learner's rewards while fine-tuning: 'sim' (the simulator's true target, an oracle) "
                         "or 'sensors' (the success sensor; a vision bundle); the simulator scores either way")
@@ -169,10 +168,7 @@ def _plot(rows: list[dict], out: Any, env_id: str) -> Any:
     ax.set_xticks(x, [f"{r['variant']} #{r['run']}" for r in rows], rotation=15)
     ax.set_ylabel("% (95% CI)")
     ax.set_ylim(0, 105)
-    missing = NO_FINETUNE.get(env_id)
-    ax.set_title(f"tinker sim2real on {env_id}: zero-shot" + (f" (fine-tuning {missing})" if missing else
-                                                               " vs after online fine-tuning through ROS 2"),
-                 fontsize=9)
+    ax.set_title(f"tinker sim2real on {env_id}: zero-shot vs after online fine-tuning through ROS 2", fontsize=9)
     ax.legend(loc="lower right")
     fig.tight_layout()
     path = out / "sim2real.png"
@@ -189,7 +185,8 @@ def loop_summary(rep: dict) -> dict:
             "safety_interventions_in_loop": rep["safety_interventions"], "estops": rep["estops"],
             "unsafe_states_in_loop": sum(rep.get("unsafe_states", {}).values()),
             "learner_updates": rep["learner"].get("updates") or 0,
-            "live_transitions": rep["learner"].get("ingested_total") or 0}
+            "live_transitions": rep["learner"].get("ingested_total") or 0,
+            "demonstrations": rep["learner"].get("demonstrations") or 0}
     if not loop["learner_updates"]:
         loop["fine_tune"] = (f"not fine-tuned: the learner made 0 updates on {loop['live_transitions']} live "
                              f"transitions (fewer than its warmup, or none arrived); the policy is the pretrained one")
@@ -197,7 +194,7 @@ def loop_summary(rep: dict) -> dict:
 
 
 def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundle: Any, checkpoint: Any, out: Any,
-              seed: int, learner: dict) -> tuple[dict | None, dict]:
+              seed: int, learner: dict, demonstrations: Any) -> tuple[dict | None, dict]:
     """Stages 2 and 3 for one variant and run: the demo's ROS loop fine-tunes (``learner``: LearnerConfig overrides),
     then the newest bundle is evaluated. A learner that made no update changed nothing: no "after" is scored (None),
     and the row says why."""
@@ -205,6 +202,7 @@ def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundl
 
     demo_out = out / f"finetune_{name}" / f"run{run_idx}"
     rep = run_demo(DemoConfig(bundle=str(bundle), checkpoint=str(checkpoint), dynamics=str(dyn), out=str(demo_out),
+                              env_id=args.env, demonstrations=str(demonstrations) if demonstrations else None,
                               episodes_before=1, finetune_episodes=args.finetune_episodes, episodes_after=1,
                               seed=run_idx, reward=args.reward, learner=dict(learner)),
                    progress=lambda s: print("   " + s) if s.startswith(("phase", "  final")) else None)
@@ -232,11 +230,9 @@ def table(rows: list[dict], env_id: str) -> str:
     for r in rows:
         b, a = r["zero_shot"], r["fine_tuned"]
         seeds = f"{r['run']} ({b['seeds'][0]}–{b['seeds'][1]})"
-        if a is None:
-            loop = r.get("ros_loop") is not None  # the loop ran and its learner made no update
+        if a is None:  # the loop ran and its learner made no update
             lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | fine-tune: "
-                         f"{r['fine_tune']} | {t(b)} | " + (f"— | 0 | {r['unsafe_states_in_loop']} / {len(r['estops'])} |"
-                                                             if loop else "— | — | — |"))
+                         f"{r['fine_tune']} | {t(b)} | — | 0 | {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
         else:
             lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | {_rate(a)} "
                          f"| {t(b)} → {t(a)} | v{r['published_version']} | {r['learner_updates']} "
@@ -252,30 +248,24 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from tinker_cli._compose import REPO, load_policy
-    from tinker_deploy.pretrained import pretrained_dir
+    from tinker_deploy.pretrained import finetune_start, pretrained_dir
     from tinker_core.errors import ConfigError, TinkerError
 
     for k in ("runs", "eval_episodes"):
         if getattr(args, k) < 1:
             raise ConfigError(f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}")
-    no_finetune = NO_FINETUNE.get(args.env)
     if args.train and args.env != ENVS[0]:
         raise ConfigError(f"--train: the protocol retrains only the ArmReach policy (configs/sac_arm_reach.yaml); "
                           f"for {args.env} run 'tinker train' and 'tinker export' yourself")
     if args.train and (args.bundle or args.checkpoint):
         raise ConfigError("--train makes its own bundle and checkpoint; leave out --bundle and --checkpoint")
-    if no_finetune and (args.reward != "sim" or args.checkpoint or args.learner_set):
-        raise ConfigError(f"--reward, --checkpoint and --learner-set set the fine-tuning stage, and {args.env} has "
-                          f"none: {no_finetune}")
     from tinker_cli.demo import learner_overrides
 
     learner = learner_overrides(args.learner_set)  # a malformed one is refused now, not after the zero-shot stage
     out = Path(args.out).resolve()
-    pre = pretrained_dir(args.env)
-    bundle = Path(args.bundle).resolve() if args.bundle else pre / "bundle"
-    checkpoint = Path(args.checkpoint).resolve() if args.checkpoint else pre / "checkpoint"
-    needed = {"--bundle": bundle} if no_finetune else {"--bundle": bundle, "--checkpoint": checkpoint}
-    for what, path in needed.items():
+    bundle = Path(args.bundle).resolve() if args.bundle else pretrained_dir(args.env) / "bundle"
+    checkpoint, demonstrations = (Path(args.checkpoint).resolve(), None) if args.checkpoint else finetune_start(args.env)
+    for what, path in {"--bundle": bundle, "--checkpoint": checkpoint}.items():
         if not path.exists():
             raise ConfigError(f"{what}: {path} does not exist")
     from tinker_deploy.hierarchy_runtime import is_hierarchy
@@ -286,17 +276,14 @@ def run(args: argparse.Namespace) -> int:
     if args.reward == "sensors":  # refused now, with why, not after the zero-shot stage
         from tinker.reward_source import sensor_outcome
 
-        sensor_outcome(str(bundle))
+        sensor_outcome(str(bundle), args.env)
     variants, skipped = select_variants(args.variants, args.env, load_policy(bundle).manifest, bundle, REPO)
     for name, why in skipped.items():
         print(f"variant {name} left out: {why}")
     if not variants:
         raise ConfigError(f"no shipped variant acts on {args.env} with {bundle}; name one with --variants")
-    if no_finetune:
-        print(f"{args.env}: zero-shot stage only; fine-tune: {no_finetune}")
-    else:
-        os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-        import tinker.demo  # noqa: F401  (the ROS package, only when the loop runs)
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    import tinker.demo  # noqa: F401  (the ROS package, only when the loop runs)
     out.mkdir(parents=True, exist_ok=True)
     if args.train:
         run_dir = out / "train"
@@ -316,11 +303,8 @@ def run(args: argparse.Namespace) -> int:
             before = _evaluate(bundle, dyn, args.eval_episodes, args.env, seed)
             print(f"   success {_rate(before)}")
             row: dict[str, Any] = {"variant": name, "run": r, "dynamics": str(dyn), "zero_shot": before}
-            if no_finetune:
-                row.update(fine_tuned=None, fine_tune=no_finetune)
-            else:
-                after, loop = _finetune(args, name, r, dyn, bundle, checkpoint, out, seed, learner)
-                row.update(fine_tuned=after, **loop)
+            after, loop = _finetune(args, name, r, dyn, bundle, checkpoint, out, seed, learner, demonstrations)
+            row.update(fine_tuned=after, **loop)
             rows.append(row)
     md = table(rows, args.env)
     png = _plot(rows, out, args.env)
@@ -328,7 +312,6 @@ def run(args: argparse.Namespace) -> int:
                                                    "left_out": skipped, "settings": vars(args) | {"func": None}},
                                                   indent=1, default=str))
     source = "the success sensor" if args.reward == "sensors" else "the simulator"
-    rewards = "" if no_finetune else f", fine-tuned on {source}'s rewards"
-    (out / "sim2real.md").write_text(f"{args.env}, policy {bundle}{rewards}\n\n" + md + f"\n\n![sim2real]({png.name})\n")
+    (out / "sim2real.md").write_text(f"{args.env}, policy {bundle}, fine-tuned on {source}'s rewards\n\n" + md + f"\n\n![sim2real]({png.name})\n")
     print("\n" + md + f"\n\nwrote {out / 'sim2real.md'}, {out / 'sim2real.json'}, {png}")
     return 0

@@ -23,6 +23,8 @@ examples:
   tinker demo
   tinker demo --dynamics sim/config/dynamics/heavy_arm.yaml --finetune-episodes 60
   tinker demo --episodes-before 3 --finetune-episodes 3 --episodes-after 3      (a smoke run)
+  tinker demo --env tinker/ArmSort-v0   (the sorter, on 4 periods of command latency, fine-tuned by SAC from its
+                                         imitation policy with the expert's demonstrations: RLPD-style)
   tinker demo --bundle pretrained/arm_reach_vision --reward sensors   (the camera finds the target; the learner's
                                                                        reward comes from the robot's sensors only)
   tinker demo --bundle pretrained/arm_reach_vision --reward sensors --operator scripted
@@ -36,12 +38,21 @@ def register(sub: Any) -> None:
                                    "PyBullet arm with shifted dynamics, run the pretrained policy, fine-tune it "
                                    "online from the live loop, hot-reload improved policies, and report.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--env", default="tinker/ArmReach-v0", choices=("tinker/ArmReach-v0", "tinker/ArmSort-v0"),
+                   help="the task (default tinker/ArmReach-v0). tinker/ArmSort-v0 fine-tunes the shipped sorter from "
+                        "its RL prior (pretrained/arm_sort/rl_prior: SAC started from the imitation policy, with the "
+                        "expert's demonstrations sampled beside the live data) on far_latency_sort.yaml")
     p.add_argument("--dynamics", default=None,
                    help="robot dynamics YAML (default sim/config/dynamics/shifted_miscalibrated.yaml: a heavier, laggier arm with a "
                         "7.5 cm hand-eye calibration error; for a camera bundle, which finds the target itself, "
                         "shifted_heavy_laggy.yaml: a much heavier, weaker, laggier arm)")
-    p.add_argument("--bundle", default=None, help="policy bundle (default: pretrained/arm_reach/bundle)")
-    p.add_argument("--checkpoint", default=None, help="checkpoint to fine-tune (default: pretrained/arm_reach/checkpoint)")
+    p.add_argument("--bundle", default=None, help="policy bundle (default: the env's shipped one, e.g. "
+                                                  "pretrained/arm_reach/bundle)")
+    p.add_argument("--checkpoint", default=None, help="checkpoint to fine-tune (default: the env's shipped one, e.g. "
+                                                      "pretrained/arm_reach/checkpoint, pretrained/arm_sort/rl_prior/checkpoint)")
+    p.add_argument("--demonstrations", default=None,
+                   help="a saved replay of demonstrations sampled beside the live data (default: the shipped RL "
+                        "prior's, for a task that has one)")
     p.add_argument("--episodes-before", type=int, default=20)
     p.add_argument("--finetune-episodes", type=int, default=50)
     p.add_argument("--episodes-after", type=int, default=20)
@@ -86,17 +97,18 @@ def run(args: argparse.Namespace) -> int:
     import os
 
     from tinker_cli._compose import REPO
-    from tinker_deploy.pretrained import pretrained_dir
+    from tinker_deploy.pretrained import finetune_start, pretrained_dir
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     from tinker.demo import DemoConfig, default_dynamics, run_demo
 
-    pre = pretrained_dir("tinker/ArmReach-v0") if not (args.bundle and args.checkpoint) else None
-    bundle = args.bundle or str(pre / "bundle")  # type: ignore[operator]
+    bundle = args.bundle or str(pretrained_dir(args.env) / "bundle")
+    checkpoint, demonstrations = finetune_start(args.env) if not args.checkpoint else (args.checkpoint, None)
     overrides = learner_overrides(args.learner_set)
     cfg = DemoConfig(
-        bundle=bundle, checkpoint=args.checkpoint or str(pre / "checkpoint"),  # type: ignore[operator]
-        dynamics=args.dynamics or default_dynamics(bundle, REPO / "sim" / "config" / "dynamics"),
+        bundle=bundle, checkpoint=str(checkpoint), env_id=args.env,
+        demonstrations=args.demonstrations or (str(demonstrations) if demonstrations else None),
+        dynamics=args.dynamics or default_dynamics(bundle, REPO / "sim" / "config" / "dynamics", args.env),
         out=args.out, episodes_before=args.episodes_before, finetune_episodes=args.finetune_episodes,
         episodes_after=args.episodes_after, learner=overrides, record=args.record,
         view=args.view, reward=args.reward, operator=args.operator)

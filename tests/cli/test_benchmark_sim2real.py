@@ -1,9 +1,8 @@
-"""``tinker benchmark sim2real --env tinker/ArmSort-v0``: the zero-shot stage per run, fine-tuning said to be missing,
-and the refusals (no ROS graph is started on any of these paths)."""
+"""``tinker benchmark sim2real``'s refusals and variant choice, for both tasks (no ROS graph is started on any of these
+paths; tests/e2e/test_sim2real runs the protocol)."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,27 +14,6 @@ SORT = "tinker/ArmSort-v0"
 def tinker(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tinker_cli", *args], cwd=REPO, capture_output=True, text=True,
                           timeout=300)
-
-
-def test_sort_runs_the_zero_shot_stage_once_per_run_and_says_fine_tuning_is_not_available(tmp_path):
-    out = tmp_path / "s2r"
-    p = tinker("benchmark", "sim2real", "--env", SORT, "--variants", "laggy", "--runs", "2", "--eval-episodes", "2",
-               "--out", str(out))
-    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
-    assert "fine-tune: not available for ArmSort (imitation policy; RL fine-tuning is issue #21 item 3)" in p.stdout
-    data = json.loads((out / "sim2real.json").read_text())
-    assert data["env"] == SORT and data["bundle"].endswith("pretrained/arm_sort/bundle")
-    rows = data["rows"]
-    assert [(r["variant"], r["run"]) for r in rows] == [("laggy", 0), ("laggy", 1)]
-    assert [r["zero_shot"]["seeds"] for r in rows] == [[1000, 1001], [1002, 1003]]  # each run its own episodes
-    for r in rows:
-        z = r["zero_shot"]
-        assert z["episodes"] == 2 and z["objects_total"] == 4 and 0 <= z["objects_sorted"] <= 4
-        assert r["fine_tuned"] is None and "not available for ArmSort" in r["fine_tune"]
-    md = (out / "sim2real.md").read_text()
-    assert md.count("| laggy |") == 2 and md.count("fine-tune: not available for ArmSort") == 2
-    assert (out / "sim2real.png").stat().st_size > 5_000
-    assert not list(out.glob("finetune_*")), "no fine-tuning may run for the sorter"
 
 
 def test_a_named_variant_with_a_key_the_sorter_cannot_feel_is_refused_before_anything_runs(tmp_path):
@@ -76,11 +54,11 @@ def test_bad_arguments_are_refused(tmp_path):
 
 def test_another_bundle_and_the_sensor_reward_are_refused_where_they_cannot_run(tmp_path):
     """Before anything runs: a sensor reward needs a target the camera finds (the state bundle's comes from the
-    simulator), the sorter has no fine-tuning stage to reward, --train makes its own bundle, a bundle must exist."""
+    simulator), and the sorter has no success sensor yet, --train makes its own bundle, a bundle must exist."""
     p = tinker("benchmark", "sim2real", "--reward", "sensors", "--out", str(tmp_path / "a"))
     assert p.returncode == 2 and "a sensor reward needs a target the robot perceives" in p.stderr
     p = tinker("benchmark", "sim2real", "--env", SORT, "--reward", "sensors", "--out", str(tmp_path / "b"))
-    assert p.returncode == 2 and "--reward, --checkpoint and --learner-set set the fine-tuning stage" in p.stderr
+    assert p.returncode == 2 and "the success sensor is written for the reach task" in p.stderr
     p = tinker("benchmark", "sim2real", "--train", "--bundle", "pretrained/arm_reach_vision", "--out", str(tmp_path / "c"))
     assert p.returncode == 2 and "leave out --bundle and --checkpoint" in p.stderr
     p = tinker("benchmark", "sim2real", "--bundle", str(tmp_path / "none"), "--out", str(tmp_path / "d"))

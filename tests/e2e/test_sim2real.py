@@ -35,3 +35,23 @@ def test_sim2real_protocol_writes_table_json_and_plot(tmp_path):
     assert row["learner_updates"] > 0 and row["live_transitions"] > 0  # fine-tuned, not the pretrained policy
     assert "| laggy |" in (out / "sim2real.md").read_text()
     assert (out / "sim2real.png").stat().st_size > 5_000
+
+
+@pytest.mark.timeout(600)
+def test_the_sorter_fine_tunes_from_its_rl_prior_with_the_demonstrations(tmp_path):
+    """The sorter's row through the whole protocol: its RL prior fine-tuned in the ROS loop on the variant where it
+    falls apart, the expert's demonstrations in the learner's replay, objects counted before and after."""
+    out = tmp_path / "s2r"
+    env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(1, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
+    p = subprocess.run([sys.executable, "-m", "tinker_cli", "benchmark", "sim2real", "--env", "tinker/ArmSort-v0",
+                        "--variants", "far_latency_sort", "--finetune-episodes", "2", "--eval-episodes", "2",
+                        "--out", str(out), "--learner-set", "warmup=1", "batch_size=16", "gate_episodes=1"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=580)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    (row,) = json.loads((out / "sim2real.json").read_text())["rows"]
+    assert row["variant"] == "far_latency_sort"
+    for key in ("zero_shot", "fine_tuned"):
+        assert row[key]["episodes"] == 2 and row[key]["objects_total"] == 4 and 0 <= row[key]["objects_sorted"] <= 4
+    assert row["learner_updates"] > 0 and row["live_transitions"] > 0
+    assert row["demonstrations"] > 5000  # the shipped prior's (9,052)
+    assert row["ros_loop"]["finetune"]["episodes"] >= 2

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tinker.bringup import default_params_file, node_parameters
 from tinker.bundle_io import open_perception
-from tinker.demo import REAL_FRACTION, DemoConfig, check_dynamics, default_dynamics, graph_overrides, learner_config
+from tinker.demo import (REAL_FRACTION, DemoConfig, check_dynamics, check_task, default_dynamics, graph_overrides,
+                         learner_config, prepare_out)
+from tinker_core.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,3 +52,42 @@ def test_a_camera_bundle_runs_on_a_robot_it_can_feel_with_the_held_estimate(tmp_
         assert launch["perception"]["estimate"] == "auto" and launch["experience_bridge"]["sensor_hold_target"] is False
         _, cycle, _ = open_perception(cfg.bundle, synced=True, estimate=launch["perception"]["estimate"])
         assert (cycle.hold is not None) is camera
+
+
+SORT = "tinker/ArmSort-v0"
+
+
+def test_the_sorter_fine_tunes_from_its_rl_prior_with_the_demonstrations(tmp_path):
+    from tinker_deploy.pretrained import finetune_start
+
+    checkpoint, demos = finetune_start(SORT)
+    assert checkpoint == ROOT / "pretrained/arm_sort/rl_prior/checkpoint" and (demos / "index.json").is_file()
+    assert finetune_start("tinker/ArmReach-v0") == (ROOT / "pretrained/arm_reach/checkpoint", None)
+    cfg = DemoConfig(bundle=str(ROOT / "pretrained/arm_sort/bundle"), checkpoint=str(checkpoint), env_id=SORT,
+                     demonstrations=str(demos))
+    cfg.dynamics = default_dynamics(cfg.bundle, ROOT / "sim" / "config" / "dynamics", SORT)
+    assert Path(cfg.dynamics).name == "far_latency_sort.yaml" and cfg.episode_cycles == 200  # the env's limit
+    lconf = learner_config(cfg, tmp_path)
+    assert lconf["env_id"] == SORT and lconf["demonstrations"] == str(demos)
+    assert lconf["real_fraction"] == 0.5 and lconf["warmup"] == 128 and not lconf["seed_replay_from_init"]
+    assert graph_overrides(cfg, tmp_path, lconf)["sim_robot"]["episode_cycles"] == 200
+    check_task(cfg)
+    check_dynamics(cfg)
+    assert _cfg(bundle=str(ROOT / "pretrained/arm_reach/bundle")).episode_cycles == 50
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"checkpoint": str(ROOT / "pretrained/arm_sort/checkpoint")}, r"is an imitation \(BC\) policy, which online RL "
+                                                                   r"cannot fine-tune; give its RL prior"),
+    ({"bundle": str(ROOT / "pretrained/arm_reach/bundle")}, r"was trained on tinker/ArmReach-v0, the demo runs "
+                                                            r"tinker/ArmSort-v0"),
+    ({"operator": "scripted"}, r"the scripted stand-in reaches for targets; tinker/ArmSort-v0 has no script"),
+])
+def test_what_cannot_fine_tune_the_sorter_is_refused_before_anything_starts(tmp_path, change, message):
+    cfg = DemoConfig(**{"bundle": str(ROOT / "pretrained/arm_sort/bundle"), "env_id": SORT,
+                        "checkpoint": str(ROOT / "pretrained/arm_sort/rl_prior/checkpoint"),
+                        "dynamics": str(ROOT / "sim/config/dynamics/far_latency_sort.yaml"), "out": str(tmp_path / "o"),
+                        **change})
+    with pytest.raises(ConfigError, match=message):
+        prepare_out(cfg)
+    assert not (tmp_path / "o").exists()

@@ -36,14 +36,23 @@ Progress = Callable[[str], None]
 OPERATORS = ("none", "scripted")
 
 
+ENVS = {"tinker/ArmReach-v0": 50, "tinker/ArmSort-v0": 200}
+"""the tasks the demo runs, with their episodes' length in cycles (the env's time limit)"""
+
 ROBOTS = {False: "shifted_miscalibrated.yaml", True: "shifted_heavy_laggy.yaml"}
 """The demo's robot (sim/config/dynamics/), by whether the bundle's perception takes a camera image. A camera
 policy finds the target itself, so the calibration error of the state policy's robot (the target it is told)
 cannot act on it and is refused; its robot is the heavier, weaker, laggier arm instead."""
 
 
-def default_dynamics(bundle: str, config_dir: Path) -> str:
-    """The demo robot's dynamics file for ``bundle`` (`ROBOTS`)."""
+SORT_ROBOT = "far_latency_sort.yaml"
+"""the sorter's demo robot: 4 control periods of command latency, where the shipped sorter falls apart"""
+
+
+def default_dynamics(bundle: str, config_dir: Path, env_id: str = "tinker/ArmReach-v0") -> str:
+    """The demo robot's dynamics file for ``bundle`` on ``env_id`` (`ROBOTS`, `SORT_ROBOT`)."""
+    if env_id == "tinker/ArmSort-v0":
+        return str(config_dir / SORT_ROBOT)
     return str(config_dir / ROBOTS[_has_camera(bundle)])
 
 
@@ -54,7 +63,13 @@ class DemoConfig:
     bundle: str = ""
     """pretrained bundle directory run by the perception and policy nodes"""
     checkpoint: str = ""
-    """pretrained algorithm checkpoint the learner fine-tunes"""
+    """pretrained algorithm checkpoint the learner fine-tunes (SAC; for a policy learned by imitation, its RL prior:
+    ``tinker prior``)"""
+    env_id: str = "tinker/ArmReach-v0"
+    """the task: ``tinker/ArmReach-v0`` or ``tinker/ArmSort-v0`` (the robot's task comes from the bundle)"""
+    demonstrations: str | None = None
+    """a saved replay of demonstrations the learner samples beside the live data (RLPD; an RL prior's
+    ``demonstrations/``); None: none"""
     dynamics: str = ""
     """DynamicsParams YAML of the robot (a variant that differs from the training nominal)"""
     out: str = "runs/demo"
@@ -65,8 +80,9 @@ class DemoConfig:
     """episodes while the learner fine-tunes and publishes"""
     episodes_after: int = 20
     """episodes measured with the newest policy, learner paused"""
-    episode_cycles: int = 50
-    """cycles per episode (2.5 s at 50 ms) unless the target is reached first"""
+    episode_cycles: int = 0
+    """cycles per episode unless the task succeeds first; 0: the env's own limit (reach 50 = 2.5 s at 50 ms,
+    sort 200 = 10 s)"""
     control_period: float = 0.05
     """seconds per cycle"""
     learner: dict = field(default_factory=dict)
@@ -89,6 +105,10 @@ class DemoConfig:
     safety node then runs with ``intervention_topic: intervention``. "none": no one"""
 
     def __post_init__(self) -> None:
+        if self.env_id not in ENVS:
+            raise ConfigError(f"DemoConfig.env_id: expected one of {list(ENVS)}, got {self.env_id!r}")
+        if not self.episode_cycles:
+            self.episode_cycles = ENVS[self.env_id]
         for k in ("episodes_before", "finetune_episodes", "episodes_after", "episode_cycles"):
             if int(getattr(self, k)) < (0 if k == "finetune_episodes" else 1):
                 raise ConfigError(f"DemoConfig.{k}: expected a positive count, got {getattr(self, k)!r}")
@@ -105,10 +125,13 @@ def prepare_out(cfg: DemoConfig) -> Path:
     for need, what in ((cfg.bundle, "bundle"), (cfg.checkpoint, "checkpoint"), (cfg.dynamics, "dynamics")):
         if not need or not Path(need).exists():
             raise ConfigError(f"demo {what}: {need or '(empty)'} does not exist")
+    if cfg.demonstrations and not Path(cfg.demonstrations, "index.json").is_file():
+        raise ConfigError(f"demo demonstrations: {cfg.demonstrations} is not a saved replay (no index.json)")
     if cfg.reward == "sensors":  # refused here, with the reason, rather than by the bridge node at start-up
         from tinker.reward_source import sensor_outcome
 
-        sensor_outcome(cfg.bundle)
+        sensor_outcome(cfg.bundle, cfg.env_id)
+    check_task(cfg)
     check_dynamics(cfg)
     out.mkdir(parents=True, exist_ok=True)
     for stale in ("learner", "bundles", "received", "trace", "nodes"):
@@ -116,8 +139,26 @@ def prepare_out(cfg: DemoConfig) -> Path:
     return out
 
 
+def check_task(cfg: DemoConfig) -> None:
+    """Refuse a bundle of another task, a checkpoint RL cannot fine-tune, and the stand-in operator where it has no
+    script (it reaches for targets only)."""
+    from tinker.bundle_io import top_manifest
+
+    trained = top_manifest(cfg.bundle).env_id
+    if trained and trained != cfg.env_id:
+        raise ConfigError(f"demo bundle: {cfg.bundle} was trained on {trained}, the demo runs {cfg.env_id} (--env)")
+    meta = Path(cfg.checkpoint, "meta.json")
+    algo = json.loads(meta.read_text()).get("algo") if meta.is_file() else None
+    if algo == "bc":
+        raise ConfigError(f"demo checkpoint: {cfg.checkpoint} is an imitation (BC) policy, which online RL cannot "
+                          f"fine-tune; give its RL prior (tinker prior {cfg.checkpoint} --out DIR; the shipped "
+                          f"sorter's is pretrained/arm_sort/rl_prior)")
+    if cfg.operator != "none" and cfg.env_id != "tinker/ArmReach-v0":
+        raise ConfigError(f"demo operator: the scripted stand-in reaches for targets; {cfg.env_id} has no script for it")
+
+
 def check_dynamics(cfg: DemoConfig) -> None:
-    """Refuse a dynamics file with a key that cannot act on the demo's robot (ArmReach; a camera in the loop only
+    """Refuse a dynamics file with a key that cannot act on the demo's robot (its task; a camera in the loop only
     for a bundle whose perception takes an image) and policy (`tinker_sim.dynamics_check`), before anything starts."""
     from tinker_deploy.bundle import resolve_bundle_dir
     from tinker_deploy.manifest import Manifest
@@ -127,7 +168,7 @@ def check_dynamics(cfg: DemoConfig) -> None:
     path = resolve_bundle_dir(cfg.bundle) / "manifest.json"
     manifest = Manifest.from_json(path.read_bytes(), str(path))
     camera = _has_camera(cfg.bundle)
-    check_dynamics_act(DynamicsParams.load(cfg.dynamics), "tinker/ArmReach-v0",
+    check_dynamics_act(DynamicsParams.load(cfg.dynamics), cfg.env_id,
                        PolicyInputs(camera=camera, image_terms=tuple(manifest.image_terms)), source=str(cfg.dynamics),
                        policy=f"the demo's policy {cfg.bundle}" + ("" if camera else " (its loop renders no camera)"))
 
@@ -137,6 +178,14 @@ REAL_FRACTION = {"sim": 1.0, "sensors": 0.5}
 With the simulator's reward, live data only: the pretraining replay holds the nominal robot, whose rewards contradict
 this robot's for the same observation. With the success sensor's reward, half pretraining data: live data only
 took the vision policy from 15/20 to 9/20 on far_latency_reach, where half and half went from 17/20 to 16/20."""
+
+
+DEMONSTRATIONS = {"real_fraction": 0.5, "seed_replay_from_init": False, "updates_per_interval": 2,
+                  "gate_min_success": 0.5, "gate_min_return": None}
+"""The learner's settings with demonstrations (RLPD's half demonstrations, half live data; measured in process on
+far_latency_sort: docs/sim2real/sort_finetune.md). Two updates per live transition: on the autograd step (SAC's
+``td3bc_alpha``) four would not keep up with 20 Hz beside the ROS graph on 2 cores. The gate asks a candidate to
+sort every object in half of its nominal episodes (the imitation policy does in ~98%), and no e-stop."""
 
 
 def learner_config(cfg: DemoConfig, out: Path) -> dict:
@@ -150,7 +199,7 @@ def learner_config(cfg: DemoConfig, out: Path) -> dict:
     ends = free_endpoints(4)
     lconf = {
         "transitions_endpoint": ends[0], "weights_endpoint": ends[1], "params_endpoint": ends[2], "control_endpoint": ends[3],
-        "algo": "sac", "env_id": "tinker/ArmReach-v0", "env_kwargs": {"randomize": True},
+        "algo": "sac", "env_id": cfg.env_id, "env_kwargs": {"randomize": True},
         "init_checkpoint": str(Path(cfg.checkpoint).resolve()), "device": "auto",
         "batch_size": 256, "update_interval": 1, "updates_per_interval": 4,
         "real_fraction": REAL_FRACTION[cfg.reward],
@@ -163,6 +212,8 @@ def learner_config(cfg: DemoConfig, out: Path) -> dict:
         "param_sync_every": 0, "seed": cfg.seed,
         # a vision bundle keeps its locator: each published bundle puts it in front of the learned actor
         "perception_bundle": str(Path(cfg.bundle).resolve()) if _has_camera(cfg.bundle) else None,
+        **(DEMONSTRATIONS if cfg.demonstrations else {}),
+        "demonstrations": str(Path(cfg.demonstrations).resolve()) if cfg.demonstrations else None,
     }
     lconf.update(cfg.learner)
     lconf.setdefault("warmup", max(1, round(int(lconf["batch_size"]) * float(lconf["real_fraction"]))))
@@ -332,7 +383,7 @@ def collect_report(cfg: DemoConfig, out: Path, run: DemoPhases) -> dict:
     episodes = list(monitor.episodes)
     ingested = status.get("ingested")
     return {
-        "env_id": "tinker/ArmReach-v0", "dynamics": str(cfg.dynamics), "bundle": cfg.bundle, "reward_source": cfg.reward,
+        "env_id": cfg.env_id, "dynamics": str(cfg.dynamics), "bundle": cfg.bundle, "reward_source": cfg.reward,
         "control_period": cfg.control_period, "wall_s": time.monotonic() - run.t_start,
         "before": phase_summary(episodes, "before"), "finetune": phase_summary(episodes, "finetune"),
         "after": phase_summary(episodes, "after"), "latency": latency_from_traces(out / "trace"),
@@ -347,7 +398,8 @@ def collect_report(cfg: DemoConfig, out: Path, run: DemoPhases) -> dict:
         "learner": {"updates": status.get("updates"),
                     "ingested_total": sum(ingested.values()) if isinstance(ingested, dict) else ingested,
                     "ingested": ingested, "replay": status.get("replay"), "sampled": status.get("sampled"),
-                    "published": status.get("published"), "version": status.get("version")},
+                    "published": status.get("published"), "version": status.get("version"),
+                    "demonstrations": status.get("demonstrations")},
         "episodes": episodes, "config": asdict(cfg),
     }
 
