@@ -117,9 +117,12 @@ def make_algo(name: str, env_id: str, env_kwargs: dict | None, algo_kwargs: dict
     return cls(specs, config)
 
 
-def bundle_publisher(bundle_dir: str, algo: Any, version: int, perception_bundle: str | None = None):
-    """Export ``algo`` as deploy bundle ``bundle_dir/vNNNNNN`` (ONNX + manifest); returns its path. With
-    ``perception_bundle``, that bundle's perception goes in front of the exported actor (`tinker_deploy.splice`)."""
+def bundle_publisher(bundle_dir: str, algo: Any, version: int, recorded_obs: Any = None,
+                     perception_bundle: str | None = None):
+    """Export ``algo`` as deploy bundle ``bundle_dir/vNNNNNN`` (ONNX + manifest); returns its path. ``recorded_obs``:
+    observations the export checks onnxruntime against torch on (and keeps in the bundle; None: drawn within the
+    spec). With ``perception_bundle``, that bundle's perception goes in front of the exported actor
+    (`tinker_deploy.splice`), checked on drawn features."""
     import tempfile
     from pathlib import Path
 
@@ -127,7 +130,8 @@ def bundle_publisher(bundle_dir: str, algo: Any, version: int, perception_bundle
 
     out = Path(bundle_dir) / f"v{version:06d}"
     if not perception_bundle:
-        return Path(export_bundle(algo.deployable_parts(), algo.export_metadata(), out, policy_version=version))
+        return Path(export_bundle(algo.deployable_parts(), algo.export_metadata(), out, policy_version=version,
+                                  recorded_obs=recorded_obs))
     from tinker_deploy.splice import splice_perception
 
     with tempfile.TemporaryDirectory(prefix="tinker-actor-") as tmp:

@@ -45,7 +45,7 @@ def small_learner(tmp_path):
 
     calls: list[int] = []
 
-    def publisher(algo, version: int) -> Path:
+    def publisher(algo, version: int, recorded_obs=None) -> Path:
         calls.append(version)
         out = tmp_path / f"v{version}"
         out.mkdir()

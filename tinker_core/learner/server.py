@@ -6,7 +6,7 @@ replay, anything else to simulation), runs gradient updates within the ``update_
 and at their intervals sends parameters to rollout workers, checkpoints, and runs the evaluation
 gate. On-policy algorithms (PPO: ``update_from_rollout``) skip replay: each source stream's
 transitions are kept in order and one update runs per ``n_steps`` of them (keep ``param_sync_every``
-at 1 so workers act with the policy being updated). A bundle is written (``publisher(algo, version) -> Path``) and announced on the weights socket
+at 1 so workers act with the policy being updated). A bundle is written (``publisher(algo, version, recorded_obs) -> Path``) and announced on the weights socket
 (version, path, sha256) only when the gate passed: the learner never talks to a robot.
 
 Senders never wait for the learner: they drop on a full queue and count it, and ZeroMQ reconnects
@@ -422,8 +422,13 @@ class Learner:
             if self.publisher is None:
                 self.last_gate["reason"] += " (no publisher: nothing is published)"
             return self.last_gate
+        try:
+            path = Path(self.publisher(self.algo, self.version + 1, self._recorded_obs()))
+        except TinkerError as e:  # e.g. onnxruntime and torch disagree beyond the tolerance: the robot keeps its policy
+            log.warning("candidate at %d updates passed the gate, but its bundle was not written: %s", self.updates, e)
+            self.last_gate.update(published=False, reason=f"the gate passed, but the bundle was not written: {e}")
+            return self.last_gate
         self.version += 1
-        path = Path(self.publisher(self.algo, self.version))
         entry = {"version": self.version, "bundle": str(path), "sha256": bundle_sha256(path),
                  "updates": self.updates, "gate": res.to_dict()}
         self.published.append(entry)
@@ -432,6 +437,17 @@ class Learner:
         self.weights_pub.publish(self.version, files, meta=entry)
         self.last_gate["version"] = self.version
         return self.last_gate
+
+    def _recorded_obs(self, n: int = 256) -> np.ndarray | None:
+        """Up to ``n`` stored observations, the robot's first (else simulation's), for the export's parity check: the
+        bundle is compared with torch on what it will see, not only on inputs drawn from the spec's bounds. None for
+        dict observations (the export then draws its own)."""
+        for src in ("real", "intervention", "sim"):
+            buf = self.replay.buffers[src]
+            if len(buf):
+                obs = buf.storage.get(np.arange(min(n, len(buf))), with_info=False).obs
+                return obs if isinstance(obs, np.ndarray) else None
+        return None
 
     # -- control -------------------------------------------------------------------------------
     def _handle(self, req: dict) -> dict:
