@@ -58,6 +58,9 @@ def run(args: argparse.Namespace) -> int:
     from tinker_core.algos.rl_prior import collect_demonstrations, sac_from_imitation, warm_critic
     from tinker_core.errors import ConfigError
 
+    for name, least in (("demo_episodes", 1), ("critic_steps", 0)):
+        if getattr(args, name) < least:
+            raise ConfigError(f"--{name.replace('_', '-')}: expected >= {least}, got {getattr(args, name)}")
     t0 = time.monotonic()
     bc = load_algorithm(args.checkpoint, device="cpu")
     if not isinstance(bc, BC):
