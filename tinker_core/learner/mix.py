@@ -60,6 +60,8 @@ class MixedReplay:
         self.intervention_fraction = float(intervention_fraction)
         self.intervention_warmup = int(intervention_warmup)
         self.prioritized = prioritized
+        self.last_split = {src: 0 for src in SOURCES}
+        """how the last `sample` split its batch over the buffers"""
         self.sampled = {src: 0 for src in SOURCES}
         """transitions drawn from each buffer so far (the learner's status shows them)"""
 
