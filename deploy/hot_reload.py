@@ -143,6 +143,14 @@ class HotSwapPolicy(ModuleBase[OnnxPolicyConfig]):
         return policy
 
 
+def parity_bound(bundle: Any, tolerance: float) -> float:
+    """``tolerance``, or the bundle's own export tolerance where that is wider (it was verified within it at export:
+    a CNN's float error exceeds an MLP's, a fine-tuned actor's its pretrained one's), capped at
+    `MAX_EXPORT_TOLERANCE`."""
+    exported = float((bundle.manifest.parity or {}).get("tolerance") or 0.0)
+    return min(exported, MAX_EXPORT_TOLERANCE) if exported > tolerance else tolerance
+
+
 def check_parity(policy: OnnxPolicy, path: str | os.PathLike, tolerance: float) -> None:
     """Raise BundleError unless ``policy`` reproduces its bundle's recorded reference actions within ``tolerance``
     (or the bundle's own export tolerance where that is wider, capped at `MAX_EXPORT_TOLERANCE`)."""
@@ -154,9 +162,7 @@ def check_parity(policy: OnnxPolicy, path: str | os.PathLike, tolerance: float) 
     if got.shape != ref["action"].shape:
         raise BundleError(f"{path}: model output shape {got.shape} differs from its reference {ref['action'].shape}")
     diff = float(np.max(np.abs(got.astype(np.float64) - ref["action"]))) if got.size else 0.0
-    exported = float((bundle.manifest.parity or {}).get("tolerance") or 0.0)
-    if exported > tolerance:  # verified at export within its own bound (a CNN's float error exceeds an MLP's)
-        tolerance = min(exported, MAX_EXPORT_TOLERANCE)
+    tolerance = parity_bound(bundle, tolerance)
     if diff > tolerance:
         raise BundleError(f"{path}: model output differs from its own reference actions by {diff:.3g} "
                           f"(max abs), above {tolerance:g}")

@@ -129,3 +129,18 @@ def test_parity_is_checked_within_the_bundles_export_tolerance_never_beyond_the_
     hp = HotSwapPolicy(mlp_bundle)
     assert hp.reload(bad) is False
     assert f"above {MAX_EXPORT_TOLERANCE:g}" in hp.rejected[0].reason
+
+
+def test_the_parity_bound_is_the_wider_of_the_checker_and_the_export_never_beyond_the_cap():
+    """One rule for every check of a bundle's parity (the hot swap here, the policy node's actor check)."""
+    from types import SimpleNamespace
+
+    from tinker_deploy.hot_reload import MAX_EXPORT_TOLERANCE, parity_bound
+
+    def bundle(parity):
+        return SimpleNamespace(manifest=SimpleNamespace(parity=parity))
+
+    assert parity_bound(bundle({"tolerance": 1e-4}), 1e-5) == 1e-4  # a learner's bundle, exported within 1e-4
+    assert parity_bound(bundle({"tolerance": 1e-6}), 1e-5) == 1e-5
+    assert parity_bound(bundle(None), 1e-5) == 1e-5
+    assert parity_bound(bundle({"tolerance": 1.0}), 1e-5) == MAX_EXPORT_TOLERANCE

@@ -240,6 +240,7 @@ class ActorRunner:
         self._bind(self._actor)
 
     def _open_actor(self, bundle):
+        from tinker_deploy.hot_reload import parity_bound
         from tinker_deploy.runtime import OnnxPolicy
 
         m = bundle.manifest
@@ -251,8 +252,10 @@ class ActorRunner:
         if "features" in ref:
             got = actor.forward(ref["features"])
             diff = float(np.max(np.abs(got.astype(np.float64) - ref["action"]))) if got.size else 0.0
-            if diff > self.parity_tolerance:
-                raise BundleError(f"{bundle.path}: actor output differs from the recorded reference by {diff:.3g}")
+            bound = parity_bound(bundle, self.parity_tolerance)
+            if diff > bound:
+                raise BundleError(f"{bundle.path}: actor output differs from the recorded reference by {diff:.3g}, "
+                                  f"above {bound:g}")
         return actor
 
     def _swap_actor(self, policy) -> None:
