@@ -24,9 +24,9 @@ def _distance_to_demos(algo: SAC, batch: TransitionBatch) -> float:
     return float(np.abs(algo.predict(batch.obs) - batch.action).mean())
 
 
-@pytest.mark.parametrize("masked", [True, False])
-def test_the_actor_moves_to_the_demonstrations_only_where_rows_are_marked(masked):
-    algo = SAC("Pendulum-v1", SACConfig(net_arch=[32, 32], seed=0, td3bc_alpha=0.05))
+@pytest.mark.parametrize("masked, sde", [(True, False), (False, False), (True, True)])
+def test_the_actor_moves_to_the_demonstrations_only_where_rows_are_marked(masked, sde):
+    algo = SAC("Pendulum-v1", SACConfig(net_arch=[32, 32], seed=0, td3bc_alpha=0.05, use_sde=sde))
     assert algo.update_path == "autograd"  # the written-out steps have no imitation term
     batch = _batch(64)
     before = _distance_to_demos(algo, batch)
@@ -35,7 +35,7 @@ def test_the_actor_moves_to_the_demonstrations_only_where_rows_are_marked(masked
         out = algo.train_on_batch(batch, demo_mask=mask)
     after = _distance_to_demos(algo, batch)
     if masked:
-        assert after < 0.25 * before, (before, after)
+        assert after < 0.35 * before, (before, after)
         assert out["imitation_loss"] > 0
     else:  # no demonstrations in the batch: the RL term alone, which knows nothing of the demonstrator's rule
         assert after > 0.5 * before, (before, after)

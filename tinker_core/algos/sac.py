@@ -276,8 +276,8 @@ class SAC(OffPolicyAlgorithm):
         mask = self._demo_mask
         if mask is None or not bool(mask.any()):
             return feat.new_zeros(())
-        mu = torch.tanh(self.actor.dist_params(feat[mask])[0])
-        return (mu - actions[mask].clamp(-0.999, 0.999)).square().sum(-1).mean()
+        mean_action = self.actor.deterministic(feat[mask])
+        return (mean_action - actions[mask].clamp(-0.999, 0.999)).square().sum(-1).mean()
 
     def _train_step_mlp(self, s: ReplaySamples, weights: torch.Tensor | None) -> torch.Tensor:
         """``_train_step`` for flat observations, MLPs and an fp32 critic: the same step with the
