@@ -183,9 +183,9 @@ took the vision policy from 15/20 to 9/20 on far_latency_reach, where half and h
 DEMONSTRATIONS = {"real_fraction": 0.5, "seed_replay_from_init": False, "updates_per_interval": 2,
                   "gate_min_success": 0.5, "gate_min_return": None}
 """The learner's settings with demonstrations (RLPD's half demonstrations, half live data; measured in process on
-far_latency_sort: docs/sim2real/sort_finetune.md). Two updates per live transition: on the autograd step (SAC's
-``td3bc_alpha``) four would not keep up with 20 Hz beside the ROS graph on 2 cores. The gate asks a candidate to
-sort every object in half of its nominal episodes (the imitation policy does in ~98%), and no e-stop."""
+far_latency_sort: docs/sim2real/sort_finetune.md), two updates per live transition as there (the imitation term
+runs on SAC's autograd step; four were not tried in the loop). The gate asks a candidate to sort every object in half
+of its nominal episodes (the imitation policy does in ~98%), and no e-stop."""
 
 
 def learner_config(cfg: DemoConfig, out: Path) -> dict:
@@ -193,7 +193,8 @@ def learner_config(cfg: DemoConfig, out: Path) -> dict:
 
     Its ``warmup`` (live transitions before the first update), unless overridden, is the live share of one batch
     (``batch_size * real_fraction``): from then on a batch's live samples can all be different transitions. That is
-    256 with the simulator's reward and 128 with the sensors', whose other half comes from the pretraining replay.
+    256 with the simulator's reward, 128 with the sensors' (the other half from the pretraining replay) and with
+    demonstrations (the other half from them).
     A fixed 256 left the moved camera's loop untrained: its success sensor ends an episode within ~9 cycles, 50
     episodes gave ~320-460 live transitions, and the learner made 0 updates (docs/sim2real/sensor_reward.md)."""
     ends = free_endpoints(4)
