@@ -101,14 +101,14 @@ def format_report(r: dict) -> str:
         f"policy node reloads: {r['policy_reloads']}",
         f"transitions sent by the bridge: {r['bridge'].get('sent', '0')}, dropped: {r['bridge'].get('dropped', '0')}",
         f"learner's rewards: {REWARD_SOURCES.get(r.get('reward_source', 'sim'), r.get('reward_source'))}; "
-        "the success above is the simulator's (true target)",
+        "the success above is the simulator's (its ground truth)",
     ] + ([f"STAND-IN operator (a script, not a person; fine-tuning phase only, so 'during' counts its takeovers): "
           f"{json.dumps(r.get('operator_counts'))}; learner ingested {r['learner'].get('ingested')}, "
           f"sampled {r['learner'].get('sampled')}"] if r.get("operator", "none") != "none" else []) + ([f"figure: {Path(r['plot']).name} (success per episode with the policy versions, the SafetyWrapper's "
           "interventions per second, the cycle latency histogram)"] if r.get("plot") else []))
 
 
-REWARD_SOURCES = {"sim": "the simulator's task topic (its true target)",
+REWARD_SOURCES = {"sim": "the simulator's task topic (its ground truth: the true target, the objects' true places)",
                   "sensors": "the success sensor (the target the camera found, FK of the measured joints)"}
 
 
