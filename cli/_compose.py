@@ -164,3 +164,26 @@ def check_dynamics_for(manifest: Any, env_id: str, dynamics: Any, policy: str) -
 def bundle_name(policy: Any) -> str:
     b = getattr(policy, "bundle", None)
     return str(getattr(b, "path", "bundle"))
+
+
+SCRIPTED_EXPERTS = {"tinker/ArmReach-v0": "tinker_sim.scripted:ScriptedReachController",
+                    "tinker/ArmSort-v0": "tinker_sim.scripted:ScriptedSortController"}
+"""the default expert per env id (module:Class, built as Class(env)): BC's teacher, `tinker prior`'s demonstrator"""
+
+
+def expert_factory(spec: str | None, env_id: str | None):
+    """``module:Class`` -> a factory ``env -> expert`` (imported here: the CLI is the composition root)."""
+    import importlib
+
+    from tinker_core.errors import ConfigError
+
+    spec = spec or SCRIPTED_EXPERTS.get(env_id or "")
+    if not spec:
+        raise ConfigError(f"expert: no scripted expert for {env_id!r}; give 'expert: module:Class' in the config or "
+                          f"--expert (scripted defaults exist for {sorted(SCRIPTED_EXPERTS)})")
+    module, _, attr = spec.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ConfigError(f"expert: expected module:Class that can be imported, got {spec!r} ({e})") from None
+    return cls

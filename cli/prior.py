@@ -52,8 +52,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     import tinker_sim  # noqa: F401  registers tinker/ ids
-    from tinker_cli._compose import make_env
-    from tinker_cli.train import _expert_factory
+    from tinker_cli._compose import expert_factory, make_env
     from tinker_core.algos import BC, SAC, SACConfig, load_algorithm
     from tinker_core.algos.rl_prior import collect_demonstrations, sac_from_imitation, warm_critic
     from tinker_core.errors import ConfigError
@@ -72,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
               env_kwargs=bc.env_kwargs)
     sac_from_imitation(bc, sac, args.action_std)
     env = make_env(bc.env_id, **(bc.env_kwargs or {}))
-    expert = _expert_factory(args.expert, bc.env_id)(env.unwrapped)
+    expert = expert_factory(args.expert, bc.env_id)(env.unwrapped)
     bar = tqdm(total=args.demo_episodes, desc="demonstrations", unit="ep")
     wins: list[bool] = []
 

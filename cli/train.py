@@ -69,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import logging
 
+    from tinker_cli._compose import expert_factory
     from tinker_core.algos import ALGOS, load_algorithm
     from tinker_core.config import config_to_dict, load_config, read_yaml
     from tinker_core.envs import EnvConfig
@@ -95,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         algo = load_algorithm(args.resume, device=args.device)
         total = args.total_timesteps or data.get("total_timesteps") or 100_000
         if algo.algo_name == "bc":
-            algo.set_expert(_expert_factory(args.expert or data.get("expert"), algo.env_id))
+            algo.set_expert(expert_factory(args.expert or data.get("expert"), algo.env_id))
         out = Path(args.out) if args.out else Path(args.resume).parent.parent
         t0 = time.perf_counter()
         algo.learn(max(total, algo._learn_target), progress=not args.no_progress, out_dir=out,
@@ -151,7 +152,7 @@ def run(args: argparse.Namespace) -> int:
                                                     if name == "bc" else {})}, indent=1, default=str))
     algo = cls(env, config)
     if name == "bc":
-        algo.set_expert(_expert_factory(args.expert or data.get("expert"), env_id))
+        algo.set_expert(expert_factory(args.expert or data.get("expert"), env_id))
     t0 = time.perf_counter()
     algo.learn(int(total), progress=not args.no_progress, out_dir=out, checkpoint_every=args.checkpoint_every,
                callback=_callbacks(_time_limit(args.max_minutes), _bound(curriculum, algo)))
@@ -169,29 +170,6 @@ def _recorded_env_id(checkpoint: Path) -> str | None:
         return json.loads((checkpoint / "meta.json").read_text()).get("env_id")
     except (OSError, ValueError):
         return None  # load_algorithm says what is wrong with the checkpoint
-
-
-SCRIPTED_EXPERTS = {"tinker/ArmReach-v0": "tinker_sim.scripted:ScriptedReachController",
-                    "tinker/ArmSort-v0": "tinker_sim.scripted:ScriptedSortController"}
-"""the default BC expert per env id (module:Class, built as Class(env))"""
-
-
-def _expert_factory(spec: str | None, env_id: str | None):
-    """``module:Class`` -> a factory ``env -> expert`` (imported here: the CLI is the composition root)."""
-    import importlib
-
-    from tinker_core.errors import ConfigError
-
-    spec = spec or SCRIPTED_EXPERTS.get(env_id or "")
-    if not spec:
-        raise ConfigError(f"expert: BC needs an expert for {env_id!r}; give 'expert: module:Class' in the config or "
-                          f"--expert (scripted defaults exist for {sorted(SCRIPTED_EXPERTS)})")
-    module, _, attr = spec.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ConfigError(f"expert: expected module:Class that can be imported, got {spec!r} ({e})") from None
-    return cls
 
 
 def _curriculum(section):
