@@ -9,6 +9,7 @@ each batch come from it (RLPD's 50/50 by default), the rest from the sim/real mi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import Any
@@ -106,14 +107,8 @@ class MixedReplay:
         n = len(saved)
         if n == 0:
             return 0
-        b = saved.storage.get(np.arange(n), with_info=False)
-
-        def row(x: Any, i: int) -> Any:
-            return {k: row(v, i) for k, v in x.items()} if isinstance(x, dict) else x[i]
-
-        for i in range(n):
-            self.buffers[source].add(Transition(row(b.obs, i), b.action[i], float(b.reward[i]), bool(b.terminated[i]),
-                                                bool(b.truncated[i]), {"source": source}, row(b.next_obs, i)))
+        for t in saved.storage.get(np.arange(n), with_info=False).to_transitions():
+            self.buffers[source].add(dataclasses.replace(t, info={"source": source}))
         return n
 
     def demo_mask(self, split: dict[str, int], demo_sources: tuple[str, ...]) -> np.ndarray:
