@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tinker_cli.benchmark import ENVS
+
 ORDER = 1
 
 EPILOG = """\
@@ -38,7 +40,7 @@ def register(sub: Any) -> None:
                                    "PyBullet arm with shifted dynamics, run the pretrained policy, fine-tune it "
                                    "online from the live loop, hot-reload improved policies, and report.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", default="tinker/ArmReach-v0", choices=("tinker/ArmReach-v0", "tinker/ArmSort-v0"),
+    p.add_argument("--env", default=ENVS[0], choices=ENVS,
                    help="the task (default tinker/ArmReach-v0). tinker/ArmSort-v0 fine-tunes the shipped sorter from "
                         "its RL prior (pretrained/arm_sort/rl_prior: SAC started from the imitation policy, with the "
                         "expert's demonstrations sampled beside the live data) on far_latency_sort.yaml")

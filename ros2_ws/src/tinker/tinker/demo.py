@@ -36,8 +36,8 @@ Progress = Callable[[str], None]
 OPERATORS = ("none", "scripted")
 
 
-ENVS = {"tinker/ArmReach-v0": 50, "tinker/ArmSort-v0": 200}
-"""the tasks the demo runs, with their episodes' length in cycles (the env's time limit)"""
+ENVS = ("tinker/ArmReach-v0", "tinker/ArmSort-v0")
+"""the tasks the demo runs (their episodes' length is the env's time limit, `tinker_sim.registration.ENV_IDS`)"""
 
 ROBOTS = {False: "shifted_miscalibrated.yaml", True: "shifted_heavy_laggy.yaml"}
 """The demo's robot (sim/config/dynamics/), by whether the bundle's perception takes a camera image. A camera
@@ -108,7 +108,9 @@ class DemoConfig:
         if self.env_id not in ENVS:
             raise ConfigError(f"DemoConfig.env_id: expected one of {list(ENVS)}, got {self.env_id!r}")
         if not self.episode_cycles:
-            self.episode_cycles = ENVS[self.env_id]
+            from tinker_sim.registration import ENV_IDS
+
+            self.episode_cycles = int(ENV_IDS[self.env_id]["max_episode_steps"])
         for k in ("episodes_before", "finetune_episodes", "episodes_after", "episode_cycles"):
             if int(getattr(self, k)) < (0 if k == "finetune_episodes" else 1):
                 raise ConfigError(f"DemoConfig.{k}: expected a positive count, got {getattr(self, k)!r}")
