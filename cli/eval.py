@@ -172,7 +172,7 @@ def _run_loop(args: argparse.Namespace) -> int:
     from tinker.in_process import InProcessConfig, InProcessLoop
     from tinker_cli._compose import check_dynamics_for
     from tinker_core.errors import ConfigError
-    from tinker_core.evaluate import wilson_interval
+    from tinker_core.evaluate import objects_summary, wilson_interval
 
     if args.no_safety:
         raise ConfigError("--runtime loop: the loop's safety stage always runs (as the safety node does); "
@@ -215,14 +215,17 @@ def _run_loop(args: argparse.Namespace) -> int:
          "unsafe_states": out["unsafe_states"], "estops": out["estops"], "holds": out["holds"],
          "deadline_misses": out["deadline_misses"], "max_command_step": out["max_command_step"],
          "commands_over_velocity_limit": out["commands_over_velocity_limit"], "transitions": out["transitions"],
-         "flow": out["flow"], "hold_estimate": held, "wall_s": time.perf_counter() - t0}
+         "flow": out["flow"], "hold_estimate": held, "wall_s": time.perf_counter() - t0,
+         **(objects_summary(out["objects_sorted"], out["objects_total"]) if out["objects_total"] else {})}
     if args.json:
         print(json.dumps(d))
     else:
         print(f"{env_id} | policy {bundle} | dynamics {d['dynamics']} | the loop's stages in one process"
               + (" | estimate held over the episode" if held else ""))
         unsafe = sum(out["unsafe_states"].values())
-        print(f"success {k}/{n} = {k / n:.1%} [95% CI {lo:.1%}-{hi:.1%}]; unsafe states {unsafe}; e-stops "
+        objects = (f"; objects sorted {d['objects_sorted_rate']:.1%} ({d['objects_sorted']}/{d['objects_total']}, "
+                   f"95% CI {d['objects_ci_low']:.1%}-{d['objects_ci_high']:.1%})" if "objects_total" in d else "")
+        print(f"success {k}/{n} = {k / n:.1%} [95% CI {lo:.1%}-{hi:.1%}]{objects}; unsafe states {unsafe}; e-stops "
               f"{out['estops']} (each cleared at the next episode); holds {out['holds']}; largest command step "
               f"{out['max_command_step']:.2f} of the velocity limit; {out['cycles']} cycles, {out['transitions']} "
               f"transitions, {d['wall_s']:.1f} s")

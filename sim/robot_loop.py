@@ -172,6 +172,7 @@ class SimRobotLoop:
         self._reset_at_ns = 0
         self.cycle = self.episode = self.episode_step = 0
         self.successes = 0  # episodes that reached success
+        self.objects_sorted = self.objects_total = 0  # a sorting task's objects at its episodes' ends
         self._success_episode = -1
         self._last_tick_ns = 0
 
@@ -285,6 +286,10 @@ class SimRobotLoop:
         if s.success:
             self._success_episode = self.episode  # one success per episode
         if s.done and self.episode_cycles > 0:
+            objects = self.report(s).objects()
+            if objects is not None:
+                self.objects_sorted += objects[0]
+                self.objects_total += objects[1]
             self.take_frame()  # the reset moves the scene: this state's frame is taken now
             self.episode += 1
             self.episode_step = 0
@@ -318,6 +323,8 @@ class SimRobotLoop:
                 "rejected_commands": self.rejections.count, "stale_commands": self.stale, "sim_misses": self.arm.misses,
                 "episode": self.episode, "successes": self.successes, "suction_switches": self.suction_switches,
                 "last_error": self.rejections.last,
+                **({"objects_sorted": self.objects_sorted, "objects_total": self.objects_total}
+                   if self.objects_total else {}),
                 **{f"unsafe_states.{k}": v for k, v in self.arm.env.violations.items()}}
 
     def level(self, namesake: str = "") -> tuple[Level, str]:

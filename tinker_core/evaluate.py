@@ -14,6 +14,14 @@ from typing import Any, Callable
 import numpy as np
 
 
+def objects_summary(got: int, total: int) -> dict[str, Any]:
+    """A sorting evaluation's objects: ``got`` of ``total`` in their right bin, the rate and its 95% Wilson interval
+    (objects counted as independent trials), under the keys every report uses (``objects_sorted_rate`` ...)."""
+    lo, hi = wilson_interval(got, total)
+    return {"objects_sorted": int(got), "objects_total": int(total),
+            "objects_sorted_rate": got / total if total else 0.0, "objects_ci_low": lo, "objects_ci_high": hi}
+
+
 def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     """95% Wilson score interval for a binomial proportion (well-behaved at 0% and 100%)."""
     if n <= 0:
@@ -108,10 +116,7 @@ def evaluate(env: Any, policy: Callable[[Any], np.ndarray], episodes: int, seed:
     tts = [r["time_to_success_s"] for r in rows if r["time_to_success_s"] is not None]
     objects: dict[str, Any] = {}
     if rows and all("num_objects" in r for r in rows):
-        got, total = sum(r["objects_sorted"] for r in rows), sum(r["num_objects"] for r in rows)
-        o_lo, o_hi = wilson_interval(got, total)
-        objects = {"objects_sorted": got, "objects_total": total, "objects_sorted_rate": got / total if total else 0.0,
-                   "objects_ci_low": o_lo, "objects_ci_high": o_hi}
+        objects = objects_summary(sum(r["objects_sorted"] for r in rows), sum(r["num_objects"] for r in rows))
     return EvalResult(
         episodes=n, successes=k, success_rate=k / n if n else 0.0, ci_low=lo, ci_high=hi,
         mean_time_to_success_s=float(np.mean(tts)) if tts else None,

@@ -55,3 +55,7 @@ def test_the_sorter_fine_tunes_from_its_rl_prior_with_the_demonstrations(tmp_pat
     assert row["learner_updates"] > 0 and row["live_transitions"] > 0
     assert row["demonstrations"] > 5000  # the shipped prior's (9,052)
     assert row["ros_loop"]["finetune"]["episodes"] >= 2
+    # the ROS loop's phases count the objects too, from the robot's task topic (two objects an episode)
+    loop = row["ros_loop"]["finetune"]
+    assert loop["objects_total"] == 2 * loop["episodes"] and 0 <= loop["objects_sorted"] <= loop["objects_total"], loop
+    assert "objects sorted" in (out / "finetune_far_latency_sort" / "run0" / "report.md").read_text()

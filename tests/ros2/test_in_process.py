@@ -56,6 +56,9 @@ def test_sorters_flat_and_hierarchical_sort_with_the_suction_taken_from_the_safe
     assert {"sort_table", "bin0_wall0", "bin1_wall3"} <= set(out["scene"])  # the task's fixtures, as the node gets them
     assert out["suction_switches"] >= 2 * out["successes"] > 0, out
     assert out["successes"] >= 0.8 * max(out["episodes"], 1), out
+    # the objects, counted at each episode's end from the task report's terms: every one of a success is sorted
+    assert out["objects_total"] >= sim.get("num_objects", 2) * out["episodes"] > 0, out
+    assert out["successes"] * sim.get("num_objects", 2) <= out["objects_sorted"] <= out["objects_total"], out
 
 
 def test_the_bus_holds_each_stage_to_the_edges_the_graph_gives_it():

@@ -61,6 +61,18 @@ class TaskReport:
     vector: np.ndarray | None = None
     """the whole report as one vector (`TASK_FIELDS`, then the terms), where it came as one"""
 
+    def objects(self) -> tuple[int, int] | None:
+        """(objects in their right bin, objects present) of a sorting task's report, read from its terms
+        ``obj{i}_sorted`` and ``obj{i}_kind`` (an empty slot has no kind); None for a task without objects."""
+        got = total = 0
+        i = 0
+        while f"obj{i}_sorted" in self.terms:
+            if float(np.sum(self.terms.get(f"obj{i}_kind", 1.0))) > 0.5:
+                total += 1
+                got += bool(float(self.terms[f"obj{i}_sorted"][0]) > 0.5)
+            i += 1
+        return (got, total) if i else None
+
 
 def split_terms(values: np.ndarray, layout: Sequence[tuple[str, int]], where: str = "task") -> dict[str, np.ndarray]:
     """The task terms that follow `TASK_FIELDS` in ``values``, by name, laid out as ``layout`` says ((name, size)

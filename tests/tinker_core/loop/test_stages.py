@@ -74,6 +74,18 @@ def test_task_terms_that_do_not_add_up_are_refused_naming_where():
         task_report(np.zeros(2), [], 1, 1, 0, "perception.task")
 
 
+def test_a_sorting_report_counts_its_objects_and_an_empty_slot_is_no_object():
+    def obj(kind: int | None, sorted_: bool) -> list[float]:
+        onehot = [0.0, 0.0] if kind is None else [float(kind == 0), float(kind == 1)]
+        return [*onehot, 1.0 if sorted_ or kind is None else 0.0]
+
+    layout = [(n, s) for i in range(3) for n, s in ((f"obj{i}_kind", 2), (f"obj{i}_sorted", 1))]
+    values = np.concatenate([[0.0, 1.0, 0.0, 0.1], obj(0, True), obj(1, False), obj(None, True)])
+    assert task_report(values, layout, 1, 1, 0).objects() == (1, 2)
+    reach = task_report(np.zeros(4 + 3), [("target_pos", 3)], 1, 1, 0)
+    assert reach.objects() is None
+
+
 class _Core:
     """A running bundle as `PolicyStage` sees it: a `PolicyCycle` and a version."""
 

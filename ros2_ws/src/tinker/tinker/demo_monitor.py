@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from tinker_core.errors import ValidationError
 from tinker_core.report_data import InterventionSeries
 
 
@@ -26,9 +27,9 @@ class Monitor:
         from rclpy.signals import SignalHandlerOptions
         from std_msgs.msg import Float64MultiArray
 
-        from tinker.wire import COMMAND_QOS, meta_of, safety_counters
+        from tinker.wire import COMMAND_QOS, meta_of, read_task, safety_counters
 
-        self._meta_of = meta_of
+        self._meta_of, self._read_task = meta_of, read_task
         self.ctx = Context()
         domain = os.environ.get("ROS_DOMAIN_ID", "")
         rclpy.init(context=self.ctx, args=[], domain_id=int(domain) if domain.isdigit() else None,
@@ -77,12 +78,21 @@ class Monitor:
                 won = self._success_cycle.pop(ep, None)
                 self._first_cycle.pop(ep, None)
                 version = self.policy_value("model_version", "0")
-                self.episodes.append({"episode": ep, "success": self._seen_success.pop(ep),
+                self.episodes.append({**self._objects(msg), "episode": ep, "success": self._seen_success.pop(ep),
                                       "cycles": cycle - first + 1,
                                       "time_to_success_s": None if won is None else (won - first + 1) * self.period,
                                       "distance_m": float(v[3]), "phase": self.phase, "cycle": cycle,
                                       "t_s": time.monotonic() - self._t0,
                                       "policy_version": int(version) if str(version).isdigit() else 0})
+
+    def _objects(self, msg: Any) -> dict[str, int]:
+        """A sorting task's objects at the end of an episode (``objects_sorted``, ``num_objects``; the names
+        `tinker_core.evaluate` uses), from the message's terms; nothing for a task without objects."""
+        try:
+            objects = self._read_task(msg).objects()
+        except ValidationError:  # a report the monitor cannot split still counts as an episode
+            return {}
+        return {} if objects is None else {"objects_sorted": objects[0], "num_objects": objects[1]}
 
     def _on_diag(self, msg: Any) -> None:
         with self.lock:

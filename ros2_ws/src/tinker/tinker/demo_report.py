@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tinker_core.evaluate import wilson_interval
+from tinker_core.evaluate import objects_summary, wilson_interval
 from tinker_core.report_data import EpisodeSeries, LatencyHistogram, ReportFigureData
 from tinker_core.report_plots import draw_report
 
@@ -45,18 +45,23 @@ def phase_summary(episodes: list[dict], phase: str) -> dict:
     lo, hi = wilson_interval(k, n)
     versions = sorted({e["policy_version"] for e in rows})
     tts = [e["time_to_success_s"] for e in rows if e.get("time_to_success_s") is not None]
+    objects = (objects_summary(sum(e["objects_sorted"] for e in rows), sum(e["num_objects"] for e in rows))
+               if rows and all("num_objects" in e for e in rows) else {})
     return {"episodes": n, "successes": k, "success_rate": k / n if n else 0.0, "ci_low": lo, "ci_high": hi,
-            "mean_time_to_success_s": float(np.mean(tts)) if tts else None, "policy_versions": versions}
+            "mean_time_to_success_s": float(np.mean(tts)) if tts else None, "policy_versions": versions, **objects}
 
 
 def figure_data(report: dict, interventions: Any, latencies_ms: list[float]) -> ReportFigureData:
     """The figure's data from the report's episodes, the monitor's `InterventionSeries` and the traces' latencies."""
+    b, a = report["before"], report["after"]
+    objects = (f"; objects sorted {b['objects_sorted_rate'] * 100:.0f}% -> {a['objects_sorted_rate'] * 100:.0f}%"
+               if "objects_total" in b and "objects_total" in a else "")
     episodes = EpisodeSeries()
     for e in report["episodes"]:
         episodes.add(e["success"], e["policy_version"], phase=e["phase"], episode=e["episode"], t_s=e.get("t_s"))
     return ReportFigureData(
         title=(f"tinker demo on {Path(report['dynamics']).stem}: success before {report['before']['success_rate'] * 100:.0f}% "
-               f"-> after {report['after']['success_rate'] * 100:.0f}%"),
+               f"-> after {report['after']['success_rate'] * 100:.0f}%{objects}"),
         episodes=episodes, latency=LatencyHistogram.of(latencies_ms, E2E_MEASURES), interventions=interventions,
         interventions_label="time (s); a bar: commands per heartbeat of the safety node (1 s), from its counters",
         interventions_over_time=True, deadline_ms=report["control_period"] * 1000.0, phases=PHASES)
@@ -78,18 +83,27 @@ def format_report(r: dict) -> str:
     g = pub.get("gate") if isinstance(pub, dict) else None
     gate = "n/a" if not g else (f"{'passed' if g.get('passed') else 'refused'} (sim success {pct(g['success_rate'])}, "
                                 f"{g.get('estops', 0)} e-stops, mean return {g['mean_return']:.2f})")
+    sorting = any("objects_total" in p for p in (b, r["finetune"], a))
+
+    def objects(p: dict) -> str:
+        if not sorting:
+            return ""
+        if "objects_total" not in p:
+            return " n/a |"
+        return (f" {pct(p['objects_sorted_rate'])} ({p['objects_sorted']}/{p['objects_total']}), "
+                f"{pct(p['objects_ci_low'])}–{pct(p['objects_ci_high'])} |")
+
+    def row(name: str, p: dict) -> str:
+        return (f"| {name} | {p['episodes']} | {pct(p['success_rate'])} | {pct(p['ci_low'])}–{pct(p['ci_high'])} |"
+                f"{objects(p)} {tts(p)} | {p['policy_versions']} |")
+
     return "\n".join([
         f"tinker demo — {r['env_id']} on dynamics {Path(r['dynamics']).stem} (training used randomized nominal)",
         "",
-        "| | episodes | success | 95% CI | mean time to success | policy versions |",
-        "|---|---|---|---|---|---|",
-        f"| before fine-tuning | {b['episodes']} | {pct(b['success_rate'])} | {pct(b['ci_low'])}–{pct(b['ci_high'])} "
-        f"| {tts(b)} | {b['policy_versions']} |",
-        f"| during fine-tuning | {r['finetune']['episodes']} | {pct(r['finetune']['success_rate'])} | "
-        f"{pct(r['finetune']['ci_low'])}–{pct(r['finetune']['ci_high'])} | {tts(r['finetune'])} "
-        f"| {r['finetune']['policy_versions']} |",
-        f"| after fine-tuning | {a['episodes']} | {pct(a['success_rate'])} | {pct(a['ci_low'])}–{pct(a['ci_high'])} "
-        f"| {tts(a)} | {a['policy_versions']} |",
+        "| | episodes | success | 95% CI |" + (" objects sorted, 95% CI |" if sorting else "")
+        + " mean time to success | policy versions |",
+        "|---|---|---|---|" + ("---|" if sorting else "") + "---|---|",
+        row("before fine-tuning", b), row("during fine-tuning", r["finetune"]), row("after fine-tuning", a),
         "",
         f"cycle latency (state publish → safe command at the robot): p50 {p50}, p99 {p99} over {lat['cycles']} cycles",
         f"deadline misses: {r['deadline_misses']}",
@@ -101,7 +115,9 @@ def format_report(r: dict) -> str:
         f"policy node reloads: {r['policy_reloads']}",
         f"transitions sent by the bridge: {r['bridge'].get('sent', '0')}, dropped: {r['bridge'].get('dropped', '0')}",
         f"learner's rewards: {REWARD_SOURCES.get(r.get('reward_source', 'sim'), r.get('reward_source'))}; "
-        "the success above is the simulator's (its ground truth)",
+        "the success above is the simulator's (its ground truth)"
+        + ("; an episode succeeds when every object is in its right bin, and the objects sorted count each object "
+           "at the episode's end" if sorting else ""),
     ] + ([f"STAND-IN operator (a script, not a person; fine-tuning phase only, so 'during' counts its takeovers): "
           f"{json.dumps(r.get('operator_counts'))}; learner ingested {r['learner'].get('ingested')}, "
           f"sampled {r['learner'].get('sampled')}"] if r.get("operator", "none") != "none" else []) + ([f"figure: {Path(r['plot']).name} (success per episode with the policy versions, the SafetyWrapper's "

@@ -268,6 +268,7 @@ class InProcessLoop:
     def summary(self) -> dict[str, Any]:
         r, g = self.robot, self.session.cycle
         return {"cycles": self.cycles, "episodes": self.episodes_done, "successes": r.successes,
+                "objects_sorted": r.objects_sorted, "objects_total": r.objects_total,
                 "max_command_step": r.step_max, "commands_over_velocity_limit": r.steps_over_limit,
                 "unsafe_states": dict(r.env.violations), "holds": g.holds, "deadline_misses": g.deadline_misses,
                 "estopped": bool(g.guard is not None and g.guard.estopped), "estops": self.estops,

@@ -1,0 +1,41 @@
+"""The demo's report from episode rows (no graph is started): a sorting run counts its objects per phase, with an
+interval, beside the episodes; a reaching run's table has no objects column."""
+
+from __future__ import annotations
+
+from tinker.demo_report import format_report, phase_summary
+
+
+def _row(phase: str, success: bool, objects: tuple[int, int] | None) -> dict:
+    row = {"episode": 0, "success": success, "phase": phase, "policy_version": 0, "time_to_success_s": None}
+    if objects is not None:
+        row.update(objects_sorted=objects[0], num_objects=objects[1])
+    return row
+
+
+def _report(rows: list[dict]) -> dict:
+    return {"env_id": "tinker/ArmSort-v0", "dynamics": "far_latency_sort.yaml", "control_period": 0.05,
+            "before": phase_summary(rows, "before"), "finetune": phase_summary(rows, "finetune"),
+            "after": phase_summary(rows, "after"),
+            "latency": {"e2e_p50_ms": 2.0, "e2e_p99_ms": 3.0, "cycles": 10}, "deadline_misses": 0,
+            "unsafe_states": {}, "safety_interventions": 0, "estops": [], "learner": {}, "policy_reloads": 0,
+            "bridge": {}}
+
+
+def test_a_sorting_run_counts_its_objects_in_each_phase():
+    rows = [_row("before", False, (1, 2)), _row("before", True, (2, 2)), _row("after", True, (2, 2)),
+            _row("after", True, (2, 2)), _row("finetune", False, (0, 2))]
+    r = _report(rows)
+    assert (r["before"]["objects_sorted"], r["before"]["objects_total"]) == (3, 4)
+    assert r["before"]["objects_sorted_rate"] == 0.75 and r["after"]["objects_sorted_rate"] == 1.0
+    assert 0.0 < r["before"]["objects_ci_low"] < 0.75 < r["before"]["objects_ci_high"] <= 1.0
+    text = format_report(r)
+    assert "objects sorted, 95% CI" in text
+    assert "| before fine-tuning | 2 | 50.0% |" in text and "75.0% (3/4)" in text and "100.0% (4/4)" in text
+
+
+def test_a_reaching_run_has_no_objects_column():
+    r = _report([_row("before", True, None), _row("after", True, None)])
+    assert "objects_total" not in r["before"]
+    text = format_report(r)
+    assert "objects sorted" not in text and "| before fine-tuning | 1 | 100.0% | " in text
