@@ -20,6 +20,8 @@ class ReplaySamples(NamedTuple):
     next_obs: Obs
     rewards: torch.Tensor
     dones: torch.Tensor  # terminated only: truncated episodes still bootstrap
+    demo: torch.Tensor | None = None
+    """the rows that are demonstrations (bool; an external learner's ``demo_mask``); None: none are"""
 
 
 class RolloutSamples(NamedTuple):

@@ -76,8 +76,6 @@ class OffPolicyAlgorithm(Algorithm):
 
     def __init__(self, env_or_specs: Any, config: OffPolicyConfig | None = None, **kw: Any):
         super().__init__(env_or_specs, config, **kw)
-        self._demo_mask: torch.Tensor | None = None
-        """the rows of the batch in training that are demonstrations (``train_on_batch``'s ``demo_mask``)"""
         c = self.config
         act_shape = () if self.discrete else self.action_spec.shape
         # dict observations through Flatten are stored flat: [(key, size)] in the dict's order, else None
@@ -231,17 +229,13 @@ class OffPolicyAlgorithm(Algorithm):
             return t.float() if t.dtype == torch.float64 else t
 
         act = torch.as_tensor(self._buffer_action(batch.action), device=self.device)
+        demo = None if demo_mask is None else torch.as_tensor(np.asarray(demo_mask, dtype=bool), device=self.device)
         s = ReplaySamples(tens(obs), act, tens(nxt),
                           torch.as_tensor(np.asarray(batch.reward, dtype=np.float32), device=self.device),
-                          torch.as_tensor(np.asarray(batch.terminated, dtype=np.float32), device=self.device))
+                          torch.as_tensor(np.asarray(batch.terminated, dtype=np.float32), device=self.device), demo)
         w = None if weights is None else torch.as_tensor(np.asarray(weights, dtype=np.float32), device=self.device)
-        self._demo_mask = None if demo_mask is None else torch.as_tensor(np.asarray(demo_mask, dtype=bool),
-                                                                          device=self.device)
-        try:
-            with update_scope():
-                td = self._train_step(s, w)
-        finally:
-            self._demo_mask = None
+        with update_scope():
+            td = self._train_step(s, w)
         self._last_batch_rewards = np.asarray(batch.reward)
         out: dict[str, Any] = {k: float(v) for k, v in self._metrics.items()
                                if isinstance(v, torch.Tensor) and v.numel() == 1}

@@ -251,7 +251,7 @@ class SAC(OffPolicyAlgorithm):
         imitation = None
         if c.td3bc_alpha is not None:
             actor_loss = c.td3bc_alpha * actor_loss / q_pi.abs().mean().detach().clamp(min=1e-6)
-            imitation = self._imitation_loss(feat, s.actions)
+            imitation = self._imitation_loss(feat, s.actions, s.demo)
             actor_loss = actor_loss + imitation
         self.actor_opt.zero_grad(set_to_none=True)
         if ent_loss is not None:
@@ -270,10 +270,9 @@ class SAC(OffPolicyAlgorithm):
         self._end_update(metrics)
         return td.detach().abs().max(0).values
 
-    def _imitation_loss(self, feat: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    def _imitation_loss(self, feat: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """TD3+BC's term: mean squared distance of the actor's mean action to the demonstrations' (the rows
-        ``_demo_mask`` marks; none: 0)."""
-        mask = self._demo_mask
+        ``mask`` marks, the batch's ``ReplaySamples.demo``; none: 0)."""
         if mask is None or not bool(mask.any()):
             return feat.new_zeros(())
         mean_action = self.actor.deterministic(feat[mask])

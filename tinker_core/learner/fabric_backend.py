@@ -157,7 +157,7 @@ def shard(samples: ReplaySamples, rank: int, world: int) -> ReplaySamples:
         raise ConfigError(f"batch_size: expected a multiple of devices={world} (equal shards), got {n}")
     k = n // world
     cut = lambda t: t[rank * k:(rank + 1) * k]  # noqa: E731
-    return ReplaySamples(*(cut(t) for t in samples))
+    return ReplaySamples(*(None if t is None else cut(t) for t in samples))
 
 
 # -- a self-contained run: the test's and the benchmark's processes -------------------------------------
