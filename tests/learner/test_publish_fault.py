@@ -9,6 +9,7 @@ import functools
 
 import gymnasium as gym
 import numpy as np
+import pytest
 
 from tinker_core.errors import BundleError
 from tinker_core.learner import Learner, LearnerConfig
@@ -51,3 +52,29 @@ def test_an_export_that_fails_publishes_nothing_and_the_learner_goes_on(pendulum
         assert learner.updates > before + 3  # still training
     finally:
         learner.close(checkpoint=False)
+
+
+def test_a_publisher_of_the_older_two_argument_form_still_publishes_and_a_wrong_one_is_refused_at_once(pendulum,
+                                                                                                       tmp_path):
+    from tinker_core.errors import ConfigError
+
+    written = []
+
+    def old(algo, version):  # written before the learner passed its recorded observations
+        d = tmp_path / f"v{version}"
+        d.mkdir()
+        (d / "policy.onnx").write_bytes(b"not checked here")
+        written.append(version)
+        return d
+
+    learner = _learner(old)
+    try:
+        for t in pendulum(30, source="real"):
+            learner.ingested[learner.replay.add(t)] += 1
+        res = learner.try_publish()
+        assert res.get("published", True) is not False and res["version"] == 1, res
+        assert written == [1] and learner.published[0]["bundle"] == str(tmp_path / "v1")
+    finally:
+        learner.close(checkpoint=False)
+    with pytest.raises(ConfigError, match=r"publisher: .* takes \(algo\); expected \(algo, version, recorded_obs\)"):
+        _learner(lambda algo: tmp_path)

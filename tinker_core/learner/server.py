@@ -43,6 +43,7 @@ from tinker_core.learner.admit import admit_action
 from tinker_core.learner.config import LearnerConfig, resolve_device
 from tinker_core.learner.gate import GateResult, run_gate
 from tinker_core.learner.mix import SOURCES, MixedReplay
+from tinker_core.learner.publisher import Publisher, three_arg_publisher
 from tinker_core.learner.params import (
     ALGO_FILE, is_scalar, algo_bytes, bundle_sha256, check_update, unpack_algo_dir, weights_finite,
 )
@@ -69,7 +70,7 @@ class Learner:
     """The learner process: see the module docstring."""
 
     def __init__(self, config: LearnerConfig, algo_factory: Callable[[], Any],
-                 publisher: Callable[[Any, int], Path] | None = None,
+                 publisher: Publisher | None = None,
                  env_factory: Callable[[], Any] | None = None):
         if config.backend != "local":
             # measured slower than the single-process compiled step on the CPU this runs on (README,
@@ -78,7 +79,8 @@ class Learner:
                               f"{config.backend!r} runs through tinker_core.learner.fabric_backend "
                               f"(see tinker_core/learner/README.md, 'Data-parallel updates')")
         self.config = config
-        self.algo_factory, self.publisher, self.env_factory = algo_factory, publisher, env_factory
+        self.algo_factory, self.env_factory = algo_factory, env_factory
+        self.publisher = None if publisher is None else three_arg_publisher(publisher)
         self.device = resolve_device(config.device)
         storage = StorageConfig(image_codec=config.image_codec, jpeg_quality=config.jpeg_quality)
         self.replay = MixedReplay(config.replay_capacity, config.real_capacity, config.real_fraction,
