@@ -57,9 +57,7 @@ class EstimateHold:
     def __init__(self, terms: Sequence[Any], image_terms: Sequence[str], bound: float = OBS_BOUND,
                  sight: TargetSight | None = None):
         asm = ObservationAssembly(terms)
-        if not image_terms:
-            raise ConfigError("held estimate: the bundle names no image_terms (terms its model computes from the "
-                              "image); there is no estimate to hold")
+        holds_estimate("held", image_terms, where="held estimate")  # the one rule, and its message
         unknown = sorted(set(image_terms) - set(asm.names))
         if unknown:
             raise ConfigError(f"held estimate: image terms {unknown} are not observation terms {asm.names}")

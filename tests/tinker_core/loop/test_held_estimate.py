@@ -64,8 +64,9 @@ def test_the_held_target_is_the_mean_of_the_estimates_from_frames_that_show_it()
 
 def test_a_bundle_without_image_terms_has_nothing_to_hold():
     terms = [{"name": "joint_pos", "size": 2, "offset": 0.0, "scale": 1.0}]
-    with pytest.raises(ConfigError, match="no image_terms"):
-        EstimateHold(terms, [])
+    with pytest.raises(ConfigError, match=r"held estimate: held needs a bundle whose model computes terms from the "
+                                          r"image \(image_terms\); this one names none"):
+        EstimateHold(terms, [])  # the message holds_estimate gives for estimate: held
     with pytest.raises(ConfigError, match=r"\['target_pos'\] are not observation terms"):
         EstimateHold(terms, ["target_pos"])
 
