@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from tinker_core.errors import ConfigError
+from tinker_core.module import ModuleBase
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -79,46 +80,61 @@ def load_policy(bundle: str | os.PathLike):
     return OnnxPolicy.from_bundle(bundle, part="policy")
 
 
-def bundle_policy(bundle: str | os.PathLike, estimate: str = "auto", where: str = "--estimate") -> Any:
-    """The bundle's policy as the perception and policy nodes run it: a vision bundle's estimate held or per frame
-    by ``estimate`` (`tinker_core.loop.held_estimate.holds_estimate`, the perception node's rule; the env's
+def bundle_modules(bundle: str | os.PathLike, estimate: str = "auto", where: str = "--estimate") -> "BundleModules":
+    """A bundle as the pipeline's perception and policy modules, as the perception and policy nodes run it: a state
+    bundle's policy.onnx alone; a vision bundle's perception.onnx, then actor.onnx, with the estimate held or per
+    frame by ``estimate`` (`tinker_core.loop.held_estimate.holds_estimate`, the perception node's rule; the env's
     episodes are known), read from the manifest before the bundle is loaded once."""
     from tinker.bundle_io import top_manifest
     from tinker_core.loop.held_estimate import holds_estimate
+    from tinker_deploy.runtime import OnnxPolicy
 
-    held = holds_estimate(estimate, top_manifest(bundle).image_terms or (), synced=True, where=where)
-    return HeldEstimatePolicy(bundle) if held else load_policy(bundle)
+    manifest = top_manifest(bundle)
+    image_terms = manifest.image_terms or ()
+    held = holds_estimate(estimate, image_terms, synced=True, where=where)
+    if held:
+        perception = HeldPerception(bundle)
+    elif image_terms:
+        perception = OnnxPolicy.from_bundle(bundle, part="perception")
+    else:
+        return BundleModules(None, load_policy(bundle), held=False)
+    return BundleModules(perception, OnnxPolicy.from_bundle(bundle, part="actor"), held=held)
 
 
-class HeldEstimatePolicy:
-    """A vision bundle as the perception node runs it by default (``estimate: auto``): perception.onnx, then
-    `tinker_core.loop.held_estimate.EstimateHold` (the estimate averaged over the frames that show the target),
-    then actor.onnx; ``reset()`` starts an episode (`tinker_core.evaluate.evaluate` calls it)."""
+class BundleModules:
+    """A bundle's modules for `tinker_core.evaluate.evaluate`: ``perception`` (None: the observation goes to the
+    policy as it is) and ``policy``, with the bundle's manifest, path and version."""
+
+    def __init__(self, perception: Any, policy: Any, held: bool):
+        self.perception, self.policy, self.held = perception, policy, held
+        first = perception if perception is not None else policy
+        self.manifest, self.bundle, self.version = first.manifest, first.bundle, first.version
+
+
+class HeldPerception(ModuleBase):
+    """A vision bundle's perception as the perception node runs it by default (``estimate: auto``): perception.onnx,
+    then `tinker_core.loop.held_estimate.EstimateHold` (the image terms averaged over the episode's frames that show
+    the target). A pipeline module: observation in, the actor's features out; ``reset()`` ends an episode."""
+
+    input_name, output_name = "obs", "features"
 
     def __init__(self, bundle: str | os.PathLike):
         from tinker_core.loop.held_estimate import EstimateHold
         from tinker_deploy.runtime import OnnxPolicy
 
-        self.perception = OnnxPolicy.from_bundle(bundle, part="perception")
-        self.actor = OnnxPolicy.from_bundle(bundle, part="actor")
-        self.bundle = self.perception.bundle
+        super().__init__()
+        self.onnx = OnnxPolicy.from_bundle(bundle, part="perception")
+        self.manifest, self.bundle, self.version = self.onnx.manifest, self.onnx.bundle, self.onnx.version
+        self.input_spec, self.output_spec = self.onnx.input_spec, self.onnx.output_spec
         m = self.manifest
         self.hold = EstimateHold([t for t in m.obs_terms if t.name != "image"], m.image_terms)
         self.episode = 0
 
-    @property
-    def manifest(self):
-        return self.perception.manifest
-
-    @property
-    def version(self) -> int:
-        return self.perception.version
-
     def reset(self) -> None:
         self.episode += 1
 
-    def __call__(self, obs: Any) -> np.ndarray:
-        return self.actor.forward(self.hold(self.perception.forward(obs), str(self.episode), obs["image"]))
+    def forward(self, obs: Any) -> np.ndarray:
+        return self.hold(self.onnx.forward(obs), str(self.episode), obs["image"])
 
 
 def policy_env_for_bundle(policy: Any, env_id: str, **kwargs: Any) -> gym.Env:

@@ -10,12 +10,14 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from tinker_core.module import FunctionModule, ModuleBase
 from tinker_core.report_data import (EpisodeSeries, InterventionSeries, LatencyHistogram, ReportFigureData,
                                      safety_counts)
 
 
 class StepTimer:
-    """Wraps the policy and the command filter; ``ms`` gets one value per step: policy + SafetyWrapper time."""
+    """Wraps perception, the policy and the command filter; ``ms`` gets one value per step: perception + policy +
+    SafetyWrapper time."""
 
     def __init__(self) -> None:
         self.ms: list[float] = []
@@ -29,17 +31,30 @@ class StepTimer:
             """The policy, timed (``reset`` passed through where the policy has one)."""
 
             def __call__(self, obs: Any) -> Any:
-                t = time.perf_counter_ns()
-                out = fn(obs)
-                timer._policy_ns = time.perf_counter_ns() - t
-                if not timer.with_filter:
-                    timer.ms.append(timer._policy_ns / 1e6)
-                return out
+                return timer._timed(fn, obs, ends_step=True)
 
             def __getattr__(self, name: str) -> Any:
                 return getattr(fn, name)
 
         return Timed()
+
+    def module(self, m: ModuleBase, name: str, ends_step: bool = True) -> FunctionModule:
+        """Module ``m`` timed, as a module with ``m``'s specs (its ``reset`` passed through); the step's time is
+        complete after the module that ``ends_step`` (the policy) unless the SafetyWrapper's time follows."""
+        def timed(x: Any) -> Any:
+            return self._timed(m, x, ends_step)
+
+        timed.reset = m.reset  # type: ignore[attr-defined]
+        return FunctionModule(timed, m.input_spec, m.output_spec, name)
+
+    def _timed(self, fn: Callable[[Any], Any], x: Any, ends_step: bool) -> Any:
+        t = time.perf_counter_ns()
+        out = fn(x)
+        self._policy_ns += time.perf_counter_ns() - t
+        if ends_step and not self.with_filter:
+            self.ms.append(self._policy_ns / 1e6)
+            self._policy_ns = 0
+        return out
 
     def filter(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """The SafetyWrapper as the env calls it (``command_filter``); its time is added to the step's policy time."""
@@ -55,14 +70,17 @@ class StepTimer:
         return timed
 
 
-def instrument(env: Any, policy: Any) -> tuple[Any, StepTimer, Any]:
-    """Time ``policy`` and the env's SafetyWrapper (if it has one); returns (timed policy, timer, the wrapper or None)."""
+def instrument(env: Any, policy: Any, perception: Any = None) -> tuple[Any, Any, StepTimer, Any]:
+    """Time ``perception`` (a module, or None), ``policy`` (a module or a function) and the env's SafetyWrapper (if
+    it has one) as one step; returns (timed perception or None, timed policy, timer, the wrapper or None). A module
+    stays a module with its own specs, so the evaluation's pipeline checks its edges."""
     timer = StepTimer()
     u = env.unwrapped
     guard = getattr(env, "guard", None)
     if getattr(u, "command_filter", None) is not None:
         u.command_filter = timer.filter(u.command_filter)
-    return timer.policy(policy), timer, guard
+    return (None if perception is None else timer.module(perception, "perception", ends_step=False),
+            timer.module(policy, "policy") if isinstance(policy, ModuleBase) else timer.policy(policy), timer, guard)
 
 
 class SafetyMarks:

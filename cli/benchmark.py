@@ -119,18 +119,18 @@ def select_variants(names: list[str] | None, env_id: str, manifest: Any, bundle:
 def _evaluate(bundle: Any, dynamics: Any, episodes: int, env_id: str = ENVS[0], seed: int = 1000) -> dict:
     """``episodes`` simulation episodes of ``bundle`` on ``dynamics``; a camera bundle (one with image_terms) is
     scored as the demo's loop runs it, its estimate held (``tinker eval``'s default, ``--estimate auto``)."""
-    from tinker_cli._compose import HeldEstimatePolicy, bundle_policy, policy_env_for_bundle
+    from tinker_cli._compose import bundle_modules, policy_env_for_bundle
     from tinker_core.evaluate import evaluate
 
-    policy = bundle_policy(bundle)
-    held = isinstance(policy, HeldEstimatePolicy)
-    env = policy_env_for_bundle(policy, env_id, dynamics=str(dynamics))
+    mods = bundle_modules(bundle)
+    env = policy_env_for_bundle(mods, env_id, dynamics=str(dynamics))
     try:
-        res = evaluate(env, policy, episodes, seed=seed, control_period=float(env.unwrapped.control_period))
+        res = evaluate(env, mods.policy, episodes, seed=seed, control_period=float(env.unwrapped.control_period),
+                       perception=mods.perception)
     finally:
         env.close()
-    return {**res.to_dict(), "policy_version": policy.version, "seeds": [seed, seed + episodes - 1],
-            "hold_estimate": held}
+    return {**res.to_dict(), "policy_version": mods.version, "seeds": [seed, seed + episodes - 1],
+            "hold_estimate": mods.held}
 
 
 def _rate(x: dict | None) -> str:

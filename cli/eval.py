@@ -81,7 +81,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinker_cli._compose import bundle_policy, policy_env_for_bundle
+    from tinker_cli._compose import bundle_modules, policy_env_for_bundle
     from tinker_deploy.pretrained import default_bundle
     from tinker_core.errors import ConfigError
 
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         if is_hierarchy(args.policy):
             return _run_hierarchy(args)
     bundle = args.policy or default_bundle(args.env or DEFAULT_ENV)
-    policy = bundle_policy(bundle, args.estimate)
+    policy = bundle_modules(bundle, args.estimate)
     recorded = policy.manifest.env or ({"id": policy.manifest.env_id} if policy.manifest.env_id else {})
     env_id = args.env or recorded.get("id") or DEFAULT_ENV
     if env_id.startswith("tinker/"):
@@ -316,9 +316,10 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     import numpy as np
     from tqdm import tqdm
 
-    from tinker_cli._compose import HeldEstimatePolicy
+    from tinker_cli._compose import BundleModules
     from tinker_cli._eval_figure import SafetyMarks, instrument, write_figure
     from tinker_core.evaluate import evaluate
+    from tinker_core.monitor import format_flow
 
     if args.curriculum:
         from tinker_core.curriculum import apply_env_param
@@ -327,7 +328,9 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
 
     bar = tqdm(total=args.episodes, desc="eval", unit="ep", disable=args.json)
     wins = [0]
-    timed, timer, guard = instrument(env, policy)
+    modules = policy if isinstance(policy, BundleModules) else None
+    perception, timed, timer, guard = (instrument(env, modules.policy, modules.perception) if modules is not None
+                                       else instrument(env, policy))
     marks = SafetyMarks(guard if safety else None)
 
     def on_episode(i: int, row: dict) -> None:
@@ -337,14 +340,15 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
         bar.set_postfix(success=f"{wins[0]}/{i + 1}", ret=f"{row['return']:.1f}")
 
     try:
-        res = evaluate(env, timed, args.episodes, seed=args.seed, control_period=period, on_episode=on_episode)
+        res = evaluate(env, timed, args.episodes, seed=args.seed, control_period=period, on_episode=on_episode,
+                       perception=perception)
     finally:
         bar.close()
         env.close()
     d = res.to_dict()
     rets = [r["return"] for r in res.per_episode]
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
-             hold_estimate=isinstance(policy, HeldEstimatePolicy),
+             hold_estimate=bool(modules is not None and modules.held),
              safety_config=(getattr(args, "safety_config", None) or "default") if safety else None,
              std_return=float(np.std(rets)), curriculum=args.curriculum or None)
     if args.plot:
@@ -358,8 +362,9 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
               + (" | estimate held over the episode" if d["hold_estimate"] else "")
               + ("" if safety else " | no SafetyWrapper"))
         print(res.format() + f"; return std {d['std_return']:.2f}")
+        print("edges (the evaluation's pipeline; p50/p99: the receiving module's time per message):")
+        print(format_flow(res.flow))
         if "plot" in d:
-            print(f"figure: {d['plot']} (policy + SafetyWrapper per step p50 {d['step_ms_p50']:.3f} ms, "
-                  f"p99 {d['step_ms_p99']:.3f} ms)" if safety else
-                  f"figure: {d['plot']} (policy per step p50 {d['step_ms_p50']:.3f} ms, p99 {d['step_ms_p99']:.3f} ms)")
+            timed = ("perception + " if perception is not None else "") + "policy" + (" + SafetyWrapper" if safety else "")
+            print(f"figure: {d['plot']} ({timed} per step p50 {d['step_ms_p50']:.3f} ms, p99 {d['step_ms_p99']:.3f} ms)")
     return 0

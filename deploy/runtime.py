@@ -89,6 +89,10 @@ def _percentiles_us(samples_ns: Sequence[int]) -> dict[str, float]:
     return {"p50_us": float(np.percentile(a, 50)), "p99_us": float(np.percentile(a, 99)), "max_us": float(a.max())}
 
 
+def _as_is(x: np.ndarray) -> np.ndarray:
+    return x
+
+
 class OnnxPolicy(ModuleBase[OnnxPolicyConfig]):
     """Maps an observation (numpy, one or a batch) to an action (numpy) with onnxruntime."""
 
@@ -127,6 +131,10 @@ class OnnxPolicy(ModuleBase[OnnxPolicyConfig]):
         self._in_ndims = [len(s.shape) for s in specs]
         self._feed: dict[str, np.ndarray] = {}
         self._run = self.session.run
+        out_spec = self.output_spec
+        self._clip = (out_spec.clip_rounding if part != "perception" and isinstance(out_spec, Spec)
+                      and out_spec.low is not None and out_spec.high is not None else _as_is)
+        """an action a float32 rounding put beyond its bound (the scaled tanh's -1.0000001) is set to the bound"""
         self._bind_batch1(specs)
         self.name = f"onnx_{part}"
 
@@ -180,13 +188,14 @@ class OnnxPolicy(ModuleBase[OnnxPolicyConfig]):
 
     # -- inference ----------------------------------------------------------------------------
     def forward(self, obs: Any) -> np.ndarray:
-        """Action for one observation (spec shape) or a batch (leading axis); float32 out.
+        """Action for one observation (spec shape) or a batch (leading axis); float32 out, within the action's bounds
+        where only rounding put it beyond them.
 
         Not thread-safe on the batch-1 path (shared bound buffers): use one instance per thread."""
         if self._flat_fast is not None and type(obs) is np.ndarray and obs.shape == self._flat_fast:
             self._in_bufs[0][0] = obs  # the common case: one flat observation, as few Python steps as possible
             self._bound()
-            return self._out_buf[0].copy()
+            return self._clip(self._out_buf[0].copy())
         if self._dict_in:
             if not isinstance(obs, Mapping):
                 raise ValidationError(f"{self.name}.obs", self.input_spec.describe(), type(obs).__name__, "not a mapping")
@@ -200,7 +209,7 @@ class OnnxPolicy(ModuleBase[OnnxPolicyConfig]):
                 for buf, x in zip(self._in_bufs, xs):
                     buf[0] = x
                 self._bound()
-                return self._out_buf[0].copy()
+                return self._clip(self._out_buf[0].copy())
             feed = self._feed
             for name, dt, nd, x in zip(self._in_names, self._in_dtypes, self._in_ndims, xs):
                 x = np.asarray(x, dtype=dt)
@@ -211,7 +220,7 @@ class OnnxPolicy(ModuleBase[OnnxPolicyConfig]):
                                   batched=not single, bounds=False)
             raise ValidationError(f"{self.name}.obs", self.input_spec.describe(), "an input onnxruntime refused",
                                   str(e)) from e
-        return out[0] if single else out
+        return self._clip(out[0] if single else out)
 
     def _missing(self, obs: Mapping) -> np.ndarray:
         self.input_spec.check(dict(obs), f"{self.name}.obs", bounds=False)

@@ -35,12 +35,12 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Mapping, TypeVar
+from typing import Any, Callable, ClassVar, Generic, Mapping, TypeVar
 
 import numpy as np
 
 from tinker_core.errors import CheckpointError, ConfigError, SpecError
-from tinker_core.spec import AnySpec, describe_spec, spec_from_dict
+from tinker_core.spec import AnySpec, Spec, describe_spec, spec_from_dict
 
 FORMAT = "tinker.module"
 FORMAT_VERSION = 1
@@ -247,3 +247,28 @@ class ModuleBase(Generic[C]):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(in={self.input_spec!r}, out={self.output_spec!r})"
+
+
+class FunctionModule(ModuleBase):
+    """A function as a module (a scripted controller, ``algo.predict``, a bundle's policy timed by the CLI), so that
+    the pipeline checks what goes in and out of it like any other: the specs it is given, its output made the
+    output spec's dtype (as the env would take it), and the function's own ``reset()`` (if any) at episode ends."""
+
+    input_name = "obs"
+    output_name = "action"
+
+    def __init__(self, fn: Callable[[Any], Any], input_spec: AnySpec | None, output_spec: AnySpec | None,
+                 name: str = "function"):
+        super().__init__()
+        self.fn, self.name = fn, name
+        self.input_spec, self.output_spec = input_spec, output_spec
+        self._dtype = output_spec.dtype if isinstance(output_spec, Spec) else None
+
+    def forward(self, x: Any) -> Any:
+        out = self.fn(x)
+        return out if self._dtype is None else np.asarray(out, dtype=self._dtype)
+
+    def reset(self) -> None:
+        reset = getattr(self.fn, "reset", None)
+        if callable(reset):
+            reset()

@@ -13,6 +13,7 @@ and the switch happens between two steps, so no transition is lost and counters 
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
@@ -56,12 +57,18 @@ class RunStats:
 class Pipeline:
     """Owns modules by role, their edges, the validator, the flow monitor and the tracer."""
 
-    def __init__(self, validate: bool = True, trace_path: str | None = None, seed: int | None = 0):
+    def __init__(self, validate: bool = True, trace_path: str | None = None, seed: int | None = 0,
+                 seed_each_episode: bool = False):
+        """``seed``: the first episode's reset seed; with ``seed_each_episode``, episode k is reset with ``seed + k``
+        (an evaluation's fixed episodes), otherwise later episodes go on from the env's own generator."""
         self.validator = Validator(enabled=validate)
         self.monitor = FlowMonitor()
         self.tracer = Tracer(trace_path, node="pipeline")
         self.modules: dict[str, ModuleBase] = {}
         self.seed = seed
+        self.seed_each_episode = seed_each_episode
+        self.reset_info: dict = {}
+        """the info of the latest reset (what the episode now running started with)"""
         self.stats = RunStats(episode_returns=[])
         self._pending: dict[str, ModuleBase] = {}
         self._applied = threading.Condition()
@@ -147,15 +154,22 @@ class Pipeline:
     def stop(self) -> None:
         self._stop.set()
 
-    def run(self, steps: int) -> RunStats:
-        """Drive ``steps`` environment steps; resets episodes as they end."""
+    def run(self, steps: int | None = None, episodes: int | None = None) -> RunStats:
+        """Drive ``steps`` environment steps, or until ``episodes`` more episodes have ended (whichever comes first
+        where both are given); resets episodes as they end. After the last of ``episodes`` the env is not reset
+        again: the next run starts with a reset."""
         if not self.modules:
             raise PipelineError("run: call connect(env, perception, policy, learner) first")
+        if steps is None and episodes is None:
+            raise PipelineError("run: give steps, episodes or both")
+        for what, n in (("steps", steps), ("episodes", episodes)):
+            if n is not None and n < 0:
+                raise PipelineError(f"run: {what} must be >= 0, got {n}")
         self._stop.clear()
         with self._applied:
             self._running = True
         try:
-            self._run(steps)
+            self._run(steps, None if episodes is None else self.stats.episodes + episodes)
         finally:
             with self._applied:
                 self._running = False
@@ -185,7 +199,12 @@ class Pipeline:
         return _Plan(env, perception, policy, learner, edges, lean, ls,
                      [self.monitor.edge(e.name) for e in edges], nb, nb_t)
 
-    def _run(self, steps: int) -> None:
+    def _reset(self, env: Any) -> None:
+        n = self.stats.episodes
+        seed = None if self.seed is None else (self.seed + n if self.seed_each_episode else self.seed if n == 0 else None)
+        self._obs, self.reset_info = env.reset_env(seed=seed)  # type: ignore[attr-defined]
+
+    def _run(self, steps: int | None, episode_goal: int | None) -> None:
         # The loop runs once per control cycle: everything it reads is a local, the specs are
         # checked directly, and the flow monitor is fed in blocks of ``MONITOR_EVERY`` steps.
         stats, pending, stop = self.stats, self._pending, self._stop
@@ -195,11 +214,13 @@ class Pipeline:
         rec: list[tuple] = []
         plan = self._plan()
         env = plan.env
-        if self._obs is None:
-            self._obs, _ = env.reset_env(seed=self.seed)  # type: ignore[attr-defined]
         checked = None  # the value last validated as an observation (skips checking it twice)
+        if episode_goal is not None and stats.episodes >= episode_goal:
+            return
+        if self._obs is None:
+            self._reset(env)
         try:
-            for _ in range(steps):
+            for _ in (range(steps) if steps is not None else itertools.count()):
                 if stop.is_set():
                     break
                 if pending:
@@ -269,7 +290,10 @@ class Pipeline:
                     self._ep_return = 0.0
                     for mod in self.modules.values():
                         mod.reset()
-                    self._obs, _ = env.reset_env()  # type: ignore[attr-defined]
+                    if episode_goal is not None and stats.episodes >= episode_goal:
+                        self._obs = None
+                        break
+                    self._reset(env)
                 else:
                     self._obs = next_obs
         finally:

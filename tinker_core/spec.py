@@ -53,6 +53,11 @@ def describe_value(value: Any) -> str:
     return type(value).__name__
 
 
+ROUNDING = 1e-4
+"""how far beyond a float bound, as a share of the bounds' range (at least 1), a value counts as rounding
+(`Spec.clip_rounding`)"""
+
+
 @dataclass(frozen=True, eq=False)
 class Spec:
     """One array: shape (without batch), numpy dtype name, optional elementwise bounds.
@@ -138,6 +143,25 @@ class Spec:
         return self.size * np.dtype(self.dtype).itemsize
 
     # -- data ---------------------------------------------------------------------------------
+    def clip_rounding(self, value: np.ndarray) -> np.ndarray:
+        """``value`` with what lies beyond a float bound by rounding only (within `ROUNDING` of the bounds' range,
+        e.g. a float32 scaled tanh's -1.0000001 for -1) set to that bound; anything further out is left for `check`
+        to refuse. ``value`` itself when nothing is beyond."""
+        if self._box is None or not isinstance(value, np.ndarray):
+            return value
+        if self._small and value.ndim == 1:  # the hot path (an exported policy's one action): plain Python
+            for x, (lo_x, hi_x) in zip(value.tolist(), self._pybounds):
+                if x < lo_x or x > hi_x:
+                    break
+            else:
+                return value
+        lo, hi = self.low, self.high
+        if not ((value < lo).any() or (value > hi).any()):
+            return value
+        slack = ROUNDING * np.maximum(hi - lo, 1.0)
+        rounding = ((value < lo) & (value >= lo - slack)) | ((value > hi) & (value <= hi + slack))
+        return np.where(rounding, np.clip(value, lo, hi), value).astype(value.dtype)
+
     def zeros(self, batch: int | None = None) -> np.ndarray:
         shape = self.shape if batch is None else (batch, *self.shape)
         z = np.zeros(shape, dtype=self.dtype)

@@ -187,3 +187,21 @@ def test_the_flow_table_keeps_its_columns_and_says_when_a_latency_is_unknown():
     assert rows["transitions"][1:] == ["1.0", "0.1", "10320750", "20283185", "2"], rows  # p50: the mean of the two
     assert rows["params"][1:] == ["0.5", "1500.0", "-", "-", "2"], rows
     assert m.snapshot()["params"]["latency_samples"] == 0 and m.snapshot()["transitions"]["latency_samples"] == 2
+
+
+def test_run_by_episodes_stops_at_an_episode_end_and_the_next_run_starts_fresh(pendulum, parts):
+    resets = []
+    reset = pendulum.reset
+    pendulum.reset = lambda **kw: (resets.append(kw.get("seed")), reset(**kw))[1]
+    p = Pipeline(seed=5, seed_each_episode=True).connect(pendulum, parts.Normalize(), parts.MLPPolicy())
+    stats = p.run(episodes=2)
+    assert (stats.episodes, stats.steps) == (2, 400)
+    assert resets == [5, 6]  # episode k from seed + k, and no reset after the last one
+    p.run(episodes=1)
+    assert resets == [5, 6, 7] and p.stats.steps == 600
+    p.run(steps=10, episodes=5)  # whichever comes first
+    assert p.stats.steps == 610 and p.stats.episodes == 3
+    with pytest.raises(PipelineError, match="give steps, episodes or both"):
+        p.run()
+    with pytest.raises(PipelineError, match="episodes must be >= 0"):
+        p.run(episodes=-1)

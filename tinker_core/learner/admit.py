@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from tinker_core.errors import ValidationError
+from tinker_core.spec import ROUNDING
 from tinker_core.transition import Transition
 
-TOLERANCE = 1e-4
-"""how far beyond its bound, as a share of the bound's range, an action counts as rounding"""
+TOLERANCE = ROUNDING
+"""how far beyond its bound, as a share of the bound's range, an action counts as rounding (`Spec.clip_rounding`'s,
+which the exported policy's output goes through too)"""
 
 
 def admit_action(t: Transition, spec: Any) -> Transition:
