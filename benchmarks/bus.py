@@ -5,7 +5,12 @@
    modules in the same order, in the same run, alternating. The difference per step is the bus
    overhead (validation, flow monitor, edge bookkeeping), with run-time validation off and on. Also:
    the cost of one `Spec.check` and of one plain Python function call, for scale.
-2. Between two processes over ZeroMQ (tcp on loopback): transitions with 4 KB observations
+2. An evaluation on the simulated arm: `tinker_core.evaluate.evaluate` (which runs the Pipeline: every edge
+   checked, the flow monitor) against a bare loop over the same env (``tinker/ArmReach-v0`` with the
+   SafetyWrapper) and the same shipped bundle's onnxruntime policy, the same seeds, alternating; CPU time per step
+   of this thread, the order swapped every repetition. The difference is what the pipeline adds to a real
+   evaluation step (physics and resets included).
+3. Between two processes over ZeroMQ (tcp on loopback): transitions with 4 KB observations
    (float32[1024]) from `TransitionSender` to `TransitionReceiver`, one message per transition and
    batched with ``send_many``, against raw pyzmq PUSH/PULL of the same 4 KB per message, alternating.
    The receiver runs in its own (spawned) process; throughput is counted end to end.
@@ -321,6 +326,50 @@ def bench_zmq(n: int, reps: int) -> dict:
     }
 
 
+def bare_evaluation(env, policy, episodes: int, seed: int) -> int:
+    """The evaluation loop with nothing around it: reset with seed + k, step the policy's action until the end."""
+    steps = 0
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        done = False
+        while not done:
+            obs, _, term, trunc, _ = env.step(policy(obs))
+            done, steps = term or trunc, steps + 1
+    return steps
+
+
+def bench_evaluation(episodes: int, reps: int) -> dict:
+    from tinker_cli._compose import load_policy, make_env
+    from tinker_core.evaluate import evaluate
+
+    env = make_env("tinker/ArmReach-v0")
+    policy = load_policy(ROOT / "pretrained" / "arm_reach" / "bundle")
+    clock = time.thread_time
+    times: dict[str, list[float]] = {"bare": [], "pipeline": []}
+    bare_evaluation(env, policy, 2, 0)  # warm up both paths once
+    evaluate(env, policy, 2, seed=0)
+    def bare(seed: int) -> int:
+        return bare_evaluation(env, policy, episodes, seed)
+
+    def piped(seed: int) -> int:
+        return sum(row["steps"] for row in evaluate(env, policy, episodes, seed=seed).per_episode)
+
+    for r in range(reps):
+        seed, steps = 1000 + r * episodes, {}
+        for name, fn in ((("bare", bare), ("pipeline", piped)) if r % 2 == 0 else (("pipeline", piped), ("bare", bare))):
+            t0 = clock()
+            steps[name] = fn(seed)
+            times[name].append((clock() - t0) / steps[name] * 1e6)
+        if steps["bare"] != steps["pipeline"]:  # the same seeds, policy and env: the same episodes
+            raise RuntimeError(f"evaluation: the pipeline ran {steps['pipeline']} steps, the bare loop {steps['bare']}")
+    env.close()
+    bare_us, piped_us = statistics.median(times["bare"]), statistics.median(times["pipeline"])
+    return {"eval_bare_us_per_step": bare_us, "eval_pipeline_us_per_step": piped_us,
+            "eval_bare_us_per_step_spread": max(times["bare"]) / min(times["bare"]),
+            "eval_pipeline_overhead_us": statistics.median(p - b for p, b in zip(times["pipeline"], times["bare"])),
+            "eval_pipeline_to_bare_ratio": piped_us / bare_us}
+
+
 def main() -> int:
     ap = arg_parser(__doc__.split("\n\n")[0])
     args = ap.parse_args()
@@ -331,6 +380,11 @@ def main() -> int:
     fig = bench_in_process(steps, reps_in, args.quick)
     for k, v in fig.items():
         print(f"  {k}: {v:.3f}")
+    print("evaluation on the simulated arm: evaluate() through the pipeline vs a bare loop ...", flush=True)
+    ev = bench_evaluation(*((10, 8) if args.quick else (20, 30)))
+    for k, v in ev.items():
+        print(f"  {k}: {v:.3f}")
+    fig.update(ev)
     print("ZeroMQ between two processes ...", flush=True)
     z = bench_zmq(n_zmq, reps_zmq)
     for k, v in z.items():
@@ -342,6 +396,7 @@ def main() -> int:
         "goals": {
             "bus_overhead_validation_off_us": "<= 5",
             "bus_overhead_validation_on_us": "<= 20",
+            "eval_pipeline_to_bare_ratio": "<= 1.05",
             "tinker_send_many_transitions_per_s": ">= 100000",
             "send_many_to_raw_ratio": ">= 0.6",
             "tinker_send_transitions_per_s": ">= 100000 (one message per transition; see notes)",
@@ -349,6 +404,8 @@ def main() -> int:
         },
         "notes": (f"in-process: {reps_in} alternating chunks of {steps} steps, thread CPU time, overhead = "
                   "pipeline - plain loop per step (median of per-chunk differences); "
+                  f"evaluation: {'10 episodes x 8' if args.quick else '20 episodes x 30'} alternating reps, thread CPU "
+                  "time per step, seeds 1000 on, the same for both; "
                   f"ZeroMQ: {n_zmq} transitions x {reps_zmq} alternating reps over tcp loopback, receiver in a "
                   "spawned process, end-to-end rate; the machine is shared by other jobs, so ratios count more "
                   "than absolute figures."),

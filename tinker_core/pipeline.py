@@ -344,6 +344,8 @@ class _Plan:
         self.env_step = self.env.step  # type: ignore[attr-defined]
         self.s_perc, self.w_perc = self.perception.input_spec, e_perc.where
         self.s_pol, self.w_pol = self.policy.input_spec, e_pol.where
+        if type(self.perception) is Identity and self.s_pol == self.s_perc:
+            self.s_pol = None  # the observation passes through unchanged: its check on the way in covers it
         self.s_env, self.w_env = self.env.input_spec, e_env.where
         self.w_learn = e_learn.where
         self.w_next, self.w_reward = f"{e_learn.where}.next_obs", f"{e_learn.where}.reward"
