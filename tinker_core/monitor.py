@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from typing import Any, Mapping
 
 import numpy as np
@@ -31,7 +32,8 @@ def payload_bytes(x: Any) -> int:
 
 
 class EdgeStats:
-    """Counters of one edge and a ring of its last ``window`` latencies (a plain list: cheap to write)."""
+    """Counters of one edge and a ring of its last ``window`` latencies (an ``array('d')``: as cheap to write as a
+    list, and read by numpy without converting each float, so a snapshot costs microseconds, not a millisecond)."""
 
     __slots__ = ("window", "count", "bytes", "first_t", "last_t", "_lat")
 
@@ -41,7 +43,7 @@ class EdgeStats:
         self.bytes = 0
         self.first_t = 0.0
         self.last_t = 0.0
-        self._lat = [0.0] * window
+        self._lat = array("d", bytes(8 * window))
 
     def add(self, nbytes: int, latency_s: float, now: float) -> None:
         c = self.count
@@ -66,26 +68,27 @@ class EdgeStats:
         else:
             i = self.count % w
         head = latencies_s[: w - i]
-        lat[i:i + len(head)] = head
+        lat[i:i + len(head)] = array("d", head)
         rest = latencies_s[len(head):]
-        lat[:len(rest)] = rest
+        lat[:len(rest)] = array("d", rest)
         self.count += k
         self.bytes += nbytes
         self.last_t = last
 
     def snapshot(self) -> dict[str, float]:
-        lat = np.asarray(self._lat[:min(self.count, self.window)], dtype=np.float64)
+        lat = np.frombuffer(self._lat, dtype=np.float64, count=min(self.count, self.window))
         lat = lat[np.isfinite(lat)]  # NaN: a message whose latency is unknown (it carries no stamp)
         n = lat.size
         span = max(self.last_t - self.first_t, 1e-9)
         rate = (self.count - 1) / span if self.count > 1 else 0.0
+        p50, p99 = (float(x) * 1e6 for x in np.percentile(lat, (50, 99))) if n else (0.0, 0.0)  # one sort for both
         return {
             "messages": self.count,
             "bytes": self.bytes,
             "messages_per_s": rate,
             "bytes_per_s": rate * (self.bytes / self.count) if self.count else 0.0,
-            "latency_p50_us": float(np.percentile(lat, 50) * 1e6) if n else 0.0,
-            "latency_p99_us": float(np.percentile(lat, 99) * 1e6) if n else 0.0,
+            "latency_p50_us": p50,
+            "latency_p99_us": p99,
             "latency_samples": int(n),
         }
 
