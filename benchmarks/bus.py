@@ -10,7 +10,10 @@
    SafetyWrapper) and the same shipped bundle's onnxruntime policy, the same seeds, alternating; CPU time per step
    of this thread, the order swapped every repetition. The difference is what the pipeline adds to a real
    evaluation step (physics and resets included).
-3. Between two processes over ZeroMQ (tcp on loopback): transitions with 4 KB observations
+3. The training loop's edges (`tinker_core.training.flow.WatchedVecEnv`: every batch checked, both edges measured):
+   PPO on Pendulum-v1 (8 envs, its numpy rollout path) and SAC on Pendulum-v1 (1 env), env steps per second of
+   ``learn`` with ``watch_edges`` on against the same ``learn`` with it off, alternating, thread CPU time.
+4. Between two processes over ZeroMQ (tcp on loopback): transitions with 4 KB observations
    (float32[1024]) from `TransitionSender` to `TransitionReceiver`, one message per transition and
    batched with ``send_many``, against raw pyzmq PUSH/PULL of the same 4 KB per message, alternating.
    The receiver runs in its own (spawned) process; throughput is counted end to end.
@@ -370,6 +373,33 @@ def bench_evaluation(episodes: int, reps: int) -> dict:
             "eval_pipeline_to_bare_ratio": piped_us / bare_us}
 
 
+def bench_training(reps: int) -> dict:
+    import torch
+
+    from tinker_core.algos import PPO, SAC, PPOConfig, SACConfig
+
+    torch.set_num_threads(1)
+    clock = time.thread_time
+    out: dict[str, float] = {}
+    for name, make, steps in (
+            ("ppo", lambda watch: PPO("Pendulum-v1", PPOConfig(n_envs=8, n_steps=256, batch_size=256, n_epochs=2,
+                                                               seed=0, watch_edges=watch)), 8 * 256 * 2),
+            ("sac", lambda watch: SAC("Pendulum-v1", SACConfig(learning_starts=100, seed=0, watch_edges=watch)), 600)):
+        algos = {w: make(w) for w in (False, True)}
+        for a in algos.values():
+            a.learn(steps, progress=False, tensorboard=False)  # warm up (builds, first rollouts)
+        rates: dict[bool, list[float]] = {False: [], True: []}
+        for r in range(reps):
+            for w in ((False, True) if r % 2 == 0 else (True, False)):
+                t0 = clock()
+                algos[w].learn(steps, progress=False, tensorboard=False)
+                rates[w].append(steps / (clock() - t0))
+        off, on = statistics.median(rates[False]), statistics.median(rates[True])
+        out.update({f"train_{name}_steps_per_s_edges_off": off, f"train_{name}_steps_per_s_edges_on": on,
+                    f"train_{name}_edges_on_to_off_ratio": on / off})
+    return out
+
+
 def main() -> int:
     ap = arg_parser(__doc__.split("\n\n")[0])
     args = ap.parse_args()
@@ -385,6 +415,11 @@ def main() -> int:
     for k, v in ev.items():
         print(f"  {k}: {v:.3f}")
     fig.update(ev)
+    print("the training loop's edges: learn with watch_edges on vs off ...", flush=True)
+    tr = bench_training(3 if args.quick else 8)
+    for k, v in tr.items():
+        print(f"  {k}: {v:.3f}")
+    fig.update(tr)
     print("ZeroMQ between two processes ...", flush=True)
     z = bench_zmq(n_zmq, reps_zmq)
     for k, v in z.items():
@@ -397,6 +432,8 @@ def main() -> int:
             "bus_overhead_validation_off_us": "<= 5",
             "bus_overhead_validation_on_us": "<= 20",
             "eval_pipeline_to_bare_ratio": "<= 1.05",
+            "train_ppo_edges_on_to_off_ratio": ">= 0.95",
+            "train_sac_edges_on_to_off_ratio": ">= 0.95",
             "tinker_send_many_transitions_per_s": ">= 100000",
             "send_many_to_raw_ratio": ">= 0.6",
             "tinker_send_transitions_per_s": ">= 100000 (one message per transition; see notes)",
@@ -405,7 +442,8 @@ def main() -> int:
         "notes": (f"in-process: {reps_in} alternating chunks of {steps} steps, thread CPU time, overhead = "
                   "pipeline - plain loop per step (median of per-chunk differences); "
                   f"evaluation: {'10 episodes x 8' if args.quick else '20 episodes x 30'} alternating reps, thread CPU "
-                  "time per step, seeds 1000 on, the same for both; "
+                  "time per step, seeds 1000 on, the same for both; training: "
+                  f"{3 if args.quick else 8} alternating learn() calls per side, thread CPU time; "
                   f"ZeroMQ: {n_zmq} transitions x {reps_zmq} alternating reps over tcp loopback, receiver in a "
                   "spawned process, end-to-end rate; the machine is shared by other jobs, so ratios count more "
                   "than absolute figures."),

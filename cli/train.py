@@ -220,6 +220,13 @@ def _report(algo, out: Path, t0: float, curriculum=None) -> int:
                                  "value": curriculum.value, "changes": len(curriculum.history)}
         (out / "curriculum.json").write_text(json.dumps({"config": curriculum.config.__dict__,
                                                          "history": curriculum.history}, indent=1))
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    flow = algo.flow
+    if flow:
+        from tinker_core.monitor import format_flow
+
+        print("the training loop's edges (tinker_core.training.flow; algorithm->env: the env's step, env->algorithm: "
+              "acting, storing and updating until the next actions; per vector step):")
+        print(format_flow(flow))
+    (out / "summary.json").write_text(json.dumps({**summary, "flow": flow}, indent=1))
     print(json.dumps(summary))
     return 0

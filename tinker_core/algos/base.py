@@ -67,6 +67,10 @@ class AlgoConfig:
     """Normalize observations with running mean/std (per float field of a dict; folded into the exported perception)."""
     log_interval: int = 2000
     """Env steps between two log points (TensorBoard, diagnostics, progress bar)."""
+    watch_edges: bool = True
+    """Check and measure the training loop's two edges in ``learn`` (`tinker_core.training.flow`: every batch of
+    observations and actions, a NaN stops training at its step; ``algo.flow``, TensorBoard ``time/*_p50_us``).
+    False: the vector env as it is (benchmarks/bus.py measures the difference)."""
     torch_threads: int = 1
     """torch.set_num_threads at construction (0: leave torch's default). 1 by default: with networks
     this small, a second thread waits at every barrier, and on a busy machine that costs 10x."""
@@ -349,6 +353,7 @@ class Algorithm(TorchModule):
             self._learn_start, self._learn_target = self.num_timesteps, self.num_timesteps + int(total_timesteps)
         if self._learn_target <= self.num_timesteps:
             raise ConfigError(f"total_timesteps: expected >= 1 env step, got {total_timesteps!r}")
+        self._watch_env()
         if self._last_obs is None:
             self._last_obs = self.vec_env.reset(seed=self.config.seed)
         out = None if out_dir is None else Path(out_dir)
@@ -385,6 +390,19 @@ class Algorithm(TorchModule):
             self._logger = None
         return self
 
+    def _watch_env(self) -> None:
+        """Put the training loop's edges (`tinker_core.training.flow.TRAINING`) under check and measure, once."""
+        from tinker_core.training.flow import WatchedVecEnv
+
+        if self.config.watch_edges and not isinstance(self.vec_env, WatchedVecEnv):
+            self.vec_env = WatchedVecEnv(self.vec_env, self.obs_spec, self.action_spec)
+
+    @property
+    def flow(self) -> dict[str, dict[str, float]]:
+        """The training loop's edges as measured so far (`FlowMonitor.snapshot`; empty before ``learn``)."""
+        monitor = getattr(self.vec_env, "monitor", None)
+        return monitor.snapshot() if monitor is not None else {}
+
     def _record_episodes(self, eps: list[EpisodeInfo]) -> None:
         self.num_episodes += len(eps)
         rets = [e.ret for e in eps]
@@ -410,6 +428,11 @@ class Algorithm(TorchModule):
             sr = lg.success_rate()
             if sr is not None:
                 extra["rollout/success_rate"] = sr
+            flow = self.flow
+            for edge, name in (("algorithm->env", "env_step"), ("env->algorithm", "algorithm")):
+                f = flow.get(edge)
+                if f and f["latency_samples"]:
+                    extra[f"time/{name}_p50_us"] = f["latency_p50_us"]
             lg.scalars(self.num_timesteps, {**{f"train/{k}": v for k, v in m.items()}, **extra})
             lg.progress(self.num_timesteps)
 

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 from tinker_core.errors import PipelineError
 
-TRANSPORTS = ("ros", "zmq")
-"""what an edge travels over: a ROS 2 topic, or a ZeroMQ channel of `tinker_core.transport`"""
+TRANSPORTS = ("ros", "zmq", "process")
+"""what an edge travels over: a ROS 2 topic, a ZeroMQ channel of `tinker_core.transport`, or a call within one
+process (`tinker_core.training.flow.TRAINING`)"""
 OUTSIDE = ""
 """The source of an edge published from outside the graph: a person, a real system sending goals."""
 
@@ -53,7 +54,8 @@ class Edge:
     """True when every running loop publishes it each cycle (`tinker flow` waits until each has a publisher)."""
     does: str = ""
     transport: str = "ros"
-    """"ros": a topic (its wire format in `tinker.wire.TOPICS`); "zmq": a `tinker_core.transport` channel"""
+    """"ros": a topic (its wire format in `tinker.wire.TOPICS`); "zmq": a `tinker_core.transport` channel;
+    "process": a call in one process"""
 
     @property
     def ends(self) -> str:
