@@ -103,7 +103,8 @@ def eval_figure_data(rows: list[dict], timer: StepTimer, marks: SafetyMarks, *, 
                      version: Any, dynamics: str) -> ReportFigureData:
     episodes = EpisodeSeries()
     for r in rows:
-        episodes.add(r["success"], version, ret=float(r["return"]), episode=r["episode"])
+        episodes.add(r["success"], version, ret=float(r["return"]), episode=r["episode"],
+                     objects=r["objects_sorted"] / r["num_objects"] if r.get("num_objects") else None)
     k = sum(r["success"] for r in rows)
     measures = ("per step: policy inference + SafetyWrapper filtering, in process (ms; physics not counted)"
                 if timer.with_filter else "per step: policy inference, in process (ms; no SafetyWrapper)")

@@ -128,11 +128,12 @@ class EpisodeSeries:
     successes: int = 0
 
     def add(self, success: bool, policy_version: Any, *, ret: float | None = None, phase: str = "",
-            episode: int | None = None, t_s: float | None = None) -> dict:
-        """One finished episode; ``t_s``: when it ended (s, on the clock of the interventions' time labels)."""
+            episode: int | None = None, t_s: float | None = None, objects: float | None = None) -> dict:
+        """One finished episode; ``t_s``: when it ended (s, on the clock of the interventions' time labels);
+        ``objects``: a sorting task's share of objects in their right bin at its end."""
         row = {"index": self.total, "episode": self.total if episode is None else int(episode),
                "success": bool(success), "policy_version": str(policy_version), "return": ret, "phase": phase,
-               "t_s": t_s}
+               "t_s": t_s, "objects": None if objects is None else float(objects)}
         self.rows.append(row)
         self.total += 1
         self.successes += bool(success)
@@ -146,8 +147,17 @@ class EpisodeSeries:
 
     def rolling_success(self, window: int = 10) -> list[float]:
         """Success rate over the last ``window`` episodes at each episode (fewer at the start)."""
-        s = np.array([r["success"] for r in self.rows], dtype=float)
+        return self.rolling("success", window)
+
+    def rolling(self, key: str, window: int = 10) -> list[float]:
+        """The mean of ``key`` (``success``, ``objects``) over the last ``window`` episodes at each episode."""
+        s = np.array([r[key] for r in self.rows], dtype=float)
         return [float(s[max(0, i - window + 1): i + 1].mean()) for i in range(len(s))]
+
+    @property
+    def sorting(self) -> bool:
+        """Whether every episode has its share of objects sorted (a sorting task's)."""
+        return bool(self.rows) and all(r.get("objects") is not None for r in self.rows)
 
     def to_dict(self) -> dict:
         return {"episodes": list(self.rows), "version_changes": self.version_changes(), "total": self.total,

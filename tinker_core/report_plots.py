@@ -39,6 +39,13 @@ def _success_panel(ax, data: ReportFigureData) -> dict:
         roll = data.episodes.rolling_success(10)
         ax.plot(x, roll, color="k", lw=1.5, label="success rate, last 10 episodes", zorder=4)
         drawn["rolling"] = roll
+    if data.episodes.sorting:  # a sorting task: the share of objects sorted, which moves where full success does not
+        share = [r["objects"] for r in rows]
+        ax.scatter(x, share, s=22, facecolors="none", edgecolors="tab:purple", lw=0.8, zorder=2,
+                   label="objects sorted (share)")
+        objects_roll = data.episodes.rolling("objects", 10)
+        ax.plot(x, objects_roll, color="tab:purple", lw=1.2, ls="--", zorder=4, label="objects sorted, last 10 episodes")
+        drawn["objects"], drawn["objects_rolling"] = share, objects_roll
     changes = data.episodes.version_changes()
     for n, i in enumerate(changes):
         ax.axvline(i - 0.5, color="tab:blue", lw=0.8, ls=":", zorder=1)
@@ -50,7 +57,7 @@ def _success_panel(ax, data: ReportFigureData) -> dict:
     ax.set_yticks([0, 0.5, 1])
     ax.set_xlabel("episode" + (f" (dotted: a new policy version from here; first {first})" if changes
                                else f" (policy {', '.join('v' + v for v in versions) or 'n/a'} throughout)"))
-    ax.set_ylabel("success (1) or not (0)")
+    ax.set_ylabel("success (1) or not (0)" + ("; share sorted" if data.episodes.sorting else ""))
     rets = [r["return"] for r in rows]
     if rows and all(v is not None for v in rets):
         twin = ax.twinx()

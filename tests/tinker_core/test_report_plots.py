@@ -84,6 +84,21 @@ def test_the_figure_draws_the_histogram_of_its_latencies_and_the_interventions_i
     assert drawn["success"]["return"] == [-1.0, 0.0, 1.0, 2.0]
 
 
+def test_a_sorting_run_draws_the_share_of_objects_sorted_beside_full_success(tmp_path):
+    episodes = EpisodeSeries()
+    for ok, share in [(False, 0.5), (True, 1.0), (False, 0.0), (False, 0.5)]:
+        episodes.add(ok, 0, objects=share)
+    drawn = draw_report(ReportFigureData(title="sort", episodes=episodes, latency=LatencyHistogram(),
+                                         interventions=None), tmp_path / "sort.png")
+    assert drawn["success"]["objects"] == [0.5, 1.0, 0.0, 0.5]
+    assert drawn["success"]["objects_rolling"] == [0.5, 0.75, 0.5, 0.5]
+    reach = EpisodeSeries()
+    reach.add(True, 0)
+    assert not reach.sorting and "objects" not in draw_report(
+        ReportFigureData(title="reach", episodes=reach, latency=LatencyHistogram(), interventions=None),
+        tmp_path / "reach.png")["success"]
+
+
 def test_without_a_safety_wrapper_the_figure_says_so_and_still_draws(tmp_path):
     data = ReportFigureData(title="no guard", episodes=EpisodeSeries(), latency=LatencyHistogram(), interventions=None)
     drawn = draw_report(data, tmp_path / "empty.png")

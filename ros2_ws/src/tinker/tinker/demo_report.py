@@ -58,7 +58,8 @@ def figure_data(report: dict, interventions: Any, latencies_ms: list[float]) -> 
                if "objects_total" in b and "objects_total" in a else "")
     episodes = EpisodeSeries()
     for e in report["episodes"]:
-        episodes.add(e["success"], e["policy_version"], phase=e["phase"], episode=e["episode"], t_s=e.get("t_s"))
+        episodes.add(e["success"], e["policy_version"], phase=e["phase"], episode=e["episode"], t_s=e.get("t_s"),
+                     objects=e["objects_sorted"] / e["num_objects"] if e.get("num_objects") else None)
     return ReportFigureData(
         title=(f"tinker demo on {Path(report['dynamics']).stem}: success before {report['before']['success_rate'] * 100:.0f}% "
                f"-> after {report['after']['success_rate'] * 100:.0f}%{objects}"),
