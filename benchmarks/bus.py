@@ -359,7 +359,8 @@ def bench_evaluation(episodes: int, reps: int) -> dict:
 
     for r in range(reps):
         seed, steps = 1000 + r * episodes, {}
-        for name, fn in ((("bare", bare), ("pipeline", piped)) if r % 2 == 0 else (("pipeline", piped), ("bare", bare))):
+        order = (("bare", bare), ("pipeline", piped))
+        for name, fn in (order if r % 2 == 0 else order[::-1]):
             t0 = clock()
             steps[name] = fn(seed)
             times[name].append((clock() - t0) / steps[name] * 1e6)

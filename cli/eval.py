@@ -365,6 +365,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
         print("edges (the evaluation's pipeline; p50/p99: the receiving module's time per message):")
         print(format_flow(res.flow))
         if "plot" in d:
-            timed = ("perception + " if perception is not None else "") + "policy" + (" + SafetyWrapper" if safety else "")
+            timed = (("perception + " if perception is not None else "") + "policy"
+                     + (" + SafetyWrapper" if safety else ""))
             print(f"figure: {d['plot']} ({timed} per step p50 {d['step_ms_p50']:.3f} ms, p99 {d['step_ms_p99']:.3f} ms)")
     return 0

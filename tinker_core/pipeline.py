@@ -201,7 +201,10 @@ class Pipeline:
 
     def _reset(self, env: Any) -> None:
         n = self.stats.episodes
-        seed = None if self.seed is None else (self.seed + n if self.seed_each_episode else self.seed if n == 0 else None)
+        if self.seed is None or (n and not self.seed_each_episode):
+            seed = None  # later episodes go on from the env's own generator
+        else:
+            seed = self.seed + n if self.seed_each_episode else self.seed
         self._obs, self.reset_info = env.reset_env(seed=seed)  # type: ignore[attr-defined]
 
     def _run(self, steps: int | None, episode_goal: int | None) -> None:

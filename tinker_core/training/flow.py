@@ -6,8 +6,9 @@ actions back (both in the same process: ``transport="process"``). `WatchedVecEnv
 algorithm's ``learn``: it checks the algorithm's specs against the env's where they meet (refused, naming the edge,
 before the first step: a checkpoint resumed on another env), checks every batch that crosses (layout, dtype, finite
 values and rewards: a NaN from the env or an exploding actor stops training with a `DivergenceError` naming the edge,
-at the step it appears rather than at the next log point), and measures both edges with a `FlowMonitor`: ``env->algorithm`` times what the algorithm does with
-the observations until its next actions (acting, storing, updating), ``algorithm->env`` the env's step.
+at the step it appears rather than at the next log point), and measures both edges with a `FlowMonitor`:
+``env->algorithm`` times what the algorithm does with the observations until its next actions (acting, storing,
+updating), ``algorithm->env`` the env's step.
 """
 
 from __future__ import annotations
@@ -70,14 +71,17 @@ class WatchedVecEnv:
         check_batch(self.obs_spec, obs, OBS_EDGE.where)
         if not math.isfinite(rewards.sum()):  # NaN and inf propagate through the sum
             bad = np.flatnonzero(~np.isfinite(np.asarray(rewards, dtype=np.float64)))
-            raise DivergenceError(f"{ALGORITHM}.reward: expected finite rewards, got {np.asarray(rewards)[bad].tolist()} "
-                                  f"from env(s) {bad.tolist()}; training stopped (the last good checkpoint is kept)")
+            got = np.asarray(rewards)[bad].tolist()
+            raise DivergenceError(f"{ALGORITHM}.reward: expected finite rewards, got {got} from env(s) {bad.tolist()}; "
+                                  "training stopped (the last good checkpoint is kept)")
         t1 = time.perf_counter()
         self._act_stats.add(actions.nbytes, t1 - t0, t1)
         self._obs_bytes, self._returned = payload_bytes(obs), t1
         return out
 
     def __getattr__(self, name: str) -> Any:
+        if name == "vec":  # not set yet (a copy being built): no recursion through the lookup below
+            raise AttributeError(name)
         return getattr(self.vec, name)
 
 

@@ -65,7 +65,8 @@ def test_the_learner_is_a_stage_reached_over_zeromq_and_its_edges_are_no_topics(
     with pytest.raises(PipelineError, match=r"g.connect\('x'\): \['far'\] is not a ROS node: the edge needs "
                                             r"transport='zmq'"):
         g.connect("a", "x", "far")
-    with pytest.raises(PipelineError, match=r"g.connect\('x'\): transport 'udp'; expected one of \('ros', 'zmq', 'process'\)"):
+    with pytest.raises(PipelineError,
+                       match=r"g.connect\('x'\): transport 'udp'; expected one of \('ros', 'zmq', 'process'\)"):
         g.connect("a", "x", "far", transport="udp")
     g.connect("a", "x", "far", transport="zmq")
     assert g.start_order == ("a",) and g.topics == ()
