@@ -18,26 +18,27 @@ from tinker_core.spec import ROUNDING
 from tinker_core.transition import Transition
 
 TOLERANCE = ROUNDING
-"""how far beyond its bound, as a share of the bound's range, an action counts as rounding (`Spec.clip_rounding`'s,
-which the exported policy's output goes through too)"""
+"""how far beyond its bound, as a share of the bound's range, an action counts as rounding: `Spec.clip_rounding`'s,
+which admits it here and which the exported policy's output goes through too"""
 
 
 def admit_action(t: Transition, spec: Any) -> Transition:
-    """``t`` with its action clipped to ``spec``'s bounds where it is beyond them by rounding only; raises
-    `ValidationError` where it is beyond them by more. A spec without float bounds (discrete) admits as is."""
+    """``t`` with its action clipped to ``spec``'s bounds where it is beyond them by rounding only
+    (`Spec.clip_rounding`); raises `ValidationError` where it is beyond them by more. A spec without float bounds
+    (discrete) admits as is."""
     low, high = getattr(spec, "low", None), getattr(spec, "high", None)
     if low is None or high is None or np.dtype(getattr(spec, "dtype", np.float32)).kind != "f":
         return t
-    a = np.asarray(t.action, dtype=np.float64)
+    a = np.asarray(t.action)
     if a.shape != tuple(spec.shape):
         return t  # the layout check is the replay's (it names the field)
+    if a.dtype.kind != "f":
+        a = a.astype(np.float64)
+    admitted = spec.clip_rounding(a)
     low, high = np.broadcast_to(low, a.shape), np.broadcast_to(high, a.shape)
-    slack = TOLERANCE * np.maximum(high - low, 1.0)
-    bad = (a < low - slack) | (a > high + slack) | ~np.isfinite(a)
+    bad = (admitted < low) | (admitted > high) | ~np.isfinite(admitted)
     if bad.any():
         i = int(np.flatnonzero(bad.reshape(-1))[0])
         raise ValidationError(f"transition.action[{i}]", f"a value in [{low.flat[i]:g}, {high.flat[i]:g}]",
                               f"{float(a.flat[i])!r}", "beyond its bound by more than rounding; the transition is refused")
-    if ((a < low) | (a > high)).any():
-        return dataclasses.replace(t, action=np.clip(a, low, high).astype(np.asarray(t.action).dtype))
-    return t
+    return t if admitted is a else dataclasses.replace(t, action=admitted)
