@@ -114,7 +114,7 @@ class BundleModules:
 class HeldPerception(ModuleBase):
     """A vision bundle's perception as the perception node runs it by default (``estimate: auto``): perception.onnx,
     then `tinker_core.loop.held_estimate.EstimateHold` (the image terms averaged over the episode's frames that show
-    the target). A pipeline module: observation in, the actor's features out; ``reset()`` ends an episode."""
+    the target, and calibrated by the bundle's ``hand`` model where it has one). A pipeline module: observation in, the actor's features out; ``reset()`` ends an episode."""
 
     input_name, output_name = "obs", "features"
 
@@ -128,13 +128,16 @@ class HeldPerception(ModuleBase):
         self.input_spec, self.output_spec = self.onnx.input_spec, self.onnx.output_spec
         m = self.manifest
         self.hold = EstimateHold([t for t in m.obs_terms if t.name != "image"], m.image_terms)
+        self.hand = OnnxPolicy(self.onnx.bundle, part="hand") if "hand" in m.models else None
+        """the end effector the camera sees: calibrates a moved camera (`EstimateHold`)"""
         self.episode = 0
 
     def reset(self) -> None:
         self.episode += 1
 
     def forward(self, obs: Any) -> np.ndarray:
-        return self.hold(self.onnx.forward(obs), str(self.episode), obs["image"])
+        hand = None if self.hand is None else self.hand.forward(obs)
+        return self.hold(self.onnx.forward(obs), str(self.episode), obs["image"], hand)
 
 
 def policy_env_for_bundle(policy: Any, env_id: str, **kwargs: Any) -> gym.Env:

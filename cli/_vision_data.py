@@ -1,6 +1,6 @@
 """Labelled camera images of ArmReach for the target locator (`tinker vision data`): the composition of sim
-(images, true target positions as labels) and the shipped state policy (to put the arm in the poses it
-takes while reaching)."""
+(images; true target and end-effector positions as labels) and the shipped state policy (to put the arm in the
+poses it takes while reaching)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from typing import Callable
 
 import numpy as np
 
+
 def generate(episodes: int, seed: int = 0, image_size: int = 64, views: int = 2, per_episode: int = 2,
              ranges: str | Path | None = None, on_episode: Callable[[int], None] | None = None
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """``episodes * per_episode`` images uint8 (N, S, views*S, 3) and true targets float32 (N, 3), base frame, m.
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``episodes * per_episode`` images uint8 (N, S, views*S, 3), true targets and true end-effector positions
+    float32 (N, 3) each, base frame, m (the hand the camera sees: what the locator's calibration learns to find).
 
     Each episode: randomized dynamics and camera, a jittered marker colour, one frame at reset, then frames after
     a random number (1..8) of steps of the shipped state policy (so the arm is seen where it goes)."""
@@ -30,7 +32,7 @@ def generate(episodes: int, seed: int = 0, image_size: int = 64, views: int = 2,
                  randomize=RandomizationRanges.load(rng_path))
     policy = OnnxPolicy.from_bundle(default_bundle("tinker/ArmReach-v0"))
     rng = np.random.default_rng(seed)
-    images, targets = [], []
+    images, targets, hands = [], [], []
     try:
         for ep in range(episodes):
             obs, _ = env.reset(seed=seed * 1_000_003 + ep)
@@ -40,6 +42,7 @@ def generate(episodes: int, seed: int = 0, image_size: int = 64, views: int = 2,
             stops = sorted(rng.choice(np.arange(1, 9), per_episode - 1, replace=False)) if per_episode > 1 else []
             images.append(obs["image"])
             targets.append(env.task.target.copy())
+            hands.append(env.ee_position)
             t = 0
             for stop in stops:
                 while t < stop:
@@ -47,8 +50,9 @@ def generate(episodes: int, seed: int = 0, image_size: int = 64, views: int = 2,
                     t += 1
                 images.append(obs["image"])
                 targets.append(env.task.target.copy())
+                hands.append(env.ee_position)
             if on_episode:
                 on_episode(ep)
     finally:
         env.close()
-    return np.stack(images), np.asarray(targets, dtype=np.float32)
+    return np.stack(images), np.asarray(targets, dtype=np.float32), np.asarray(hands, dtype=np.float32)

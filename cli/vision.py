@@ -16,6 +16,10 @@ the target terms of the shipped state policy's observation (LocatedState), and t
 locator is trained by supervision in simulation: images with domain randomization of what a real camera varies
 (sim/config/vision_randomization.yaml: pose shift and tilt, field of view, light, image noise; marker colour),
 labelled with the true target position. Ground truth labels and scores; it is never a policy input.
+The same network also learns to find the end effector it sees (the hand; --no-hand: not): in the loop, forward
+kinematics says where the hand really is, so the difference measures a moved camera's error, and the held target
+is corrected by it (tinker_core.loop.held_estimate.EstimateHold). The bundle then has hand.onnx beside
+perception.onnx.
 
 steps (defaults write under runs/vision/):
   tinker vision data --episodes 2500                 labelled images -> runs/vision/train.npz
@@ -47,12 +51,21 @@ def register(sub: Any) -> None:
     t.add_argument("--lr", type=float, default=2e-3, help="Adam learning rate, cosine-decayed (default 2e-3)")
     t.add_argument("--seed", type=int, default=0, help="torch seed (default 0)")
     t.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
+    t.add_argument("--keypoints", type=int, default=None,
+                   help="heatmaps per view (default 8 with the hand, 4 without)")
+    t.add_argument("--no-hand", dest="hand", action="store_false",
+                   help="find the target only; by default the locator also learns to find the end effector (the "
+                        "data's 'hands'), which calibrates a moved camera in the loop")
     t.add_argument("--out", default="runs/vision/locator.pt", help="weights + config (default runs/vision/locator.pt)")
     t.set_defaults(func=run_train)
-    e = vs.add_parser("export", help="bundle = locator + the shipped state policy's actor, ONNX, parity-checked")
+    e = vs.add_parser("export", help="bundle = locator + the shipped state policy's actor (+ hand.onnx from a hand "
+                                     "locator), ONNX, parity-checked")
     e.add_argument("--locator", default="runs/vision/locator.pt", help="trained locator (default runs/vision/locator.pt)")
     e.add_argument("--checkpoint", default="pretrained/arm_reach/checkpoint", help="state policy checkpoint")
     e.add_argument("-o", "--out", default="runs/vision/bundle", help="bundle directory (default runs/vision/bundle)")
+    e.add_argument("--tolerance", type=float, default=1e-4,
+                   help="largest difference allowed between torch and onnxruntime on the recorded observations, per "
+                        "model (default 1e-4; the whole policy adds the locator's float32 rounding through the actor)")
     e.set_defaults(func=run_export)
     b = vs.add_parser("bench", help="perception (locator) latency through onnxruntime, p50/p99, JSON")
     b.add_argument("bundle", nargs="?", default="pretrained/arm_reach_vision", help="vision bundle")
@@ -72,11 +85,11 @@ def run_data(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     bar = tqdm(total=args.episodes, desc="render", unit="ep")
     try:
-        x, y = generate(args.episodes, seed=args.seed, on_episode=lambda i: bar.update(1))
+        x, y, hands = generate(args.episodes, seed=args.seed, on_episode=lambda i: bar.update(1))
     finally:
         bar.close()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out, images=x, targets=y)
+    np.savez(args.out, images=x, targets=y, hands=hands)
     print(f"{len(x)} images {x.shape[1:]} -> {args.out}")
     return 0
 
@@ -112,7 +125,18 @@ def run_train(args: argparse.Namespace) -> int:
     x = torch.from_numpy(np.concatenate([d["images"] for d in sets]))
     y = torch.from_numpy(np.concatenate([d["targets"] for d in sets])).float()
     h, w = x.shape[1], x.shape[2]
-    cfg = LocatorConfig(image_size=h, views=w // h)
+    keypoints = args.keypoints or (8 if args.hand else 4)
+    cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints)
+    if args.hand:
+        no_hands = [p for p, d in zip(args.data, sets) if "hands" not in d]
+        if no_hands:
+            raise ConfigError(f"--data {no_hands[0]}: no end-effector labels ('hands'; data made before they were "
+                              f"recorded): make it again with 'tinker vision data', or train with --no-hand")
+        hands = torch.from_numpy(np.concatenate([d["hands"] for d in sets])).float()
+        lo, hi = hands.min(0).values, hands.max(0).values
+        cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints, hand=True,
+                            center=cfg.center + ((hi + lo) / 2).tolist(), half=cfg.half + ((hi - lo) / 2 * 1.1).tolist())
+        y = torch.cat([y, hands], dim=1)
     model = TargetLocator(cfg)
     n_val = max(1, len(x) // 10)
     perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(args.seed))
@@ -137,8 +161,10 @@ def run_train(args: argparse.Namespace) -> int:
             bar.update(1)
             bar.set_postfix(epoch=epoch, loss=f"{loss.item():.4f}")
         err = _val_error_m(model, x[val], y[val])
-        log.append({"epoch": epoch, "val_mean_cm": 100 * float(err.mean()), "val_p95_cm": 100 * float(np.quantile(err, 0.95))})
-        bar.write(f"epoch {epoch}: val error mean {log[-1]['val_mean_cm']:.2f} cm, p95 {log[-1]['val_p95_cm']:.2f} cm")
+        log.append({"epoch": epoch, **{f"val_{k}_{q}_cm": 100 * float(f(e)) for k, e in err.items()
+                                       for q, f in (("mean", np.mean), ("p95", lambda a: np.quantile(a, 0.95)))}})
+        bar.write(f"epoch {epoch}: val error " + ", ".join(
+            f"{k} mean {log[-1][f'val_{k}_mean_cm']:.2f} cm, p95 {log[-1][f'val_{k}_p95_cm']:.2f} cm" for k in err))
     bar.close()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     torch.save({"config": dataclasses.asdict(cfg), "state_dict": model.state_dict(), "log": log,
@@ -147,13 +173,18 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _val_error_m(model: Any, x: Any, y: Any) -> Any:
+def _val_error_m(model: Any, x: Any, y: Any) -> dict[str, Any]:
+    """Distance from each estimate to its label, m: ``target``, and ``hand`` for a hand locator."""
     import torch
 
     model.eval()
     with torch.no_grad():
         est = torch.cat([model(x[i:i + 256]) for i in range(0, len(x), 256)])
-    return torch.linalg.norm(est - y, dim=1).numpy()
+    n = model.config.target_size
+    err = {"target": torch.linalg.norm(est[:, :n] - y[:, :n], dim=1).numpy()}
+    if model.config.hand:
+        err["hand"] = torch.linalg.norm(est[:, n:] - y[:, n:], dim=1).numpy()
+    return err
 
 
 def run_export(args: argparse.Namespace) -> int:
@@ -162,7 +193,7 @@ def run_export(args: argparse.Namespace) -> int:
     import tinker_sim  # noqa: F401  (registers the tinker/ ids)
     from tinker_cli._compose import make_env
     from tinker_core.algos import load_algorithm
-    from tinker_core.nn.locator import LocatedState
+    from tinker_core.nn.locator import HandLocator, LocatedState
     from tinker_core.spec import spec_from_space
     from tinker_deploy.export import export_bundle
 
@@ -197,8 +228,11 @@ def run_export(args: argparse.Namespace) -> int:
                 env={"id": "tinker/ArmReach-v0", "kwargs": {"camera": True, "image_size": c.image_size,
                                                             "camera_views": c.views}, "env_import": [], "wrappers": []})
     env.close()
-    out = export_bundle({"perception": perception, "actor": parts["actor"]}, meta, args.out, recorded_obs=recorded,
-                        tolerance=1e-4, policy_version=int(meta.get("training_step", 0)))
+    models = {"perception": perception, "actor": parts["actor"]}
+    if c.hand:
+        models["hand"] = HandLocator(locator)
+    out = export_bundle(models, meta, args.out, recorded_obs=recorded,
+                        tolerance=args.tolerance, policy_version=int(meta.get("training_step", 0)))
     print(f"vision bundle -> {out}")
     return 0
 
@@ -207,13 +241,24 @@ def run_bench(args: argparse.Namespace) -> int:
     from tinker_deploy.runtime import OnnxPolicy
 
     perception = OnnxPolicy.from_bundle(args.bundle, part="perception", threads=args.threads)
-    res = bench_perception(perception, args.n)
-    print(json.dumps({"bundle": str(args.bundle), "threads": args.threads, **res}))
+    hand = hand_model(perception, threads=args.threads)
+    res = bench_perception(perception, args.n, hand)
+    print(json.dumps({"bundle": str(args.bundle), "threads": args.threads, "hand": hand is not None, **res}))
     return 0
 
 
-def bench_perception(perception: Any, n: int) -> dict[str, float]:
-    """Time ``n`` single inferences of the perception part on its recorded observations; ms percentiles."""
+def hand_model(perception: Any, threads: int = 1) -> Any:
+    """The bundle's ``hand`` model beside ``perception`` (an `OnnxPolicy`), or None where it has none."""
+    from tinker_deploy.runtime import OnnxPolicy, OnnxPolicyConfig
+
+    if "hand" not in perception.manifest.models:
+        return None
+    return OnnxPolicy(perception.bundle, part="hand", config=OnnxPolicyConfig(threads=threads))
+
+
+def bench_perception(perception: Any, n: int, hand: Any = None) -> dict[str, float]:
+    """Time ``n`` single inferences of the perception part on its recorded observations, and of the ``hand`` model
+    on the same frame where there is one (the loop runs both each frame); ms percentiles."""
     import os
     import time
 
@@ -221,13 +266,18 @@ def bench_perception(perception: Any, n: int) -> dict[str, float]:
 
     obs, _ = perception.bundle.recorded()
     k = len(obs["state"])
+    def once(o: dict) -> None:
+        perception(o)
+        if hand is not None:
+            hand(o)
+
     for i in range(20):
-        perception({key: v[i % k] for key, v in obs.items()})
+        once({key: v[i % k] for key, v in obs.items()})
     ms = []
     for i in range(n):
         o = {key: v[i % k] for key, v in obs.items()}
         t = time.perf_counter_ns()
-        perception(o)
+        once(o)
         ms.append((time.perf_counter_ns() - t) / 1e6)
     return {"n": n, "p50_ms": float(np.percentile(ms, 50)), "p99_ms": float(np.percentile(ms, 99)),
             "max_ms": float(np.max(ms)), "loadavg_1m": os.getloadavg()[0], "cpus": os.cpu_count()}

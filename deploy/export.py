@@ -39,7 +39,8 @@ from tinker_core.spec import AnySpec, DictSpec, Spec, spec_from_dict
 from tinker_deploy.bundle import RECORDED, bundle_dir_for_output, pack_recorded, write_bundle
 from tinker_deploy.graph_rewrite import rewrite
 from tinker_deploy.manifest import (
-    OPSET, Manifest, ModelEntry, Term, check_opset_supported, deploy_settings_sha256, spec_input_names,
+    HAND_SPEC, OPSET, Manifest, ModelEntry, Term, check_opset_supported, deploy_settings_sha256, hand_input_spec,
+    spec_input_names,
 )
 
 N_RECORDED = 256
@@ -281,11 +282,15 @@ def export_bundle(parts: Mapping[str, nn.Module] | nn.Module, metadata: Mapping[
     if isinstance(parts, nn.Module):
         parts = {"policy": parts}
     parts = dict(parts)
-    if set(parts) == {"perception", "actor"}:
+    if set(parts) - {"hand"} == {"perception", "actor"}:
         if feature_spec is None:
             raise BundleError("export metadata needs 'feature_spec' when the policy has perception and actor parts")
+        if "hand" in parts and not (isinstance(obs_spec, DictSpec) and "image" in obs_spec.fields):
+            raise BundleError("deployable part 'hand' finds the end effector in the image, and this observation has "
+                              "no 'image' field")
     elif set(parts) != {"policy"}:
-        raise BundleError(f"deployable parts must be {{'perception', 'actor'}} or one module, got {sorted(parts)}")
+        raise BundleError(f"deployable parts must be {{'perception', 'actor'}} (and 'hand' with them), or one module, "
+                          f"got {sorted(parts)}")
     norm = dict(metadata.get("normalization") or {})
     if norm and norm.get("folded", True) is False:
         first = "perception" if "perception" in parts else "policy"
@@ -324,8 +329,11 @@ def _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, ops
             plan += [("perception", parts["perception"], obs_spec, "obs", "features", feature_spec),
                      ("actor", parts["actor"], feature_spec, "features", "action", action_spec)]
         plan.append(("policy", policy, obs_spec, "obs", "action", action_spec))
+        if "hand" in parts:
+            plan.append(("hand", parts["hand"], hand_input_spec(obs_spec), "obs", "hand", HAND_SPEC))
         for name, mod, in_spec, flat, out_name, out_spec in plan:
-            inputs = recorded_obs if name != "actor" else reference["features"]
+            inputs = (reference["features"] if name == "actor" else
+                      {"image": recorded_obs["image"]} if name == "hand" else recorded_obs)
             src = _slice(inputs, 1)
             raw = onnx_bytes(mod, src, in_spec, flat, out_name, opset, name)
             blob, rewrites = rewrite(raw)

@@ -281,6 +281,15 @@ def _flatten(v: Any):
         yield v
 
 
+HAND_SPEC = Spec(shape=(3,), dtype="float32")
+"""the ``hand`` model's output: the end effector the camera sees, base frame, m"""
+
+
+def hand_input_spec(obs_spec: AnySpec) -> DictSpec:
+    """The ``hand`` model reads the image only."""
+    return DictSpec({"image": obs_spec["image"]})
+
+
 def spec_input_names(spec: AnySpec, flat_name: str = "obs") -> list[str]:
     """ONNX input names for a spec: ``[flat_name]`` for a `Spec`, the field names for a `DictSpec`."""
     if isinstance(spec, DictSpec):

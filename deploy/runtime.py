@@ -21,7 +21,7 @@ from tinker_core.module import ModuleBase
 from tinker_core.spec import DictSpec, Spec
 
 from tinker_deploy.bundle import Bundle, ExpectedIO, load_bundle
-from tinker_deploy.manifest import Manifest, spec_input_names
+from tinker_deploy.manifest import HAND_SPEC, Manifest, hand_input_spec, spec_input_names
 
 _OPT_LEVELS = ("disable", "basic", "extended", "all")
 
@@ -93,6 +93,11 @@ def _as_is(x: np.ndarray) -> np.ndarray:
     return x
 
 
+PARTS = ("policy", "perception", "actor", "hand")
+"""a bundle's models `OnnxPolicy` runs: the whole policy, its two parts, and a vision bundle's ``hand`` (the end
+effector its locator sees, `tinker_core.nn.locator.HandLocator`)"""
+
+
 class OnnxPolicy(ModuleBase[OnnxPolicyConfig]):
     """Maps an observation (numpy, one or a batch) to an action (numpy) with onnxruntime."""
 
@@ -101,8 +106,8 @@ class OnnxPolicy(ModuleBase[OnnxPolicyConfig]):
 
     def __init__(self, bundle: Bundle, part: str = "policy", config: OnnxPolicyConfig | None = None):
         super().__init__(config)
-        if part not in ("policy", "perception", "actor"):
-            raise ConfigError(f"OnnxPolicy part: expected 'policy', 'perception' or 'actor', got {part!r}")
+        if part not in PARTS:
+            raise ConfigError(f"OnnxPolicy part: expected one of {list(PARTS)}, got {part!r}")
         self.bundle = bundle
         self.part = part
         model = "policy_int8" if (self.config.quantized and part == "policy") else part
@@ -114,8 +119,10 @@ class OnnxPolicy(ModuleBase[OnnxPolicyConfig]):
         self.model = model
         self.session = make_session(bundle.model_path(model), self.config)
         m = bundle.manifest
-        self.input_spec = m.feature_spec if part == "actor" else m.obs_spec
-        self.output_spec = m.feature_spec if part == "perception" else m.action_spec
+        self.input_spec = (m.feature_spec if part == "actor" else hand_input_spec(m.obs_spec) if part == "hand"
+                           else m.obs_spec)
+        self.output_spec = (m.feature_spec if part == "perception" else HAND_SPEC if part == "hand"
+                            else m.action_spec)
         if self.input_spec is None or self.output_spec is None:
             raise BundleError(f"{bundle.path}: manifest has no feature_spec, needed for part {part!r}")
         flat = "features" if part == "actor" else "obs"
@@ -132,7 +139,7 @@ class OnnxPolicy(ModuleBase[OnnxPolicyConfig]):
         self._feed: dict[str, np.ndarray] = {}
         self._run = self.session.run
         out_spec = self.output_spec
-        self._clip = (out_spec.clip_rounding if part != "perception" and isinstance(out_spec, Spec)
+        self._clip = (out_spec.clip_rounding if part in ("policy", "actor") and isinstance(out_spec, Spec)
                       and out_spec.low is not None and out_spec.high is not None else _as_is)
         """an action a float32 rounding put beyond its bound (the scaled tanh's -1.0000001) is set to the bound"""
         self._bind_batch1(specs)

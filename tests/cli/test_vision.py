@@ -53,8 +53,10 @@ def test_shipped_locator_finds_the_target_within_a_few_cm_on_nominal_images(perc
             errs.append(np.linalg.norm(_estimate(perception, env, obs) - env.unwrapped.task.target))
     finally:
         env.close()
-    # measured at commit e446a7c: 0.9, 1.3, 4.6, 3.7, 2.0, 2.0 cm (mean 2.4 cm); the reach succeeds within 5 cm
-    assert np.mean(errs) < 0.035 and max(errs) < 0.06, errs
+    # the hand locator shipped 2026-12-06: 1.5, 1.5, 7.5, 4.1, 1.7, 2.3 cm (mean 3.1 cm); over the reset frames of
+    # seeds 3000-3099 mean 2.6, p95 7.8, max 12.6 cm (the target-only locator before it: 2.3, 7.1, 11.4 cm). The held
+    # estimate averages the frames of an episode; one frame's bound sits between that p95 and max
+    assert np.mean(errs) < 0.04 and max(errs) < 0.10, errs
 
 
 def test_a_shifted_camera_moves_the_image_and_the_estimate(perception):

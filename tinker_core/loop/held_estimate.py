@@ -10,7 +10,13 @@ Measured on the shipped vision bundle, nominal ArmReach with the SafetyWrapper, 
 The features keep the state's layout (the located state: the model wrote its image terms into the state's
 slots); each image term ``<x>_pos`` gets its held value, and ``<x>_minus_ee`` is recomputed from the held
 ``<x>_pos`` and this cycle's measured ``ee_pos`` (as the model computes it), scaled and clipped as the
-observation is. Any other image term is averaged the same way. `tinker eval` and the perception node use this
+observation is. Any other image term is averaged the same way.
+
+A camera that moved misplaces everything it sees by the same vector, the hand included. With a ``hand`` estimate
+(a bundle's ``hand`` model: the end effector the camera sees) each frame measures that error as the measured
+``ee_pos`` (forward kinematics of the joints) minus the hand seen; its mean over the episode's frames (the
+``camera_offset``) is added to every held ``<x>_pos`` term, and, until a frame shows the target, to each frame's own
+estimate, once it is longer than `CALIBRATION_DEADBAND_M`. `tinker eval` and the perception node use this
 same class, chosen by one rule (`holds_estimate`): held by default wherever the model computes image terms and the
 episodes are known; ``per_frame`` to see each frame's own estimate.
 """
@@ -25,6 +31,12 @@ from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
 from tinker_core.loop.target_sight import TargetSight
 
+
+CALIBRATION_DEADBAND_M = 0.045
+"""a measured camera offset no longer than this is not corrected. With the camera in place the offset is the hand
+estimate's own error: its episode mean stayed under 3.3 cm (p99 2.8 cm) over 200 nominal episodes of the shipped
+vision bundle, and a correction by it cost successes; the locator is trained on camera moves up to 3 cm
+(sim/config/vision_randomization.yaml), which it needs no correction for (docs/sim2real/vision.md)"""
 
 ESTIMATE_MODES = ("auto", "held", "per_frame")
 """How a bundle's image estimate is used: ``auto`` (held where there is one to hold, see `holds_estimate`),
@@ -55,7 +67,7 @@ class EstimateHold:
     that show the target (``sight``), or as they are until one has."""
 
     def __init__(self, terms: Sequence[Any], image_terms: Sequence[str], bound: float = OBS_BOUND,
-                 sight: TargetSight | None = None):
+                 sight: TargetSight | None = None, deadband_m: float = CALIBRATION_DEADBAND_M):
         asm = ObservationAssembly(terms)
         holds_estimate("held", image_terms, where="held estimate")  # the one rule, and its message
         unknown = sorted(set(image_terms) - set(asm.names))
@@ -75,35 +87,63 @@ class EstimateHold:
         """raw (unscaled) values of the held terms, summed over the episode's frames that show the target"""
         self.seen = 0
         """the episode's frames that showed the target"""
+        self.calibrated = [n for n in self.held_terms if n.endswith("_pos") and n != "ee_pos"]
+        """the held positions a camera offset corrects"""
+        self.offset_sum: np.ndarray | None = None
+        """measured ee_pos minus the hand seen, summed over the episode's frames with a hand estimate"""
+        self.hands = 0
+        if not deadband_m >= 0.0:
+            raise ConfigError(f"held estimate: deadband_m must be >= 0 m, got {deadband_m!r}")
+        self.deadband_m = float(deadband_m)
 
     @property
     def held(self) -> dict[str, np.ndarray]:
         """The held terms' raw values (the mean over the frames seen; empty before the first)."""
         return {n: v / self.seen for n, v in self.sums.items()} if self.seen else {}
 
+    @property
+    def camera_offset(self) -> np.ndarray | None:
+        """The camera's error the hand measured this episode, m (base frame; None: no hand estimate yet)."""
+        return None if not self.hands else self.offset_sum / self.hands
+
+    @property
+    def correction(self) -> np.ndarray | None:
+        """What the held positions are corrected by: the ``camera_offset`` where it is beyond the deadband."""
+        offset = self.camera_offset
+        return offset if offset is not None and float(np.linalg.norm(offset)) > self.deadband_m else None
+
     def continue_from(self, other: "EstimateHold") -> None:
         """Keep ``other``'s episode and the frames it has seen (a reloaded model goes on with the same estimate)."""
         self.episode, self.sums, self.seen = other.episode, dict(other.sums), other.seen
+        self.offset_sum, self.hands = other.offset_sum, other.hands
 
     def raw(self, features: np.ndarray, name: str) -> np.ndarray:
         """Term ``name`` of ``features`` unscaled: ``value / scale + offset``."""
         s = self.slots[name]
         return features[s].astype(np.float64) / self.scale[s] + self.offset[s]
 
-    def __call__(self, features: np.ndarray, episode: str, image: np.ndarray) -> np.ndarray:
+    def __call__(self, features: np.ndarray, episode: str, image: np.ndarray,
+                 hand: np.ndarray | None = None) -> np.ndarray:
+        """``hand``: the end effector the camera sees in ``image`` (base frame, m), or None."""
         if features.shape != (self.size,):
             raise ValidationError("held_estimate.features", f"{self.size} values in the state's layout",
                                   f"shape {list(features.shape)}")
         if episode != self.episode:  # a new episode: nothing seen yet
             self.episode, self.sums, self.seen = episode, {}, 0
+            self.offset_sum, self.hands = None, 0
+        if hand is not None:
+            self._measure_camera(features, hand)
         if self.sight(image):
             for n in self.held_terms:
                 self.sums[n] = self.sums.get(n, 0.0) + self.raw(features, n)
             self.seen += 1
-        if not self.seen:
+        offset = self.correction
+        if not self.seen and offset is None:
             return features
         out = features.copy()
-        held = self.held
+        held = self.held or {n: self.raw(features, n) for n in self.held_terms}
+        if offset is not None:
+            held = {n: v + offset if n in self.calibrated else v for n, v in held.items()}
         for name, raw in held.items():
             s = self.slots[name]
             out[s] = np.clip((raw - self.offset[s]) * self.scale[s], -self.bound, self.bound)
@@ -113,3 +153,14 @@ class EstimateHold:
                 s = self.slots[name]
                 out[s] = np.clip((held[pos] - ee - self.offset[s]) * self.scale[s], -self.bound, self.bound)
         return out
+
+    def _measure_camera(self, features: np.ndarray, hand: np.ndarray) -> None:
+        if "ee_pos" not in self.slots:
+            raise ConfigError(f"held estimate: a hand estimate calibrates the camera against the measured ee_pos, "
+                              f"and this bundle's observation has no ee_pos term (its terms: {list(self.slots)})")
+        hand = np.asarray(hand, dtype=np.float64).reshape(-1)
+        if hand.shape != (3,) or not np.isfinite(hand).all():
+            raise ValidationError("held_estimate.hand", "3 finite values (base frame, m)", f"{hand!r}")
+        error = self.raw(features, "ee_pos") - hand
+        self.offset_sum = error if self.offset_sum is None else self.offset_sum + error
+        self.hands += 1

@@ -21,7 +21,9 @@ states' inputs mixed:
   state input hold the term's offset (0 once scaled), so the simulator's value of them cannot reach the policy;
 - ``estimate`` (`tinker_core.loop.held_estimate.ESTIMATE_MODES`): ``auto`` (the default) averages the image
   terms over the episode's frames that show the target (`tinker_core.loop.held_estimate.EstimateHold`) wherever
-  the episodes are known (the synced task terms declare them); ``per_frame`` uses each frame's own.
+  the episodes are known (the synced task terms declare them); ``per_frame`` uses each frame's own;
+- ``hand`` (a bundle's ``hand`` model: the end effector the camera sees): with a held estimate, it calibrates a
+  moved camera (`EstimateHold`'s ``camera_offset``); with ``per_frame`` it is not run.
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class PerceptionCycle:
                  synced: bool = True, sync_frames: bool = False, max_frame_age_ns: int = 250_000_000,
                  ee_fn: Callable[[np.ndarray], np.ndarray] | None = None, channels: Any = None,
                  clock: Callable[[], int] = time.time_ns, image_terms: Sequence[str] = (),
-                 estimate: str = "auto"):
+                 estimate: str = "auto", hand: Callable[[Any], np.ndarray] | None = None):
         """``channels``: the `ChannelInbox` of the channels this robot hears (None: none); it must match the
         bundle's ``channel/NAME`` terms, name and size. ``clock``: ns, the inbox's clock (a message's age)."""
         self.image_key = self.state_key = None
@@ -87,6 +89,7 @@ class PerceptionCycle:
         self.max_frame_age_ns, self.ee_fn = int(max_frame_age_ns), ee_fn
         held = holds_estimate(estimate, list(self.image_terms), synced, where="perception.estimate")
         self.hold = EstimateHold(terms, list(self.image_terms)) if held else None
+        self.hand = hand if held else None
         names = set(self.assembly.names) - set(self.image_terms)
         self.derived = {} if synced else {n: n[: -len("_minus_ee")] + "_pos" for n in names
                                           if n.endswith("_minus_ee") and n[: -len("_minus_ee")] + "_pos" in names}
@@ -214,7 +217,7 @@ class PerceptionCycle:
         if not np.isfinite(feats).all():
             raise ValidationError("perception.features", "finite values", "NaN/inf from the model")
         if self.hold is not None:
-            feats = self.hold(feats, self.episode, img[1])
+            feats = self.hold(feats, self.episode, img[1], None if self.hand is None else self.hand(obs))
         return PerceivedCycle(stamp, cycle, self.episode, feats, extra)
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
+
 from tinker_core.loop.edges import GOAL_TERM, Action, Features, Frame, Goal, RobotState, TaskReport
 from tinker_core.loop.input_ages import Level
 from tinker_core.loop.perception import PerceivedCycle, PerceptionCycle
@@ -55,8 +57,12 @@ class PerceptionStage(LoopStage):
         return f
 
     def values(self) -> dict[str, object]:
+        hold = self.cycle.hold
+        offset = None if hold is None else hold.camera_offset
         return {"perception_sha256": self.sha256, "frame_age_ms": f"{self.cycle.frame_age_ns / 1e6:.1f}",
-                "refused_inputs": self.refusals.count, "last_error": self.refusals.last}
+                "refused_inputs": self.refusals.count, "last_error": self.refusals.last,
+                **({} if offset is None else {"camera_offset_cm": f"{100 * float(np.linalg.norm(offset)):.1f}",
+                                              "camera_corrected": hold.correction is not None})}
 
     def level(self, crowded: str = "") -> tuple[Level, str]:
         """WARN while inputs are being refused or a second publisher is on a heard channel (``crowded``)."""

@@ -10,8 +10,9 @@ reach task gives (`tinker_sim.tasks.reach.ReachTask.evaluate`: ``-distance``, pl
   computes from the image: a term of its ``image_terms``), not where the simulator put it.
 
 So it equals the env's reward exactly when perception finds the true target, and is off by the perception's
-error otherwise: with a moved camera the sensor rewards reaching the *perceived* target (a bias fine-tuning from
-it cannot remove; human labels can). The success rule (distance, bonus) and the time limit are the env's, passed
+error otherwise: with a moved camera the sensor rewards reaching the *perceived* target, which perception corrects
+where the bundle can see the hand (`tinker_core.loop.held_estimate.EstimateHold`'s camera offset); a bias left
+over is one fine-tuning from the sensor cannot remove, and human labels can. The success rule (distance, bonus) and the time limit are the env's, passed
 in by the composition root (this layer does not import the simulator).
 
 `SensorOutcome` turns readings into the outcome of each state the experience bridge joins: it pairs a state's

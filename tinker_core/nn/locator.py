@@ -6,6 +6,10 @@ ending in ``keypoints`` heatmaps; a spatial soft-argmax with a learned temperatu
 expected image position (x, y in -1..1). An MLP maps all views' keypoints to the target position, in the
 frame and units of the labels it was trained on (ArmReach: base frame, m), through ``center + half * out``.
 Trained by supervision in simulation (true positions as labels); exported to ONNX like any module.
+
+With ``hand`` the same network also finds the end effector it sees (outputs: target, then hand). A camera that
+moved biases both by the same vector, so the difference between the hand the camera sees and the hand forward
+kinematics gives measures the camera's error (`tinker_core.loop.held_estimate.EstimateHold` corrects with it).
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ class LocatorConfig:
     """middle of the label range (ArmReach targets: the middle of the target box, base frame, m)"""
     half: list[float] = field(default_factory=lambda: [0.175, 0.3, 0.175])
     """half-width of the label range"""
+    hand: bool = False
+    """also find the end effector (the hand) in the views: the outputs are the target, then the hand, and
+    ``center`` / ``half`` cover both (twice the target's length)"""
 
     def __post_init__(self) -> None:
         if not 16 <= self.image_size <= 256:
@@ -49,6 +56,14 @@ class LocatorConfig:
                               f"{self.views}, {self.keypoints}, {self.hidden}")
         if len(self.center) != len(self.half):
             raise ConfigError(f"LocatorConfig: center and half differ in length ({len(self.center)}, {len(self.half)})")
+        if self.hand and len(self.center) % 2:
+            raise ConfigError(f"LocatorConfig: with hand=True, center and half hold the target's range then the "
+                              f"hand's (an even length), got {len(self.center)} values")
+
+    @property
+    def target_size(self) -> int:
+        """values of the target position (the outputs before the hand's)"""
+        return len(self.center) // 2 if self.hand else len(self.center)
 
 
 class SpatialSoftArgmax(nn.Module):
@@ -130,6 +145,9 @@ class LocatedState(nn.Module):
         self.locator = locator
         self.target_slot, self.rel_slot, self.ee_slot, self.bound = target_slot, rel_slot, ee_slot, float(bound)
         self.n = len(pos_offset)
+        if locator.config.target_size != self.n:
+            raise ConfigError(f"LocatedState: the locator finds {locator.config.target_size} target values, the "
+                              f"state's target term has {self.n}")
         if rel_slot != target_slot + self.n:
             raise ConfigError("LocatedState: expected the relative-target slot right after the target slot, got "
                               f"target_slot={target_slot}, rel_slot={rel_slot}")
@@ -139,9 +157,22 @@ class LocatedState(nn.Module):
 
     def forward(self, obs: dict) -> torch.Tensor:
         state, image = obs["state"], obs["image"]
-        target = self.locator(image)
         n = self.n
+        target = self.locator(image)[:, :n]
         ee = state[:, self.ee_slot:self.ee_slot + n] / self.pos_scale + self.pos_offset
         t_scaled = torch.clamp((target - self.pos_offset) * self.pos_scale, -self.bound, self.bound)
         rel = torch.clamp((target - ee) * self.rel_scale, -self.bound, self.bound)
         return torch.cat([state[:, :self.target_slot], t_scaled, rel, state[:, self.rel_slot + n:]], dim=1)
+
+
+class HandLocator(nn.Module):
+    """``{"image"}`` -> the end effector a ``hand`` locator sees (base frame, m): the bundle's ``hand`` model."""
+
+    def __init__(self, locator: TargetLocator):
+        super().__init__()
+        if not locator.config.hand:
+            raise ConfigError("HandLocator: the locator was trained without the hand (LocatorConfig.hand=False)")
+        self.locator, self.n = locator, locator.config.target_size
+
+    def forward(self, obs: dict) -> torch.Tensor:
+        return self.locator(obs["image"])[:, self.n:]

@@ -82,3 +82,89 @@ def test_auto_holds_where_there_is_an_estimate_and_episodes_and_held_is_refused_
         holds_estimate("held", ["target_pos"], synced=False)
     with pytest.raises(ConfigError, match="expected one of"):
         holds_estimate("yes", ["target_pos"])
+
+
+class _Always:
+    """A `TargetSight` stand-in that says every frame shows the target: this test is about the arithmetic of
+    the camera offset, not about sight (tested above on rendered frames)."""
+
+    def __call__(self, image: np.ndarray) -> bool:
+        return True
+
+
+def _features(hold: EstimateHold, ee: np.ndarray, target_seen: np.ndarray) -> np.ndarray:
+    """Features in the state's layout: ``ee`` measured, ``target_seen`` where the located target is."""
+    f = np.zeros(hold.size, np.float32)
+    for name, raw in (("ee_pos", ee), ("target_pos", target_seen), ("target_minus_ee", target_seen - ee)):
+        s = hold.slots[name]
+        f[s] = (raw - hold.offset[s]) * hold.scale[s]
+    return f
+
+
+def test_a_hand_estimate_measures_a_moved_camera_and_corrects_the_held_target():
+    """A camera moved by ``d`` sees the target and the hand both displaced by ``d``; the hand's measured position
+    (forward kinematics) minus the hand seen gives ``d`` back, and the held target is corrected by its mean over
+    the episode's frames, before and after the first frame that shows the target; a new episode starts over."""
+    from tinker_deploy.bundle import load_bundle
+
+    m = load_bundle(VISION).manifest
+    hold = EstimateHold(m.obs_terms, m.image_terms, sight=_Always())
+    rng = np.random.default_rng(3)
+    target, d = np.array([0.55, -0.1, 0.3]), np.array([0.06, -0.05, 0.02])
+    errors = []
+    for k in range(12):
+        ee = np.array([0.45, 0.0, 0.4]) + rng.uniform(-0.1, 0.1, 3)
+        noise = rng.normal(0, 0.01, 3)  # the locator's own error on this frame
+        out = hold(_features(hold, ee, target + d + noise), "0", np.zeros((1, 1, 3), np.uint8),
+                   hand=ee + d + rng.normal(0, 0.01, 3))
+        errors.append(np.linalg.norm(hold.raw(out, "target_pos") - target))
+        s = hold.slots["target_minus_ee"]
+        np.testing.assert_allclose(out[s], (hold.raw(out, "target_pos") - ee) * hold.scale[s], atol=1e-4)
+    assert hold.hands == 12
+    np.testing.assert_allclose(hold.camera_offset, -d, atol=0.015)
+    assert errors[-1] < 0.015, f"corrected target still {errors[-1]:.3f} m off (uncorrected: {np.linalg.norm(d):.3f})"
+    # without the hand, the same frames leave the camera's error in the estimate
+    plain = EstimateHold(m.obs_terms, m.image_terms, sight=_Always())
+    out = plain(_features(plain, np.array([0.45, 0.0, 0.4]), target + d), "0", np.zeros((1, 1, 3), np.uint8))
+    assert np.linalg.norm(plain.raw(out, "target_pos") - target) > 0.07
+    hold(_features(hold, np.array([0.45, 0.0, 0.4]), target), "1", np.zeros((1, 1, 3), np.uint8))
+    assert hold.camera_offset is None and hold.hands == 0  # a new episode measures the camera again
+
+
+def test_an_offset_within_the_deadband_is_measured_but_not_corrected():
+    """With the camera in place the measured offset is the hand estimate's own error: under
+    `CALIBRATION_DEADBAND_M` the held target stays the locator's own."""
+    from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M
+    from tinker_deploy.bundle import load_bundle
+
+    m = load_bundle(VISION).manifest
+    hold = EstimateHold(m.obs_terms, m.image_terms, sight=_Always())
+    ee, seen = np.array([0.45, 0.0, 0.4]), np.array([0.55, -0.1, 0.3])
+    small = np.array([0.5, 0.5, 0.0]) * CALIBRATION_DEADBAND_M  # 0.71 of the deadband
+    out = hold(_features(hold, ee, seen), "0", np.zeros((1, 1, 3), np.uint8), hand=ee - small)
+    np.testing.assert_allclose(hold.camera_offset, small, atol=1e-6)
+    assert hold.correction is None
+    np.testing.assert_allclose(hold.raw(out, "target_pos"), seen, atol=1e-4)
+    with pytest.raises(ConfigError, match="deadband_m"):
+        EstimateHold(m.obs_terms, m.image_terms, deadband_m=-0.01)
+
+
+def test_the_deadband_sits_beyond_the_camera_moves_the_locator_is_trained_on():
+    """The locator needs no correction within its training's camera moves (one fact, in the randomization YAML)."""
+    import yaml
+
+    from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M
+
+    ranges = yaml.safe_load((VISION.parents[1] / "sim" / "config" / "vision_randomization.yaml").read_text())
+    assert max(ranges["camera_shift_m"]) < CALIBRATION_DEADBAND_M
+
+
+def test_a_hand_estimate_that_is_not_a_position_is_refused_by_name():
+    from tinker_core.errors import ValidationError
+    from tinker_deploy.bundle import load_bundle
+
+    m = load_bundle(VISION).manifest
+    hold = EstimateHold(m.obs_terms, m.image_terms, sight=_Always())
+    f = _features(hold, np.array([0.45, 0.0, 0.4]), np.array([0.5, 0.0, 0.3]))
+    with pytest.raises(ValidationError, match="held_estimate.hand"):
+        hold(f, "0", np.zeros((1, 1, 3), np.uint8), hand=np.array([np.nan, 0.0, 0.0]))

@@ -188,3 +188,46 @@ def test_a_vision_bundle_on_a_robot_without_the_simulator_needs_no_goal():
     cycle.on_frame(1, np.zeros((64, 128, 3), np.uint8))
     out = cycle.on_state(2, np.zeros(7), np.zeros(7))
     assert out is not None and not out.features[_slot(perception.manifest, "target_minus_ee")].any()
+
+
+def test_a_held_estimate_runs_the_bundles_hand_model_and_corrects_a_moved_camera():
+    """The perception node's cycle passes each frame to the bundle's hand model; a camera moved 8 cm (the
+    shifted_camera variant) is measured against the joints' forward kinematics and the held target corrected, and
+    ``per_frame`` never runs the hand model."""
+    from tinker_deploy.runtime import OnnxPolicy
+    from tinker_sim.dynamics import DynamicsParams
+
+    hand_model = OnnxPolicy.from_bundle(VISION, part="hand")
+    calls = []
+
+    def hand(obs):
+        calls.append(obs["image"].shape)
+        return hand_model.forward(obs)
+
+    env = ArmEnv(task="reach", camera=True, camera_views=2, dynamics=DynamicsParams(camera_shift_m=0.08))
+    try:
+        cycle, perception = _vision(estimate="auto", hand=hand)
+        rng = np.random.default_rng(0)
+        obs, _ = env.reset(seed=7)
+        for k in range(8):
+            q, qd = env.joint_state
+            ee = env.ee_position
+            cycle.on_frame(10 + k, obs["image"])
+            cycle.on_state(10 + k, q, qd)
+            out = cycle.on_task(10 + k, {"ee_pos": ee}, episode="1")
+            assert out is not None
+            obs, *_ = env.step(rng.uniform(-0.3, 0.3, 7))
+        true = env.task.target.copy()
+    finally:
+        env.close()
+    m = perception.manifest
+    t = next(t for t in m.obs_terms if t.name == "target_pos")
+    held = out.features[_slot(m, "target_pos")] / np.asarray(t.scale) + np.asarray(t.offset)
+    own = perception.forward(obs)[_slot(m, "target_pos")] / np.asarray(t.scale) + np.asarray(t.offset)
+    assert len(calls) == 8 and cycle.hold.hands == 8
+    assert 0.045 < np.linalg.norm(cycle.hold.camera_offset) < 0.13, cycle.hold.camera_offset  # the 8 cm move
+    assert cycle.hold.correction is not None
+    assert np.linalg.norm(held - true) < np.linalg.norm(own - true), (held, own, true)
+    calls.clear()
+    per_frame, _ = _vision(estimate="per_frame", hand=hand)
+    assert per_frame.hand is None

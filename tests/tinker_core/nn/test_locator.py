@@ -54,3 +54,68 @@ def test_located_state_replaces_the_target_terms_and_ignores_what_the_state_carr
 def test_located_state_refuses_a_layout_it_cannot_fill():
     with pytest.raises(ConfigError, match="relative-target slot"):
         LocatedState(TargetLocator(), 4, 9, 1, [0.0] * 3, [1.0] * 3, [1.0] * 3)
+
+
+def _hand_config(**kw) -> LocatorConfig:
+    return LocatorConfig(image_size=32, views=2, keypoints=2, hidden=8, hand=True,
+                         center=[0.5, 0.0, 0.3, 0.4, 0.0, 0.4], half=[0.2, 0.3, 0.2, 0.3, 0.4, 0.3], **kw)
+
+
+def test_a_hand_locator_gives_the_target_to_the_state_and_the_hand_to_its_own_model():
+    from tinker_core.nn.locator import HandLocator
+
+    torch.manual_seed(1)
+    model = TargetLocator(_hand_config()).eval()
+    wrap = LocatedState(model, target_slot=4, rel_slot=7, ee_slot=1, pos_offset=[0.5, 0.0, 0.3],
+                        pos_scale=[2.0, 2.0, 2.0], rel_scale=[5.0, 5.0, 5.0]).eval()
+    img = torch.randint(0, 256, (2, 32, 64, 3), dtype=torch.uint8)
+    with torch.no_grad():
+        out = model(img)
+        feats = wrap({"image": img, "state": torch.zeros(2, 12)})
+        hand = HandLocator(model)({"image": img})
+    assert out.shape == (2, 6) and model.config.target_size == 3
+    assert torch.allclose(feats[:, 4:7], (out[:, :3] - torch.tensor([0.5, 0.0, 0.3])) * 2.0)
+    assert torch.equal(hand, out[:, 3:])
+
+
+def test_hand_settings_that_do_not_fit_are_refused():
+    from tinker_core.nn.locator import HandLocator
+
+    with pytest.raises(ConfigError, match="even length"):
+        LocatorConfig(hand=True)  # the default center holds the target's range only
+    with pytest.raises(ConfigError, match="without the hand"):
+        HandLocator(TargetLocator(LocatorConfig(image_size=32, hidden=8)))
+    with pytest.raises(ConfigError, match="finds 3 target values"):
+        LocatedState(TargetLocator(_hand_config()), 2, 4, 0, [0.0] * 2, [1.0] * 2, [1.0] * 2)
+
+
+def test_a_bundle_with_a_hand_model_exports_and_runs_it_in_onnxruntime(tmp_path):
+    """`export_bundle` writes ``hand.onnx`` (image in, the hand out) beside perception and actor, parity-checked,
+    and `OnnxPolicy(part="hand")` runs it from the bundle."""
+    from tinker_core.nn.locator import HandLocator
+    from tinker_core.spec import DictSpec, Spec
+    from tinker_deploy.export import export_bundle
+    from tinker_deploy.runtime import OnnxPolicy
+
+    torch.manual_seed(2)
+    model = TargetLocator(_hand_config()).eval()
+    perception = LocatedState(model, target_slot=4, rel_slot=7, ee_slot=1, pos_offset=[0.5, 0.0, 0.3],
+                              pos_scale=[2.0, 2.0, 2.0], rel_scale=[5.0, 5.0, 5.0])
+    obs_spec = DictSpec({"image": Spec((32, 64, 3), "uint8", 0, 255), "state": Spec((12,), "float32", -10, 10)})
+    rng = np.random.default_rng(0)
+    recorded = {"image": rng.integers(0, 256, (8, 32, 64, 3), dtype=np.uint8),
+                "state": rng.uniform(-1, 1, (8, 12)).astype(np.float32)}
+    meta = {"obs_spec": obs_spec, "action_spec": Spec((2,), "float32", -1, 1), "feature_spec": Spec((12,)),
+            "image_terms": []}
+    out = export_bundle({"perception": perception, "actor": torch.nn.Sequential(torch.nn.Linear(12, 2),
+                                                                                torch.nn.Tanh()),
+                         "hand": HandLocator(model)}, meta, tmp_path / "b", recorded_obs=recorded,
+                        tolerance=1e-4, log=lambda s: None)
+    assert (out / "hand.onnx").is_file()
+    hand = OnnxPolicy.from_bundle(out, part="hand")
+    assert [i["name"] for i in hand.manifest.models["hand"].inputs] == ["image"]
+    with torch.no_grad():
+        want = model(torch.from_numpy(recorded["image"]))[:, 3:].numpy()
+    np.testing.assert_allclose(hand.forward({"image": recorded["image"][0], "state": recorded["state"][0]}),
+                               want[0], atol=1e-4)
+    np.testing.assert_allclose(hand.forward({"image": recorded["image"]}), want, atol=1e-4)

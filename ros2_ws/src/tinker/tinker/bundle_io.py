@@ -138,11 +138,13 @@ def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) ->
                               f"({len(m.obs_terms)} terms, {int(np.prod(m.obs_spec.shape))} values)")
     model = OnnxPolicy.from_bundle(str(path), part="perception")
     m = model.manifest
+    hand = OnnxPolicy(model.bundle, part="hand") if "hand" in m.models else None
     cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m),
-                            image_terms=m.image_terms, **cycle_kwargs)
+                            image_terms=m.image_terms, hand=None if hand is None else hand.forward, **cycle_kwargs)
     r = model.warmup(int(warmup)) if warmup > 0 else {"p99_us": 0.0, "max_us": 0.0}
-    estimate = ("" if not m.image_terms else "; its estimate held over each episode" if cycle.hold is not None
-                else "; its estimate per frame")
+    estimate = ("" if not m.image_terms else "; its estimate per frame" if cycle.hold is None
+                else "; its estimate held over each episode" + (", the camera calibrated on the hand it sees"
+                                                                 if cycle.hand is not None else ""))
     return model, cycle, (f"perception v{model.version} ({model.sha256[:12]}) from {path}: p99 {r['p99_us']:.0f} us, "
                           f"max {r['max_us']:.0f} us after warm-up{estimate}")
 
