@@ -127,9 +127,10 @@ class HeldPerception(ModuleBase):
         self.manifest, self.bundle, self.version = self.onnx.manifest, self.onnx.bundle, self.onnx.version
         self.input_spec, self.output_spec = self.onnx.input_spec, self.onnx.output_spec
         m = self.manifest
-        self.hold = EstimateHold([t for t in m.obs_terms if t.name != "image"], m.image_terms)
         self.hand = OnnxPolicy(self.onnx.bundle, part="hand") if "hand" in m.models else None
         """the end effector the camera sees: calibrates a moved camera (`EstimateHold`)"""
+        self.hold = EstimateHold([t for t in m.obs_terms if t.name != "image"], m.image_terms,
+                                 calibrate=self.hand is not None)
         self.episode = 0
 
     def reset(self) -> None:

@@ -67,7 +67,10 @@ class EstimateHold:
     that show the target (``sight``), or as they are until one has."""
 
     def __init__(self, terms: Sequence[Any], image_terms: Sequence[str], bound: float = OBS_BOUND,
-                 sight: TargetSight | None = None, deadband_m: float = CALIBRATION_DEADBAND_M):
+                 sight: TargetSight | None = None, deadband_m: float = CALIBRATION_DEADBAND_M,
+                 calibrate: bool = False):
+        """``calibrate``: hand estimates will come (the bundle has a ``hand`` model); checked against the terms
+        here, so that a bundle that cannot use them is refused when it is loaded, not in the loop."""
         asm = ObservationAssembly(terms)
         holds_estimate("held", image_terms, where="held estimate")  # the one rule, and its message
         unknown = sorted(set(image_terms) - set(asm.names))
@@ -95,6 +98,9 @@ class EstimateHold:
         if not deadband_m >= 0.0:
             raise ConfigError(f"held estimate: deadband_m must be >= 0 m, got {deadband_m!r}")
         self.deadband_m = float(deadband_m)
+        if calibrate and "ee_pos" not in self.slots:
+            raise ConfigError(f"held estimate: a hand model calibrates the camera against the measured ee_pos, and "
+                              f"this bundle's observation has no ee_pos term (its terms: {list(self.slots)})")
 
     @property
     def held(self) -> dict[str, np.ndarray]:
@@ -156,8 +162,8 @@ class EstimateHold:
 
     def _measure_camera(self, features: np.ndarray, hand: np.ndarray) -> None:
         if "ee_pos" not in self.slots:
-            raise ConfigError(f"held estimate: a hand estimate calibrates the camera against the measured ee_pos, "
-                              f"and this bundle's observation has no ee_pos term (its terms: {list(self.slots)})")
+            raise ValidationError("held_estimate.hand", "no hand estimate: this observation has no ee_pos to "
+                                  "measure it against", "one")
         hand = np.asarray(hand, dtype=np.float64).reshape(-1)
         if hand.shape != (3,) or not np.isfinite(hand).all():
             raise ValidationError("held_estimate.hand", "3 finite values (base frame, m)", f"{hand!r}")

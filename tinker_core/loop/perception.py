@@ -88,7 +88,7 @@ class PerceptionCycle:
         self.model, self.synced, self.sync_frames = model, bool(synced), bool(sync_frames)
         self.max_frame_age_ns, self.ee_fn = int(max_frame_age_ns), ee_fn
         held = holds_estimate(estimate, list(self.image_terms), synced, where="perception.estimate")
-        self.hold = EstimateHold(terms, list(self.image_terms)) if held else None
+        self.hold = EstimateHold(terms, list(self.image_terms), calibrate=hand is not None) if held else None
         self.hand = hand if held else None
         names = set(self.assembly.names) - set(self.image_terms)
         self.derived = {} if synced else {n: n[: -len("_minus_ee")] + "_pos" for n in names

@@ -168,3 +168,6 @@ def test_a_hand_estimate_that_is_not_a_position_is_refused_by_name():
     f = _features(hold, np.array([0.45, 0.0, 0.4]), np.array([0.5, 0.0, 0.3]))
     with pytest.raises(ValidationError, match="held_estimate.hand"):
         hold(f, "0", np.zeros((1, 1, 3), np.uint8), hand=np.array([np.nan, 0.0, 0.0]))
+    no_ee = [t for t in m.obs_terms if t.name not in ("ee_pos", "image")]
+    with pytest.raises(ConfigError, match="no ee_pos term"):
+        EstimateHold(no_ee, m.image_terms, calibrate=True)  # refused when loaded, not in the loop
