@@ -208,6 +208,7 @@ def _run_loop(args: argparse.Namespace) -> int:
         finally:
             bar.close()
         held = loop.stages["perception"].cycle.hold is not None
+        calibrated = held and loop.stages["perception"].cycle.hand is not None
     k, n = out["successes"], out["episodes"]
     lo, hi = wilson_interval(k, n)
     d = {"runtime": "loop", "policy": bundle, "env": env_id, "dynamics": args.dynamics or "nominal", "episodes": n,
@@ -215,13 +216,15 @@ def _run_loop(args: argparse.Namespace) -> int:
          "unsafe_states": out["unsafe_states"], "estops": out["estops"], "holds": out["holds"],
          "deadline_misses": out["deadline_misses"], "max_command_step": out["max_command_step"],
          "commands_over_velocity_limit": out["commands_over_velocity_limit"], "transitions": out["transitions"],
-         "flow": out["flow"], "hold_estimate": held, "wall_s": time.perf_counter() - t0,
+         "flow": out["flow"], "hold_estimate": held, "camera_calibrated": calibrated,
+         "wall_s": time.perf_counter() - t0,
          **(objects_summary(out["objects_sorted"], out["objects_total"]) if out["objects_total"] else {})}
     if args.json:
         print(json.dumps(d))
     else:
         print(f"{env_id} | policy {bundle} | dynamics {d['dynamics']} | the loop's stages in one process"
-              + (" | estimate held over the episode" if held else ""))
+              + (" | estimate held over the episode" if held else "")
+              + (", the camera calibrated on the hand it sees" if calibrated else ""))
         unsafe = sum(out["unsafe_states"].values())
         objects = (f"; objects sorted {d['objects_sorted_rate']:.1%} ({d['objects_sorted']}/{d['objects_total']}, "
                    f"95% CI {d['objects_ci_low']:.1%}-{d['objects_ci_high']:.1%})" if "objects_total" in d else "")
@@ -349,6 +352,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     rets = [r["return"] for r in res.per_episode]
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
              hold_estimate=bool(modules is not None and modules.held),
+             camera_calibrated=getattr(getattr(modules, "perception", None), "hand", None) is not None,
              safety_config=(getattr(args, "safety_config", None) or "default") if safety else None,
              std_return=float(np.std(rets)), curriculum=args.curriculum or None)
     if args.plot:
@@ -360,6 +364,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     else:
         print(f"{env_id} | policy {name} (v{version}) | dynamics {args.dynamics or 'nominal'}"
               + (" | estimate held over the episode" if d["hold_estimate"] else "")
+              + (", the camera calibrated on the hand it sees" if d["camera_calibrated"] else "")
               + ("" if safety else " | no SafetyWrapper"))
         print(res.format() + f"; return std {d['std_return']:.2f}")
         print("edges (the evaluation's pipeline; p50/p99: the receiving module's time per message):")

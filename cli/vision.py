@@ -135,7 +135,8 @@ def run_train(args: argparse.Namespace) -> int:
         hands = torch.from_numpy(np.concatenate([d["hands"] for d in sets])).float()
         lo, hi = hands.min(0).values, hands.max(0).values
         cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints, hand=True,
-                            center=cfg.center + ((hi + lo) / 2).tolist(), half=cfg.half + ((hi - lo) / 2 * 1.1).tolist())
+                            center=cfg.center + ((hi + lo) / 2).tolist(),
+                            half=cfg.half + ((hi - lo) / 2 * 1.1).tolist())  # the hands seen, 10% margin
         y = torch.cat([y, hands], dim=1)
     model = TargetLocator(cfg)
     n_val = max(1, len(x) // 10)
