@@ -3,8 +3,8 @@ transition with the success sensor (the target the camera found, forward kinemat
 the simulator's reward (its true target) never reaches the learner.
 
 Real processes over real DDS, on a domain of their own: sim_robot renders the vision bundle's two views with the
-camera moved 8 cm (``shifted_camera.yaml``, not re-aimed), so the perceived target is several cm off the true one
-and the two rewards differ; a real ZeroMQ receiver stands in for the learner. The simulator ends episodes only
+camera moved 8 cm (``shifted_camera.yaml``, not re-aimed), so the perceived target is off the true one (perception
+corrects most of the move on the hand it sees, not all of it, nor the locator's own error) and the two rewards differ; a real ZeroMQ receiver stands in for the learner. The simulator ends episodes only
 at the time limit (``end_on_success: false``), as ``tinker demo --reward sensors`` runs it. The graph runs at the bundle's 50 ms
 with a patient watchdog latch (as test_vision_loop).
 """
