@@ -109,3 +109,31 @@ def test_vision_help_teaches_the_steps():
     assert p.returncode == 0
     for word in ("data", "train", "export", "bench", "soft-argmax", "tinker eval pretrained/arm_reach_vision"):
         assert word in p.stdout
+
+
+def test_vision_train_learns_the_hand_where_the_data_has_it_and_says_how_to_go_without(tmp_path):
+    """A few synthetic labelled images (not rendered: this checks the training's plumbing, not its accuracy): the
+    default trains a hand locator (6 outputs, the hands' range in its config); data without hands is refused with
+    the way out, which --no-hand takes."""
+    import torch
+
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (8, 64, 128, 3), dtype=np.uint8)
+    targets = rng.uniform([0.35, -0.3, 0.2], [0.7, 0.3, 0.55], (8, 3)).astype(np.float32)
+    hands = rng.uniform([0.3, -0.3, 0.2], [0.6, 0.3, 0.6], (8, 3)).astype(np.float32)
+    np.savez(tmp_path / "with.npz", images=images, targets=targets, hands=hands)
+    np.savez(tmp_path / "without.npz", images=images, targets=targets)
+    common = ("--epochs", "1", "--batch", "4", "--threads", "1")
+    p = tinker("vision", "train", "--data", str(tmp_path / "with.npz"), "--out", str(tmp_path / "hand.pt"), *common)
+    assert p.returncode == 0, p.stderr
+    cfg = torch.load(tmp_path / "hand.pt", weights_only=False)["config"]
+    assert cfg["hand"] is True and cfg["keypoints"] == 8 and len(cfg["center"]) == 6
+    assert np.all(np.array(cfg["half"][3:]) >= (hands.max(0) - hands.min(0)) / 2)  # the hands' range is covered
+    assert "hand mean" in p.stdout + p.stderr
+    p = tinker("vision", "train", "--data", str(tmp_path / "without.npz"), "--out", str(tmp_path / "x.pt"), *common)
+    assert p.returncode != 0 and "no end-effector labels" in p.stderr and "--no-hand" in p.stderr
+    p = tinker("vision", "train", "--data", str(tmp_path / "without.npz"), "--out", str(tmp_path / "t.pt"),
+               "--no-hand", *common)
+    assert p.returncode == 0, p.stderr
+    cfg = torch.load(tmp_path / "t.pt", weights_only=False)["config"]
+    assert cfg["hand"] is False and cfg["keypoints"] == 4 and len(cfg["center"]) == 3
