@@ -114,7 +114,8 @@ class BundleModules:
 class HeldPerception(ModuleBase):
     """A vision bundle's perception as the perception node runs it by default (``estimate: auto``): perception.onnx,
     then `tinker_core.loop.held_estimate.EstimateHold` (the image terms averaged over the episode's frames that show
-    the target, and calibrated by the bundle's ``hand`` model where it has one). A pipeline module: observation in, the actor's features out; ``reset()`` ends an episode."""
+    the target, and calibrated by the bundle's ``hand`` model where it has one). A pipeline module: observation in,
+    the actor's features out; ``reset()`` ends an episode."""
 
     input_name, output_name = "obs", "features"
 
