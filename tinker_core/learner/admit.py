@@ -2,8 +2,9 @@
 
 An action computed on the robot side in float32 (the exported actor's scaled tanh, a command turned back into an
 action) can land a rounding error beyond its bound, e.g. -1.0000001 for -1; the update checks its batch against
-the spec, so one such row would stop the learner. Within `TOLERANCE` of the bound it is clipped to it; further out
-it is refused here (counted, never trained on), naming the joint and the value.
+the spec, so one such row would stop the learner. Within rounding of the bound (`Spec.clip_rounding`, `ROUNDING` of
+the bound's range, the rule the exported policy's output goes through too) it is clipped to it; further out it is
+refused here (counted, never trained on), naming the joint and the value.
 """
 
 from __future__ import annotations
@@ -14,12 +15,7 @@ from typing import Any
 import numpy as np
 
 from tinker_core.errors import ValidationError
-from tinker_core.spec import ROUNDING
 from tinker_core.transition import Transition
-
-TOLERANCE = ROUNDING
-"""how far beyond its bound, as a share of the bound's range, an action counts as rounding: `Spec.clip_rounding`'s,
-which admits it here and which the exported policy's output goes through too"""
 
 
 def admit_action(t: Transition, spec: Any) -> Transition:
