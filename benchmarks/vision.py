@@ -18,7 +18,7 @@ from _common import ROOT, arg_parser, header, machine, write_result
 
 sys.path.insert(0, str(ROOT))
 
-from tinker_cli.vision import bench_perception, hand_model  # noqa: E402
+from tinker_cli.vision import bench_perception  # noqa: E402
 from tinker_deploy.runtime import OnnxPolicy  # noqa: E402
 
 
@@ -26,7 +26,7 @@ def main() -> None:
     args = arg_parser(__doc__.split("\n\n")[0]).parse_args()
     rounds, n = (2, 300) if args.quick else (5, 1000)
     locator = OnnxPolicy.from_bundle(ROOT / "pretrained/arm_reach_vision", part="perception")
-    hand = hand_model(locator)
+    hand = locator.hand()
     parts = {"vision_locator": locator,
              "state_perception": OnnxPolicy.from_bundle(ROOT / "pretrained/arm_reach/bundle", part="perception")}
     runs: dict[str, list[dict]] = {k: [] for k in parts}

@@ -128,7 +128,7 @@ class HeldPerception(ModuleBase):
         self.manifest, self.bundle, self.version = self.onnx.manifest, self.onnx.bundle, self.onnx.version
         self.input_spec, self.output_spec = self.onnx.input_spec, self.onnx.output_spec
         m = self.manifest
-        self.hand = OnnxPolicy(self.onnx.bundle, part="hand") if "hand" in m.models else None
+        self.hand = self.onnx.hand()
         """the end effector the camera sees: calibrates a moved camera (`EstimateHold`)"""
         self.hold = EstimateHold([t for t in m.obs_terms if t.name != "image"], m.image_terms,
                                  calibrate=self.hand is not None)

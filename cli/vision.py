@@ -242,19 +242,10 @@ def run_bench(args: argparse.Namespace) -> int:
     from tinker_deploy.runtime import OnnxPolicy
 
     perception = OnnxPolicy.from_bundle(args.bundle, part="perception", threads=args.threads)
-    hand = hand_model(perception, threads=args.threads)
+    hand = perception.hand()
     res = bench_perception(perception, args.n, hand)
     print(json.dumps({"bundle": str(args.bundle), "threads": args.threads, "hand": hand is not None, **res}))
     return 0
-
-
-def hand_model(perception: Any, threads: int = 1) -> Any:
-    """The bundle's ``hand`` model beside ``perception`` (an `OnnxPolicy`), or None where it has none."""
-    from tinker_deploy.runtime import OnnxPolicy, OnnxPolicyConfig
-
-    if "hand" not in perception.manifest.models:
-        return None
-    return OnnxPolicy(perception.bundle, part="hand", config=OnnxPolicyConfig(threads=threads))
 
 
 def bench_perception(perception: Any, n: int, hand: Any = None) -> dict[str, float]:

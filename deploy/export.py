@@ -333,7 +333,7 @@ def _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, ops
             plan.append(("hand", parts["hand"], hand_input_spec(obs_spec), "obs", "hand", HAND_SPEC))
         for name, mod, in_spec, flat, out_name, out_spec in plan:
             inputs = (reference["features"] if name == "actor" else
-                      {"image": recorded_obs["image"]} if name == "hand" else recorded_obs)
+                      {k: recorded_obs[k] for k in in_spec.fields} if name == "hand" else recorded_obs)
             src = _slice(inputs, 1)
             raw = onnx_bytes(mod, src, in_spec, flat, out_name, opset, name)
             blob, rewrites = rewrite(raw)

@@ -180,6 +180,13 @@ class OnnxPolicy(ModuleBase[OnnxPolicyConfig]):
         bundle = load_bundle(path, expect=expect)
         return cls(bundle, part, OnnxPolicyConfig(threads, optimization, quantized, tuple(providers)))
 
+    def hand(self) -> "OnnxPolicy | None":
+        """The same bundle's ``hand`` model (the end effector its locator sees), with this session's settings, or
+        None where the bundle has none."""
+        if "hand" not in self.manifest.models:
+            return None
+        return OnnxPolicy(self.bundle, part="hand", config=self.config)
+
     # -- identity -----------------------------------------------------------------------------
     @property
     def manifest(self) -> Manifest:

@@ -119,3 +119,10 @@ def test_a_bundle_with_a_hand_model_exports_and_runs_it_in_onnxruntime(tmp_path)
     np.testing.assert_allclose(hand.forward({"image": recorded["image"][0], "state": recorded["state"][0]}),
                                want[0], atol=1e-4)
     np.testing.assert_allclose(hand.forward({"image": recorded["image"]}), want, atol=1e-4)
+    beside = OnnxPolicy.from_bundle(out, part="perception").hand()  # as the loop finds it from perception
+    np.testing.assert_allclose(beside.forward({"image": recorded["image"][0]}), want[0], atol=1e-4)
+    assert OnnxPolicy(beside.bundle, part="actor").hand().part == "hand"
+    del meta["image_terms"]
+    plain = export_bundle({"perception": perception, "actor": torch.nn.Linear(12, 2)}, meta, tmp_path / "p",
+                          recorded_obs=recorded, tolerance=1e-4, log=lambda s: None)
+    assert OnnxPolicy.from_bundle(plain, part="perception").hand() is None

@@ -138,7 +138,7 @@ def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) ->
                               f"({len(m.obs_terms)} terms, {int(np.prod(m.obs_spec.shape))} values)")
     model = OnnxPolicy.from_bundle(str(path), part="perception")
     m = model.manifest
-    hand = OnnxPolicy(model.bundle, part="hand") if "hand" in m.models else None
+    hand = model.hand()
     cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m),
                             image_terms=m.image_terms, hand=None if hand is None else hand.forward, **cycle_kwargs)
     r = model.warmup(int(warmup)) if warmup > 0 else {"p99_us": 0.0, "max_us": 0.0}
