@@ -53,6 +53,12 @@ def register(sub: Any) -> None:
     t.add_argument("--threads", type=int, default=2, help="torch threads (default 2)")
     t.add_argument("--keypoints", type=int, default=None,
                    help="heatmaps per view (default 8 with the hand, 4 without)")
+    t.add_argument("--head", choices=("triangulate", "mlp"), default="triangulate",
+                   help="how heatmaps become positions: 'triangulate' (default) through the simulated camera's "
+                        "nominal model, one heatmap per view for the target and one for the hand, so that a moved "
+                        "camera misplaces both by the same vector; 'mlp': a learned map from 8 (4) keypoints per view")
+    t.add_argument("--convs", type=int, default=None,
+                   help="3x3 layers at the start of the trunk (default 3 for triangulate, 1 for mlp)")
     t.add_argument("--no-hand", dest="hand", action="store_false",
                    help="find the target only; by default the locator also learns to find the end effector (the "
                         "data's 'hands'), which calibrates a moved camera in the loop")
@@ -125,8 +131,16 @@ def run_train(args: argparse.Namespace) -> int:
     x = torch.from_numpy(np.concatenate([d["images"] for d in sets]))
     y = torch.from_numpy(np.concatenate([d["targets"] for d in sets])).float()
     h, w = x.shape[1], x.shape[2]
-    keypoints = args.keypoints or (8 if args.hand else 4)
-    cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints)
+    geometry: dict[str, Any] = {"convs": args.convs or 1}
+    if args.head == "triangulate":
+        if args.keypoints:
+            raise ConfigError("--keypoints: a triangulating locator has one heatmap per view for each thing it finds; "
+                              "--keypoints goes with --head mlp")
+        keypoints = 2 if args.hand else 1
+        geometry = {"convs": args.convs or 3, "projections": _nominal_projections(h, w // h)}
+    else:
+        keypoints = args.keypoints or (8 if args.hand else 4)
+    ranges = {}
     if args.hand:
         no_hands = [p for p, d in zip(args.data, sets) if "hands" not in d]
         if no_hands:
@@ -134,10 +148,11 @@ def run_train(args: argparse.Namespace) -> int:
                               f"recorded): make it again with 'tinker vision data', or train with --no-hand")
         hands = torch.from_numpy(np.concatenate([d["hands"] for d in sets])).float()
         lo, hi = hands.min(0).values, hands.max(0).values
-        cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints, hand=True,
-                            center=cfg.center + ((hi + lo) / 2).tolist(),
-                            half=cfg.half + ((hi - lo) / 2 * 1.1).tolist())  # the hands seen, 10% margin
+        target = LocatorConfig()
+        ranges = {"center": target.center + ((hi + lo) / 2).tolist(),
+                  "half": target.half + ((hi - lo) / 2 * 1.1).tolist()}  # the hands seen, 10% margin
         y = torch.cat([y, hands], dim=1)
+    cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints, hand=args.hand, **geometry, **ranges)
     model = TargetLocator(cfg)
     n_val = max(1, len(x) // 10)
     perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(args.seed))
@@ -172,6 +187,17 @@ def run_train(args: argparse.Namespace) -> int:
                 "data": [str(p) for p in args.data], "n_train": len(tr), "n_val": n_val, "wall_s": time.time() - t0}, args.out)
     print(json.dumps({"out": args.out, "wall_s": round(time.time() - t0, 1), **log[-1]}))
     return 0
+
+
+def _nominal_projections(image_size: int, views: int) -> list:
+    """The simulated ArmReach camera's nominal projections from the robot's base frame (the labels' frame)."""
+    from tinker_sim.arm_env import ArmEnv
+
+    env = ArmEnv("reach", camera=True, image_size=image_size, camera_views=views)
+    try:
+        return env.camera.projections(env.robot.base_position)
+    finally:
+        env.close()
 
 
 def _val_error_m(model: Any, x: Any, y: Any) -> dict[str, Any]:

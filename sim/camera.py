@@ -90,3 +90,18 @@ class Camera:
             noisy = img.astype(np.float32) + self._noise_rng.normal(0.0, self.noise_std, img.shape).astype(np.float32)
             img = np.clip(np.rint(noisy), 0, 255).astype(np.uint8)
         return img
+
+    def projections(self, origin=(0.0, 0.0, 0.0)) -> list[list[list[float]]]:
+        """Per view, the NOMINAL camera's 3x4 projection (rows: x, y and w of OpenGL clip coordinates) of a point
+        given in a frame with its origin at world point ``origin`` (the labels' frame: the robot base). A point
+        ``X`` appears at ``(P[0] . [X, 1], P[1] . [X, 1]) / P[2] . [X, 1]`` in -1..1 (x rightward, y upward), the
+        model of the camera a triangulating locator is given (`tinker_core.nn.locator.LocatorConfig.projections`);
+        the episode's moves, tilt and field of view are what it is NOT told."""
+        to_frame = np.eye(4)
+        to_frame[:3, 3] = np.asarray(origin, dtype=np.float64)
+        proj = np.asarray(p.computeProjectionMatrixFOV(self.fov_deg, 1.0, 0.05, 5.0)).reshape(4, 4).T
+        out = []
+        for eye0, target0 in zip(self.eyes0, self.targets0):
+            view = np.asarray(p.computeViewMatrix(eye0.tolist(), target0.tolist(), [0, 0, 1])).reshape(4, 4).T
+            out.append((proj @ view @ to_frame)[[0, 1, 3]].tolist())
+        return out

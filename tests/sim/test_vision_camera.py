@@ -1,4 +1,4 @@
-"""The two-view camera: shape, and that a camera shift moves the picture without re-aiming the camera."""
+"""The two-view camera: shape, its projections, and that a camera shift moves the picture without re-aiming it."""
 
 from __future__ import annotations
 
@@ -15,6 +15,30 @@ def test_two_views_side_by_side(make_env):
     assert obs["image"].shape == (32, 64, 3) == env.observation_space["image"].shape
     left, right = obs["image"][:, :32], obs["image"][:, 32:]
     assert not np.array_equal(left, right)  # two different viewpoints
+
+
+def test_projections_put_the_target_where_the_camera_draws_it(make_env):
+    """`Camera.projections` (the model a triangulating locator is given) agrees with the rendered image: the
+    green marker's centre (its greenest pixels' mean) is within a pixel of where the true target projects."""
+    env = make_env(camera=True, image_size=64, camera_views=2)
+    u = env.unwrapped
+    projections = np.asarray(u.camera.projections(u.robot.base_position))
+    assert projections.shape == (2, 3, 4)
+    checked = 0
+    for seed in (0, 1, 3):
+        obs, _ = env.reset(seed=seed)
+        img = obs["image"].astype(float)
+        for v in range(2):
+            q = projections[v] @ np.r_[u.task.target, 1.0]
+            x, y = q[0] / q[2], q[1] / q[2]
+            col, row = (x + 1) / 2 * 64 - 0.5, (1 - y) / 2 * 64 - 0.5  # -1..1 are the image's edges; y up
+            view = img[:, v * 64:(v + 1) * 64]
+            green = view[..., 1] - 0.5 * (view[..., 0] + view[..., 2])
+            rows, cols = np.nonzero(green > 0.5 * green.max())
+            r, c = rows.mean(), cols.mean()
+            assert abs(r - row) <= 1.0 and abs(c - col) <= 1.0, (seed, v, (r, c), (row, col))
+            checked += 1
+    assert checked == 6
 
 
 def test_camera_shift_translates_the_camera_without_re_aiming_it(make_env):

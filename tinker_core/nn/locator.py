@@ -7,6 +7,12 @@ expected image position (x, y in -1..1). An MLP maps all views' keypoints to the
 frame and units of the labels it was trained on (ArmReach: base frame, m), through ``center + half * out``.
 Trained by supervision in simulation (true positions as labels); exported to ONNX like any module.
 
+Given the camera's model (``projections``), the locator triangulates instead: one heatmap per view for each thing
+it finds, and the position is the point whose projections best match them (linear least squares through the
+nominal cameras, `triangulate`). A learned map from keypoints is right only for the camera poses it was trained
+on, and a moved camera misplaces the target and the hand by different vectors; through the camera's geometry, a
+camera moved by ``s`` misplaces everything it finds by ``-s``, which the hand then measures exactly.
+
 With ``hand`` the same network also finds the end effector it sees (outputs: target, then hand). A camera that
 moved biases both by the same vector, so the difference between the hand the camera sees and the hand forward
 kinematics gives measures the camera's error (`tinker_core.loop.held_estimate.EstimateHold` corrects with it).
@@ -47,6 +53,12 @@ class LocatorConfig:
     hand: bool = False
     """also find the end effector (the hand) in the views: the outputs are the target, then the hand, and
     ``center`` / ``half`` cover both (twice the target's length)"""
+    convs: int = 1
+    """3x3 layers at the start of the trunk (each widens what a heatmap pixel sees by 2 pixels)"""
+    projections: list[list[list[float]]] | None = None
+    """per view, the nominal camera's 3x4 projection of a point in the labels' frame (rows x, y, w of clip
+    coordinates; `tinker_sim.camera.Camera.projections`). Given: each thing found is one heatmap per view
+    (``keypoints`` = 1, or 2 with the hand), triangulated through these; None: the MLP head"""
 
     def __post_init__(self) -> None:
         if not 16 <= self.image_size <= 256:
@@ -59,6 +71,18 @@ class LocatorConfig:
         if self.hand and len(self.center) % 2:
             raise ConfigError(f"LocatorConfig: with hand=True, center and half hold the target's range then the "
                               f"hand's (an even length), got {len(self.center)} values")
+        if self.convs < 1:
+            raise ConfigError(f"LocatorConfig.convs: expected >= 1, got {self.convs}")
+        if self.projections is not None:
+            shape = [len(self.projections)] + sorted({(len(m), *sorted({len(r) for r in m})) for m in self.projections})
+            if shape != [self.views, (3, 4)]:
+                raise ConfigError(f"LocatorConfig.projections: expected one 3x4 matrix per view ({self.views}), got "
+                                  f"{shape[0]} of shapes {shape[1:]}")
+            things = 2 if self.hand else 1
+            if self.keypoints != things or self.target_size != 3:
+                raise ConfigError(f"LocatorConfig: a triangulating locator has one heatmap per thing it finds "
+                                  f"(keypoints={things}) and 3D positions, got keypoints={self.keypoints} and "
+                                  f"{self.target_size} values per position")
 
     @property
     def target_size(self) -> int:
@@ -81,6 +105,23 @@ class SpatialSoftArgmax(nn.Module):
         return prob @ self.grid
 
 
+def triangulate(points: torch.Tensor, projections: torch.Tensor) -> torch.Tensor:
+    """(B, V, 2) image points (x rightward, y upward, -1..1) seen by V cameras with (V, 3, 4) projections ->
+    (B, 3): the point whose projections match them in the least-squares (direct linear transform) sense. The 3x3
+    normal equations are solved by their adjugate, so that the graph exports to ONNX with arithmetic only."""
+    u = points.unsqueeze(-1)  # (B, V, 2, 1)
+    rows = u * projections[:, 2:3, :] - projections[:, 0:2, :]  # (B, V, 2, 4): row . [X, 1] = 0
+    rows = rows.reshape(points.shape[0], -1, 4)
+    a, b = rows[..., :3], -rows[..., 3]
+    m = a.transpose(1, 2) @ a  # (B, 3, 3)
+    r = (a.transpose(1, 2) @ b.unsqueeze(-1)).squeeze(-1)  # (B, 3)
+    c0 = torch.linalg.cross(m[:, 1], m[:, 2])
+    c1 = torch.linalg.cross(m[:, 2], m[:, 0])
+    c2 = torch.linalg.cross(m[:, 0], m[:, 1])
+    det = (m[:, 0] * c0).sum(-1, keepdim=True)
+    return torch.stack([c0, c1, c2], dim=2).matmul(r.unsqueeze(-1)).squeeze(-1) / det
+
+
 class TargetLocator(nn.Module):
     """uint8 image (B, S, views*S, 3) -> target position (B, len(center)); see the module docstring."""
 
@@ -88,33 +129,36 @@ class TargetLocator(nn.Module):
         super().__init__()
         self.config = c = config or LocatorConfig()
         w = c.width
-        self.trunk = nn.Sequential(
-            nn.Conv2d(3, w, 3, padding=1), nn.ReLU(),
-            nn.Conv2d(w, w, 1), nn.ReLU(),
-            nn.Conv2d(w, c.keypoints, 1))
+        layers: list[nn.Module] = [nn.Conv2d(3, w, 3, padding=1), nn.ReLU()]
+        for _ in range(c.convs - 1):
+            layers += [nn.Conv2d(w, w, 3, padding=1), nn.ReLU()]
+        self.trunk = nn.Sequential(*layers, nn.Conv2d(w, w, 1), nn.ReLU(), nn.Conv2d(w, c.keypoints, 1))
         if c.prior_rgb is not None:
             self._init_colour_prior(c.prior_rgb)
         self.softargmax = SpatialSoftArgmax(c.image_size, c.image_size, temperature=5.0)
-        self.head = nn.Sequential(nn.Linear(c.views * c.keypoints * 2, c.hidden), nn.ReLU(),
-                                  nn.Linear(c.hidden, c.hidden), nn.ReLU(), nn.Linear(c.hidden, len(c.center)))
+        if c.projections is None:
+            self.head = nn.Sequential(nn.Linear(c.views * c.keypoints * 2, c.hidden), nn.ReLU(),
+                                      nn.Linear(c.hidden, c.hidden), nn.ReLU(), nn.Linear(c.hidden, len(c.center)))
+        else:
+            self.register_buffer("projections", torch.tensor(c.projections, dtype=torch.float32))
+            # soft-argmax's -1 and 1 are the centres of the edge pixels; the camera's -1 and 1 are the edges
+            self.register_buffer("to_camera", torch.tensor([1.0, -1.0]) * (c.image_size - 1) / c.image_size)
         self.register_buffer("out_center", torch.tensor(c.center, dtype=torch.float32))
         self.register_buffer("out_half", torch.tensor(c.half, dtype=torch.float32))
 
     @torch.no_grad()
     def _init_colour_prior(self, rgb: list[float], gain: float = 7.0) -> None:
         """Channel 0 through the trunk = ``gain * relu(rgb . pixel)`` (3x3 centre tap), the others as initialized."""
-        c1, c2, c3 = self.trunk[0], self.trunk[2], self.trunk[4]
-        c1.weight[0].zero_()
-        c1.weight[0, :, 1, 1] = torch.tensor(rgb)
-        c1.bias[0] = 0.0
-        c2.weight[0].zero_()
-        c2.weight[:, 0] = 0.0
-        c2.weight[0, 0] = 1.0
-        c2.bias[0] = 0.0
-        c3.weight[0].zero_()
-        c3.weight[:, 0] = 0.0
-        c3.weight[0, 0] = gain
-        c3.bias[0] = 0.0
+        convs = [m for m in self.trunk if isinstance(m, nn.Conv2d)]
+        first, last = convs[0], convs[-1]
+        first.weight[0].zero_()
+        first.weight[0, :, first.kernel_size[0] // 2, first.kernel_size[1] // 2] = torch.tensor(rgb)
+        first.bias[0] = 0.0
+        for conv in convs[1:]:  # channel 0 passes through: centre tap 1 from channel 0, nothing else into it
+            conv.weight[0].zero_()
+            conv.weight[:, 0] = 0.0
+            conv.weight[0, 0, conv.kernel_size[0] // 2, conv.kernel_size[1] // 2] = gain if conv is last else 1.0
+            conv.bias[0] = 0.0
 
     def normalized(self, image: torch.Tensor) -> torch.Tensor:
         """The head's output before scaling: (position - center) / half."""
@@ -123,8 +167,16 @@ class TargetLocator(nn.Module):
         b = x.shape[0]
         views = torch.cat([x[..., i * c.image_size:(i + 1) * c.image_size] for i in range(c.views)], dim=0)
         kp = self.softargmax(self.trunk(views))  # (views*B, K, 2)
+        if c.projections is not None:
+            return (self.positions(kp.reshape(c.views, b, c.keypoints, 2)) - self.out_center) / self.out_half
         kp = torch.cat([kp[i * b:(i + 1) * b].reshape(b, -1) for i in range(c.views)], dim=1)
         return self.head(kp)
+
+    def positions(self, kp: torch.Tensor) -> torch.Tensor:
+        """(views, B, things, 2) heatmap positions -> (B, 3 * things): each thing triangulated."""
+        seen = kp * self.to_camera
+        return torch.cat([triangulate(seen[:, :, k].transpose(0, 1), self.projections)
+                          for k in range(kp.shape[2])], dim=1)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         return self.out_center + self.out_half * self.normalized(image)

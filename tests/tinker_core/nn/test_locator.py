@@ -1,4 +1,5 @@
-"""`TargetLocator` / `LocatedState`: soft-argmax finds a heatmap peak, ONNX (onnxruntime) equals torch."""
+"""`TargetLocator` / `LocatedState`: soft-argmax finds a heatmap peak, triangulation inverts the cameras, ONNX
+(onnxruntime) equals torch."""
 
 from __future__ import annotations
 
@@ -10,7 +11,33 @@ import pytest
 import torch
 
 from tinker_core.errors import ConfigError
-from tinker_core.nn.locator import LocatedState, LocatorConfig, SpatialSoftArgmax, TargetLocator
+from tinker_core.nn.locator import LocatedState, LocatorConfig, SpatialSoftArgmax, TargetLocator, triangulate
+
+
+def _look_at(eye, target, fov_deg: float = 55.0, near: float = 0.05, far: float = 5.0) -> np.ndarray:
+    """A 3x4 projection (rows x, y, w of OpenGL clip coordinates) of a camera at ``eye`` looking at ``target``,
+    built here from the textbook formulas (not from sim: tinker_core stands alone)."""
+    eye, target = np.asarray(eye, float), np.asarray(target, float)
+    f = (target - eye) / np.linalg.norm(target - eye)
+    r = np.cross(f, [0.0, 0.0, 1.0])
+    r /= np.linalg.norm(r)
+    u = np.cross(r, f)
+    view = np.eye(4)
+    view[:3, :3] = np.stack([r, u, -f])
+    view[:3, 3] = -view[:3, :3] @ eye
+    t = 1.0 / np.tan(np.radians(fov_deg) / 2)
+    proj = np.array([[t, 0, 0, 0], [0, t, 0, 0], [0, 0, -(far + near) / (far - near), -2 * far * near / (far - near)],
+                     [0, 0, -1, 0]])
+    return (proj @ view)[[0, 1, 3]]
+
+
+CAMERAS = np.stack([_look_at([1.3, 0.5, 0.9], [0.45, 0.0, 0.25]), _look_at([1.3, -0.5, 0.9], [0.45, 0.0, 0.25])])
+
+
+def _seen(points: np.ndarray, cameras: np.ndarray) -> torch.Tensor:
+    """(B, 3) points -> (B, V, 2) where each camera sees them."""
+    q = np.einsum("vij,bj->bvi", cameras, np.c_[points, np.ones(len(points))])
+    return torch.tensor(q[..., :2] / q[..., 2:], dtype=torch.float32)
 
 
 def test_soft_argmax_returns_the_peak_position():
@@ -33,6 +60,59 @@ def test_locator_onnx_output_equals_torch():
         want = model(x).numpy()
     assert got.shape == (3, 3)
     np.testing.assert_allclose(got, want, atol=1e-5)
+
+
+def test_triangulation_finds_the_point_two_cameras_see():
+    points = np.array([[0.5, 0.1, 0.3], [0.35, -0.28, 0.52], [0.7, 0.3, 0.2]])
+    got = triangulate(_seen(points, CAMERAS), torch.tensor(CAMERAS, dtype=torch.float32))
+    np.testing.assert_allclose(got.numpy(), points, atol=1e-5)
+
+
+def test_through_the_nominal_cameras_a_moved_camera_misplaces_every_point_by_minus_its_move():
+    """Why the locator triangulates: cameras moved by ``s`` (not re-aimed) see ``X`` where the nominal ones see
+    ``X - s``, so target and hand are misplaced by the same vector, and the hand measures it (`EstimateHold`)."""
+    s = np.array([0.0, 0.06, -0.05])
+    back = np.eye(4)
+    back[:3, 3] = -s
+    moved = CAMERAS @ back  # the moved cameras' projections
+    points = np.array([[0.5, 0.1, 0.3], [0.4, -0.2, 0.5]])
+    got = triangulate(_seen(points, moved), torch.tensor(CAMERAS, dtype=torch.float32)).numpy()
+    np.testing.assert_allclose(got, points - s, atol=1e-5)
+
+
+def _triangulating_config(**kw) -> LocatorConfig:
+    return LocatorConfig(image_size=32, views=2, keypoints=2, hand=True, convs=3, projections=CAMERAS.tolist(),
+                         center=[0.5, 0.0, 0.3, 0.4, 0.0, 0.4], half=[0.2, 0.3, 0.2, 0.3, 0.4, 0.3], **kw)
+
+
+def test_a_triangulating_locator_puts_a_heatmap_peak_where_the_cameras_see_it_and_exports_to_onnx():
+    torch.manual_seed(3)
+    model = TargetLocator(_triangulating_config()).eval()
+    x = torch.randint(0, 256, (3, 32, 64, 3), dtype=torch.uint8)
+    with torch.no_grad():
+        want = model(x).numpy()
+        # soft-argmax's -1 and 1 are the centres of the edge pixels, the camera's are the edges; its y points down
+        points = np.array([[0.5, 0.1, 0.3], [0.42, -0.2, 0.45]])
+        grid = _seen(points, CAMERAS) * torch.tensor([1.0, -1.0]) * 32 / 31  # (things, views, 2)
+        found = model.positions(grid.permute(1, 0, 2).unsqueeze(1))  # (views, B=1, things, 2)
+    np.testing.assert_allclose(found.numpy().reshape(2, 3), points, atol=1e-5)
+    buf = io.BytesIO()
+    torch.onnx.export(model, (x,), buf, input_names=["image"], output_names=["positions"], opset_version=17,
+                      dynamic_axes={"image": {0: "b"}, "positions": {0: "b"}}, dynamo=False)
+    got = ort.InferenceSession(buf.getvalue(), providers=["CPUExecutionProvider"]).run(None, {"image": x.numpy()})[0]
+    assert got.shape == (3, 6)
+    np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_triangulating_settings_that_do_not_fit_are_refused():
+    with pytest.raises(ConfigError, match="one 3x4 matrix per view"):
+        LocatorConfig(views=1, keypoints=1, projections=CAMERAS.tolist())
+    with pytest.raises(ConfigError, match="one 3x4 matrix per view"):
+        LocatorConfig(projections=[[[1.0] * 4] * 3, [[1.0] * 3] * 3], keypoints=1)
+    with pytest.raises(ConfigError, match="one heatmap per thing"):
+        LocatorConfig(projections=CAMERAS.tolist(), keypoints=4)
+    with pytest.raises(ConfigError, match="convs"):
+        LocatorConfig(convs=0)
 
 
 def test_located_state_replaces_the_target_terms_and_ignores_what_the_state_carried():
