@@ -10,16 +10,17 @@ from typing import Any
 ORDER = 45
 
 EPILOG = """\
-how it works (the modular split): a small CNN (tinker_core.nn.locator.TargetLocator: per-view keypoint heatmaps,
-spatial soft-argmax, MLP) estimates the target's 3D position from two 64x64 camera views; the estimate replaces
-the target terms of the shipped state policy's observation (LocatedState), and that policy acts on it. The
-locator is trained by supervision in simulation: images with domain randomization of what a real camera varies
-(sim/config/vision_randomization.yaml: pose shift and tilt, field of view, light, image noise; marker colour),
-labelled with the true target position. Ground truth labels and scores; it is never a policy input.
-The same network also learns to find the end effector it sees (the hand; --no-hand: not): in the loop, forward
-kinematics says where the hand really is, so the difference measures a moved camera's error, and the held target
-is corrected by it (tinker_core.loop.held_estimate.EstimateHold). The bundle then has hand.onnx beside
-perception.onnx.
+how it works (the modular split): a small CNN (tinker_core.nn.locator.TargetLocator: per-view heatmaps, spatial
+soft-argmax) finds the target in two 64x64 camera views, and its 3D position is triangulated through the camera's
+nominal model (--head mlp: a learned map instead); the estimate replaces the target terms of the shipped state
+policy's observation (LocatedState), and that policy acts on it. The locator is trained by supervision in
+simulation: images with domain randomization of what a real camera varies (sim/config/vision_randomization.yaml:
+pose shift and tilt, field of view, light, image noise; marker colour), labelled with the true target position.
+Ground truth labels and scores; it is never a policy input.
+The same network also finds the end effector it sees (the hand; --no-hand: not): in the loop, forward kinematics
+says where the hand really is, so the difference measures a moved camera's error (through the camera's geometry
+the target is misplaced by the same vector), and the held target is corrected by it
+(tinker_core.loop.held_estimate.EstimateHold). The bundle then has hand.onnx beside perception.onnx.
 
 steps (defaults write under runs/vision/):
   tinker vision data --episodes 2500                 labelled images -> runs/vision/train.npz
@@ -133,13 +134,13 @@ def run_train(args: argparse.Namespace) -> int:
     h, w = x.shape[1], x.shape[2]
     geometry: dict[str, Any] = {"convs": args.convs or 1}
     if args.head == "triangulate":
-        if args.keypoints:
+        if args.keypoints is not None:
             raise ConfigError("--keypoints: a triangulating locator has one heatmap per view for each thing it finds; "
                               "--keypoints goes with --head mlp")
         keypoints = 2 if args.hand else 1
         geometry = {"convs": args.convs or 3, "projections": _nominal_projections(h, w // h)}
     else:
-        keypoints = args.keypoints or (8 if args.hand else 4)
+        keypoints = args.keypoints if args.keypoints is not None else (8 if args.hand else 4)
     ranges = {}
     if args.hand:
         no_hands = [p for p, d in zip(args.data, sets) if "hands" not in d]
