@@ -80,11 +80,13 @@ def load_policy(bundle: str | os.PathLike):
     return OnnxPolicy.from_bundle(bundle, part="policy")
 
 
-def bundle_modules(bundle: str | os.PathLike, estimate: str = "auto", where: str = "--estimate") -> "BundleModules":
+def bundle_modules(bundle: str | os.PathLike, estimate: str = "auto", where: str = "--estimate",
+                   deadband_m: float | None = None) -> "BundleModules":
     """A bundle as the pipeline's perception and policy modules, as the perception and policy nodes run it: a state
     bundle's policy.onnx alone; a vision bundle's perception.onnx, then actor.onnx, with the estimate held or per
     frame by ``estimate`` (`tinker_core.loop.held_estimate.holds_estimate`, the perception node's rule; the env's
-    episodes are known), read from the manifest before the bundle is loaded once."""
+    episodes are known), read from the manifest before the bundle is loaded once. ``deadband_m``: the held
+    estimate's calibration deadband (None: `CALIBRATION_DEADBAND_M`)."""
     from tinker.bundle_io import top_manifest
     from tinker_core.loop.held_estimate import holds_estimate
     from tinker_deploy.runtime import OnnxPolicy
@@ -93,7 +95,7 @@ def bundle_modules(bundle: str | os.PathLike, estimate: str = "auto", where: str
     image_terms = manifest.image_terms or ()
     held = holds_estimate(estimate, image_terms, synced=True, where=where)
     if held:
-        perception = HeldPerception(bundle)
+        perception = HeldPerception(bundle, deadband_m)
     elif image_terms:
         perception = OnnxPolicy.from_bundle(bundle, part="perception")
     else:
@@ -119,8 +121,8 @@ class HeldPerception(ModuleBase):
 
     input_name, output_name = "obs", "features"
 
-    def __init__(self, bundle: str | os.PathLike):
-        from tinker_core.loop.held_estimate import EstimateHold
+    def __init__(self, bundle: str | os.PathLike, deadband_m: float | None = None):
+        from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, EstimateHold
         from tinker_deploy.runtime import OnnxPolicy
 
         super().__init__()
@@ -131,7 +133,8 @@ class HeldPerception(ModuleBase):
         self.hand = self.onnx.hand()
         """the end effector the camera sees: calibrates a moved camera (`EstimateHold`)"""
         self.hold = EstimateHold([t for t in m.obs_terms if t.name != "image"], m.image_terms,
-                                 calibrate=self.hand is not None)
+                                 calibrate=self.hand is not None,
+                                 deadband_m=CALIBRATION_DEADBAND_M if deadband_m is None else deadband_m)
         self.episode = 0
 
     def reset(self) -> None:

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tinker_core.loop.held_estimate import ESTIMATE_MODES
+from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, CALIBRATION_DEADBAND_RANGE_M, ESTIMATE_MODES
 
 ORDER = 40
 
@@ -65,6 +65,10 @@ def register(sub: Any) -> None:
                           "(a state bundle has none: per frame); held requires that; per_frame uses each frame's own")
     est.add_argument("--hold-estimate", dest="estimate", action="store_const", const="held",
                      help="the same as --estimate held")
+    p.add_argument("--calibration-deadband", type=float, default=CALIBRATION_DEADBAND_M, metavar="M",
+                   help="with a held estimate and a bundle that finds the hand: a camera offset the hand measures no "
+                        f"longer than this is not corrected, m (default {CALIBRATION_DEADBAND_M}; the perception "
+                        "node's calibration_deadband)")
     p.add_argument("--curriculum", metavar="PARAM=VALUE", help="an env parameter set as a curriculum level before the "
                    "first episode, e.g. num_objects=3 (a policy trained with a curriculum records its first level)")
     p.add_argument("--runtime", choices=("env", "loop"), default="env",
@@ -87,6 +91,10 @@ def run(args: argparse.Namespace) -> int:
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    lo, hi = CALIBRATION_DEADBAND_RANGE_M
+    if not lo <= args.calibration_deadband <= hi:
+        raise ConfigError(f"--calibration-deadband: expected {lo}..{hi} m (the perception node's range), got "
+                          f"{args.calibration_deadband}")
     if args.runtime == "loop":
         return _run_loop(args)
     if args.policy and not (Path(args.policy) / "manifest.json").is_file() and (Path(args.policy) / "meta.json").is_file():
@@ -97,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         if is_hierarchy(args.policy):
             return _run_hierarchy(args)
     bundle = args.policy or default_bundle(args.env or DEFAULT_ENV)
-    policy = bundle_modules(bundle, args.estimate)
+    policy = bundle_modules(bundle, args.estimate, deadband_m=args.calibration_deadband)
     recorded = policy.manifest.env or ({"id": policy.manifest.env_id} if policy.manifest.env_id else {})
     env_id = args.env or recorded.get("id") or DEFAULT_ENV
     if env_id.startswith("tinker/"):
@@ -191,7 +199,8 @@ def _run_loop(args: argparse.Namespace) -> int:
         if param != "num_objects":
             raise ConfigError(f"--curriculum {args.curriculum!r}: the loop's robot takes num_objects=N only")
         sim["num_objects"] = int(value)
-    overrides = {"sim_robot": sim, "perception": {"estimate": args.estimate},
+    overrides = {"sim_robot": sim, "perception": {"estimate": args.estimate,
+                                                  "calibration_deadband": args.calibration_deadband},
                  **({"safety": {"config": _safety_yaml(args)}} if args.safety_config else {})}
     bar = tqdm(total=args.episodes, desc="eval (loop)", unit="ep", disable=args.json)
     t0 = time.perf_counter()
@@ -217,6 +226,7 @@ def _run_loop(args: argparse.Namespace) -> int:
          "deadline_misses": out["deadline_misses"], "max_command_step": out["max_command_step"],
          "commands_over_velocity_limit": out["commands_over_velocity_limit"], "transitions": out["transitions"],
          "flow": out["flow"], "hold_estimate": held, "camera_calibrated": calibrated,
+         "calibration_deadband_m": args.calibration_deadband if calibrated else None,
          "wall_s": time.perf_counter() - t0,
          **(objects_summary(out["objects_sorted"], out["objects_total"]) if out["objects_total"] else {})}
     if args.json:
@@ -350,9 +360,12 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
         env.close()
     d = res.to_dict()
     rets = [r["return"] for r in res.per_episode]
+    held = getattr(getattr(modules, "perception", None), "hold", None)  # HeldPerception's EstimateHold
+    calibrated = held is not None and modules.perception.hand is not None
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
              hold_estimate=bool(modules is not None and modules.held),
-             camera_calibrated=getattr(getattr(modules, "perception", None), "hand", None) is not None,
+             camera_calibrated=calibrated,
+             calibration_deadband_m=held.deadband_m if calibrated else None,
              safety_config=(getattr(args, "safety_config", None) or "default") if safety else None,
              std_return=float(np.std(rets)), curriculum=args.curriculum or None)
     if args.plot:

@@ -5,7 +5,11 @@ domain), built from the launch YAML."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+
+REPO = Path(__file__).resolve().parents[2]
 
 NODES = {"perception": "PerceptionNode", "policy": "PolicyNode", "experience_bridge": "ExperienceBridgeNode"}
 ALL_NODES = {**NODES, "safety": "SafetyNode", "sim_robot": "SimRobotNode", "view": "ViewNode"}
@@ -142,6 +146,26 @@ def test_a_change_out_of_range_or_to_a_read_only_parameter_is_refused_with_the_r
     assert r.successful and perception.cycle.max_frame_age_ns == 500_000_000  # took effect
     r = nodes["policy"].set_parameters([Parameter("on_overrun", value="panic")])[0]
     assert not r.successful and "expected 'hold' or 'stop', got 'panic'" in r.reason
+
+
+def test_the_calibration_deadband_is_a_parameter_a_person_can_tune_while_it_runs(each_node):
+    """A real camera's hand error may differ from the simulated one: the deadband of the held estimate's camera
+    calibration is the perception node's ``calibration_deadband`` (m, 0..0.5), the library's default in the YAML,
+    taken by a model loaded later and by the running one from its next cycle."""
+    from rclpy.parameter import Parameter
+
+    from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M
+
+    perception = each_node("perception")
+    assert perception.get_parameter("calibration_deadband").value == CALIBRATION_DEADBAND_M  # YAML = the default
+    assert perception.set_parameters([Parameter("calibration_deadband", value=0.03)])[0].successful
+    vision = str(REPO / "pretrained" / "arm_reach_vision")
+    assert perception.set_parameters([Parameter("bundle", value=vision)])[0].successful
+    assert perception.cycle.hand is not None and perception.cycle.hold.deadband_m == 0.03  # a model loaded later
+    assert perception.set_parameters([Parameter("calibration_deadband", value=0.05)])[0].successful
+    assert perception.cycle.hold.deadband_m == 0.05  # the running one
+    r = perception.set_parameters([Parameter("calibration_deadband", value=-0.01)])[0]
+    assert not r.successful and "calibration_deadband" in r.reason and perception.cycle.hold.deadband_m == 0.05
 
 
 def test_an_empty_bundle_runs_the_shipped_default_and_says_which(nodes):

@@ -39,6 +39,9 @@ estimate's own error. Measured with the shipped vision bundle (a triangulating l
 target 1.63 cm off on average against 1.78 cm correcting always and 1.51 cm never, and on a camera moved 4 cm
 1.79 cm against 3.58 cm with the 4.5 cm deadband of the learned-map locator before it (docs/sim2real/vision.md)"""
 
+CALIBRATION_DEADBAND_RANGE_M = (0.0, 0.5)
+"""the values a deadband may be set to (the perception node's ``calibration_deadband``, `tinker eval`), m"""
+
 ESTIMATE_MODES = ("auto", "held", "per_frame")
 """How a bundle's image estimate is used: ``auto`` (held where there is one to hold, see `holds_estimate`),
 ``held`` (required: refused where it cannot be), ``per_frame`` (each frame's own)."""

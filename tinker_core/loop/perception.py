@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
-from tinker_core.loop.held_estimate import EstimateHold, holds_estimate
+from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, EstimateHold, holds_estimate
 from tinker_core.loop.observation import ObservationAssembly
 from tinker_core.multiagent.channels import TERM_PREFIX
 from tinker_core.spec import DictSpec
@@ -63,9 +63,11 @@ class PerceptionCycle:
                  synced: bool = True, sync_frames: bool = False, max_frame_age_ns: int = 250_000_000,
                  ee_fn: Callable[[np.ndarray], np.ndarray] | None = None, channels: Any = None,
                  clock: Callable[[], int] = time.time_ns, image_terms: Sequence[str] = (),
-                 estimate: str = "auto", hand: Callable[[Any], np.ndarray] | None = None):
+                 estimate: str = "auto", hand: Callable[[Any], np.ndarray] | None = None,
+                 deadband_m: float = CALIBRATION_DEADBAND_M):
         """``channels``: the `ChannelInbox` of the channels this robot hears (None: none); it must match the
-        bundle's ``channel/NAME`` terms, name and size. ``clock``: ns, the inbox's clock (a message's age)."""
+        bundle's ``channel/NAME`` terms, name and size. ``clock``: ns, the inbox's clock (a message's age).
+        ``deadband_m``: the held estimate's calibration deadband (`EstimateHold`)."""
         self.image_key = self.state_key = None
         state_spec, self.image_shape = obs_spec, None
         if isinstance(obs_spec, DictSpec):
@@ -88,7 +90,8 @@ class PerceptionCycle:
         self.model, self.synced, self.sync_frames = model, bool(synced), bool(sync_frames)
         self.max_frame_age_ns, self.ee_fn = int(max_frame_age_ns), ee_fn
         held = holds_estimate(estimate, list(self.image_terms), synced, where="perception.estimate")
-        self.hold = EstimateHold(terms, list(self.image_terms), calibrate=hand is not None) if held else None
+        self.hold = (EstimateHold(terms, list(self.image_terms), calibrate=hand is not None, deadband_m=deadband_m)
+                     if held else None)
         self.hand = hand if held else None
         names = set(self.assembly.names) - set(self.image_terms)
         self.derived = {} if synced else {n: n[: -len("_minus_ee")] + "_pos" for n in names

@@ -73,7 +73,7 @@ class InProcessConfig:
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     """node -> parameters over the YAML's, as `tinker.bringup.Graph` takes them: ``sim_robot`` (episode_cycles,
     dynamics, seed, num_objects, ...; the bundle's task and camera are applied first, `tinker.bringup.sim_for_bundle`),
-    ``perception`` (estimate), ``safety`` (config, urdf), ``policy`` (urdf)"""
+    ``perception`` (estimate, calibration_deadband), ``safety`` (config, urdf), ``policy`` (urdf)"""
     bridge: bool = True
     """run the experience bridge (the transitions it joins are kept in `InProcessLoop.transitions`)"""
     reset_estop: bool = False
@@ -115,6 +115,7 @@ class InProcessLoop:
         from tinker.bundle_io import PolicyBundle, open_perception, resolve_bundle
         from tinker_safety.guard_session import GATE_PARAMS, read_scene_items
         from tinker_safety.safety_stage import SafetyStage
+        from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M
         from tinker_core.loop.perception_stage import PerceptionStage
         from tinker_core.loop.policy_stage import PolicyStage
         from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
@@ -140,7 +141,9 @@ class InProcessLoop:
         self._deadline_armed = self._latched = False
         self.estops = self.estop_resets = 0
         self.model, cycle, _ = open_perception(bundle, synced=True, sync_frames=True,
-                                               estimate=str(p["perception"].get("estimate", "auto")))
+                                               estimate=str(p["perception"].get("estimate", "auto")),
+                                               deadband_m=float(p["perception"].get("calibration_deadband",
+                                                                                    CALIBRATION_DEADBAND_M)))
         self.policy = PolicyBundle(bundle, p["policy"].get("urdf") or None, self.period)
         self.stages = {"perception": PerceptionStage(cycle, self.model.sha256),
                        "policy": PolicyStage(self.policy)}  # no budget: time is virtual here

@@ -7,6 +7,7 @@ from __future__ import annotations
 from tinker.channel_io import CHANNEL_PARAMS
 from tinker.runtime import Param
 from tinker.wire import topic_params
+from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, CALIBRATION_DEADBAND_RANGE_M
 
 _RECONF = " Changed only while unconfigured; takes effect at the next configure."
 _FIXED = " Fixed at start-up."
@@ -130,6 +131,10 @@ PERCEPTION_PARAMS = {
     "estimate": Param("auto", "a vision bundle's image terms (the located target): 'auto' averages them over the "
                               "episode's frames that show the target where the episodes are known (task_synced), "
                               "'held' requires that, 'per_frame' uses each frame's own estimate", read_only=True),
+    "calibration_deadband": Param(CALIBRATION_DEADBAND_M, "m; with a held estimate and a bundle that finds the "
+                                  "hand, a camera offset the hand measures (forward kinematics minus the hand seen, "
+                                  "the episode's mean) no longer than this is not corrected: the hand estimate's "
+                                  "own error with the camera in place", CALIBRATION_DEADBAND_RANGE_M),
 }
 """`tinker.perception.PerceptionNode`"""
 

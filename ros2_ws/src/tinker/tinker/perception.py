@@ -59,7 +59,8 @@ class PerceptionNode(NodeRuntime, Node):
         model, cycle, line = open_perception(path, int(g("warmup_iterations")), synced=bool(g("task_synced")),
                                              sync_frames=float(g("camera_rate_hz")) <= 0, ee_fn=ee_fn,
                                              max_frame_age_ns=int(float(g("max_frame_age")) * 1e9),
-                                             estimate=str(g("estimate")), channels=self.inbox)
+                                             estimate=str(g("estimate")), channels=self.inbox,
+                                             deadband_m=float(g("calibration_deadband")))
         self.get_logger().info(line)
         if self.stage is None:
             self.stage = PerceptionStage(cycle, model.sha256)
@@ -72,11 +73,14 @@ class PerceptionNode(NodeRuntime, Node):
         self.model, self._checked = model, False
 
     def _set_param(self, name: str, value) -> str:
-        """``bundle``: the new model, verified before it replaces the running one (a TinkerError refuses it)."""
+        """``bundle``: the new model, verified before it replaces the running one (a TinkerError refuses it);
+        ``max_frame_age`` and ``calibration_deadband`` apply from the next cycle."""
         if name == "bundle":
             self._load(str(value))
         elif name == "max_frame_age":
             self.cycle.max_frame_age_ns = int(float(value) * 1e9)
+        elif name == "calibration_deadband" and self.cycle.hold is not None:
+            self.cycle.hold.deadband_m = float(value)  # from the next cycle; the range is the descriptor's
         return ""
 
     def _read_state(self, msg):
