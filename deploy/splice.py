@@ -6,8 +6,10 @@ vision bundle (`pretrained/arm_reach_vision`: a locator trained apart, put in fr
 its perception; this puts it in front of each new actor. ONNX graphs are composed (`onnx.compose.merge_models`,
 the perception's ``features`` into the actor's input), the recorded observations of the perception bundle get
 reference features and actions from the two parts through onnxruntime, and the composed ``policy.onnx`` must
-reproduce them (parity). Refused, with the reason, when the two bundles do not fit: another feature layout,
-action, joint order, action chain or control period.
+reproduce them (parity). The perception bundle's ``hand`` model (the end effector its locator sees, which
+calibrates a moved camera in the loop) comes along unchanged: a fine-tuned actor keeps its perception's calibration.
+Refused, with the reason, when the two bundles do not fit: another feature layout, action, joint order, action
+chain or control period.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import numpy as np
 from tinker_core.errors import BundleError
 from tinker_deploy.bundle import load_bundle, pack_recorded, write_bundle
 from tinker_deploy.manifest import Manifest
+
+PERCEPTION_SIDE = ("perception", "hand")
+"""the models of the perception bundle the spliced bundle keeps as they are"""
 
 PARITY_TOLERANCE = 1e-5
 """max abs difference of the composed policy.onnx from its two parts run one after the other"""
@@ -91,7 +96,7 @@ def splice_perception(perception_bundle: str | os.PathLike, actor_bundle: str | 
                           f"above {PARITY_TOLERANCE:g}")
 
     m = Manifest.from_json(pm.to_json())
-    m.models = {k: copy.deepcopy(v) for k, v in m.models.items() if k in ("perception", "actor", "policy")}
+    m.models = {k: copy.deepcopy(v) for k, v in m.models.items() if k in (*PERCEPTION_SIDE, "actor", "policy")}
     m.models["actor"] = copy.deepcopy(am.models["actor"])
     m.models["actor"].file = "actor.onnx"
     m.models["policy"].accuracy = {"max_abs_diff_vs_two_parts": diff, "tolerance": PARITY_TOLERANCE,
@@ -106,4 +111,7 @@ def splice_perception(perception_bundle: str | os.PathLike, actor_bundle: str | 
     files = {"perception.onnx": p_bytes, "actor.onnx": a_bytes, "policy.onnx": policy_bytes,
              "recorded_obs.npz": recorded}
     m.models["perception"].file, m.models["policy"].file = "perception.onnx", "policy.onnx"
+    if "hand" in m.models:
+        files["hand.onnx"] = pb.model_path("hand").read_bytes()
+        m.models["hand"].file = "hand.onnx"
     return write_bundle(out, m, files)

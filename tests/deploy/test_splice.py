@@ -23,6 +23,15 @@ def test_the_vision_perception_goes_in_front_of_another_actor(tmp_path):
     assert b.manifest.models["actor"].sha256 == load_bundle(STATE).manifest.models["actor"].sha256
     assert b.manifest.models["perception"].sha256 == v.manifest.models["perception"].sha256
     assert b.manifest.policy_version == 7 and b.manifest.image_terms == v.manifest.image_terms
+    # the hand comes along: a fine-tuned actor keeps the camera calibration (it was lost before 2026-12-06 19:55)
+    assert b.manifest.models["hand"].sha256 == v.manifest.models["hand"].sha256
+    from tinker_deploy.runtime import OnnxPolicy
+
+    hand = OnnxPolicy.from_bundle(out, part="perception").hand()
+    assert hand is not None
+    obs0, _ = v.recorded()
+    np.testing.assert_array_equal(hand.forward({"image": obs0["image"][0]}),
+                                  OnnxPolicy.from_bundle(VISION, part="hand").forward({"image": obs0["image"][0]}))
     obs, ref = b.recorded()
     _, vref = v.recorded()
     np.testing.assert_allclose(ref["action"], vref["action"], atol=1e-4)  # torch's reference at the vision export
