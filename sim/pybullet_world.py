@@ -60,13 +60,6 @@ class PyBulletWorld:
         vis = p.createVisualShape(p.GEOM_SPHERE, radius=radius, rgbaColor=rgba, physicsClientId=c)
         return p.createMultiBody(mass, col, vis, basePosition=position, physicsClientId=c)
 
-    def add_cylinder(self, radius: float, height: float, position: Sequence[float], rgba: Sequence[float],
-                     mass: float = 0.0) -> int:
-        c = self.client
-        col = p.createCollisionShape(p.GEOM_CYLINDER, radius=radius, height=height, physicsClientId=c)
-        vis = p.createVisualShape(p.GEOM_CYLINDER, radius=radius, length=height, rgbaColor=rgba, physicsClientId=c)
-        return p.createMultiBody(mass, col, vis, basePosition=position, physicsClientId=c)
-
     def set_pose(self, body: int, position: Sequence[float], orientation: Sequence[float] = (0, 0, 0, 1)) -> None:
         p.resetBasePositionAndOrientation(body, position, orientation, physicsClientId=self.client)
         p.resetBaseVelocity(body, (0, 0, 0), (0, 0, 0), physicsClientId=self.client)

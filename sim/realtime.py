@@ -167,9 +167,5 @@ class RealTimeArm:
             self.run_cycle()
             done += 1
 
-    def timing(self) -> dict[str, float | int]:
-        return {"cycles": self.cycles, "misses": self.misses, "holds": self.holds,
-                "last_cycle_ms": self.last_cycle_ns / 1e6, "max_cycle_ms": self.max_cycle_ns / 1e6}
-
     def close(self) -> None:
         self.env.close()

@@ -298,10 +298,6 @@ class Algorithm(TorchModule):
         """[-1, 1] -> env units."""
         return self.act_low + (a + 1.0) * 0.5 * (self.act_high - self.act_low)
 
-    def _unscale_action(self, a: torch.Tensor) -> torch.Tensor:
-        """env units -> [-1, 1]."""
-        return 2.0 * (a - self.act_low) / (self.act_high - self.act_low) - 1.0
-
     def _env_action(self, a: torch.Tensor) -> np.ndarray:
         if self.discrete:
             return (a + self.action_offset).cpu().numpy().astype(self.action_spec.dtype)

@@ -62,13 +62,6 @@ class ObservationAssembly:
             np.minimum(x, self.high, out=x)
         return x.astype(np.float32)
 
-    def assemble(self, parts: Sequence[np.ndarray]) -> np.ndarray:
-        """The observation of raw parts given in term order (several terms may share one part)."""
-        raw = np.concatenate(parts)
-        if raw.shape[0] != self.size:
-            raise ValidationError("obs", f"{self.size} raw values ({', '.join(self.names)})", f"{raw.shape[0]}")
-        return self.scaled(raw)
-
     def from_sources(self, sources: Mapping[str, np.ndarray]) -> np.ndarray:
         """The observation of raw terms by name (1-D arrays); a missing term or a wrong size is named."""
         try:
