@@ -132,13 +132,13 @@ def run_train(args: argparse.Namespace) -> int:
     x = torch.from_numpy(np.concatenate([d["images"] for d in sets]))
     y = torch.from_numpy(np.concatenate([d["targets"] for d in sets])).float()
     h, w = x.shape[1], x.shape[2]
-    geometry: dict[str, Any] = {"convs": args.convs or 1}
+    geometry: dict[str, Any] = {"convs": 1 if args.convs is None else args.convs}
     if args.head == "triangulate":
         if args.keypoints is not None:
             raise ConfigError("--keypoints: a triangulating locator has one heatmap per view for each thing it finds; "
                               "--keypoints goes with --head mlp")
         keypoints = 2 if args.hand else 1
-        geometry = {"convs": args.convs or 3, "projections": _nominal_projections(h, w // h)}
+        geometry = {"convs": 3 if args.convs is None else args.convs, "projections": _nominal_projections(h, w // h)}
     else:
         keypoints = args.keypoints if args.keypoints is not None else (8 if args.hand else 4)
     ranges = {}

@@ -29,6 +29,12 @@ def _rotate(v: np.ndarray, axis: np.ndarray, angle: float) -> np.ndarray:
     return v * math.cos(angle) + np.cross(axis, v) * math.sin(angle) + axis * axis.dot(v) * (1 - math.cos(angle))
 
 
+def _projection(fov_deg: float) -> tuple[float, ...]:
+    """The square image's OpenGL projection (column-major, PyBullet's form): vertical field of view ``fov_deg``,
+    clipped to 0.05..5 m."""
+    return p.computeProjectionMatrixFOV(fov_deg, 1.0, 0.05, 5.0)
+
+
 class Camera:
     """Looks at the workspace in front of the robot from above the table (see the module docstring)."""
 
@@ -68,7 +74,7 @@ class Camera:
         self.eye = self.eyes[0]
         self.view = self.views_mats[0]
         fov = float(np.clip(self.fov_deg + params.camera_fov_delta_deg, 10.0, 120.0))
-        self.projection = p.computeProjectionMatrixFOV(fov, 1.0, 0.05, 5.0)
+        self.projection = _projection(fov)
         az = math.radians(params.light_azimuth_deg)
         self.light_direction = [math.cos(az), math.sin(az), 1.5]
         self.ambient = 0.6 * params.light_intensity
@@ -99,7 +105,7 @@ class Camera:
         the episode's moves, tilt and field of view are what it is NOT told."""
         to_frame = np.eye(4)
         to_frame[:3, 3] = np.asarray(origin, dtype=np.float64)
-        proj = np.asarray(p.computeProjectionMatrixFOV(self.fov_deg, 1.0, 0.05, 5.0)).reshape(4, 4).T
+        proj = np.asarray(_projection(self.fov_deg)).reshape(4, 4).T
         out = []
         for eye0, target0 in zip(self.eyes0, self.targets0):
             view = np.asarray(p.computeViewMatrix(eye0.tolist(), target0.tolist(), [0, 0, 1])).reshape(4, 4).T

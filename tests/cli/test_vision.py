@@ -177,6 +177,9 @@ def test_vision_train_learns_the_hand_where_the_data_has_it_and_says_how_to_go_w
     p = tinker("vision", "train", "--data", str(tmp_path / "with.npz"), "--out", str(tmp_path / "k.pt"),
                "--head", "mlp", "--keypoints", "0", *common)
     assert p.returncode != 0 and "keypoints" in p.stderr and ">= 1" in p.stderr  # refused, not the default
+    p = tinker("vision", "train", "--data", str(tmp_path / "with.npz"), "--out", str(tmp_path / "k.pt"),
+               "--convs", "0", *common)
+    assert p.returncode != 0 and "LocatorConfig.convs: expected >= 1, got 0" in p.stderr
     p = tinker("vision", "train", "--data", str(tmp_path / "without.npz"), "--out", str(tmp_path / "x.pt"), *common)
     assert p.returncode != 0 and "no end-effector labels" in p.stderr and "--no-hand" in p.stderr
     p = tinker("vision", "train", "--data", str(tmp_path / "without.npz"), "--out", str(tmp_path / "t.pt"),

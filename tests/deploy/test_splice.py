@@ -10,6 +10,7 @@ import pytest
 from tinker_core.errors import BundleError
 from tinker_deploy.bundle import load_bundle
 from tinker_deploy.hot_reload import HotSwapPolicy
+from tinker_deploy.runtime import OnnxPolicy
 from tinker_deploy.splice import splice_perception
 
 PRE = Path(__file__).resolve().parents[2] / "pretrained"
@@ -25,8 +26,6 @@ def test_the_vision_perception_goes_in_front_of_another_actor(tmp_path):
     assert b.manifest.policy_version == 7 and b.manifest.image_terms == v.manifest.image_terms
     # the hand comes along: a fine-tuned actor keeps the camera calibration (it was lost before 2026-12-06 19:55)
     assert b.manifest.models["hand"].sha256 == v.manifest.models["hand"].sha256
-    from tinker_deploy.runtime import OnnxPolicy
-
     hand = OnnxPolicy.from_bundle(out, part="perception").hand()
     assert hand is not None
     obs0, _ = v.recorded()
