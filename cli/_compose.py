@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 
 from tinker_core.errors import ConfigError
+from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M
 from tinker_core.module import ModuleBase
 
 REPO = Path(__file__).resolve().parents[1]
@@ -81,12 +82,12 @@ def load_policy(bundle: str | os.PathLike):
 
 
 def bundle_modules(bundle: str | os.PathLike, estimate: str = "auto", where: str = "--estimate",
-                   deadband_m: float | None = None) -> "BundleModules":
+                   deadband_m: float = CALIBRATION_DEADBAND_M) -> "BundleModules":
     """A bundle as the pipeline's perception and policy modules, as the perception and policy nodes run it: a state
     bundle's policy.onnx alone; a vision bundle's perception.onnx, then actor.onnx, with the estimate held or per
     frame by ``estimate`` (`tinker_core.loop.held_estimate.holds_estimate`, the perception node's rule; the env's
     episodes are known), read from the manifest before the bundle is loaded once. ``deadband_m``: the held
-    estimate's calibration deadband (None: `CALIBRATION_DEADBAND_M`)."""
+    estimate's calibration deadband."""
     from tinker.bundle_io import top_manifest
     from tinker_core.loop.held_estimate import holds_estimate
     from tinker_deploy.runtime import OnnxPolicy
@@ -121,8 +122,8 @@ class HeldPerception(ModuleBase):
 
     input_name, output_name = "obs", "features"
 
-    def __init__(self, bundle: str | os.PathLike, deadband_m: float | None = None):
-        from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, EstimateHold
+    def __init__(self, bundle: str | os.PathLike, deadband_m: float = CALIBRATION_DEADBAND_M):
+        from tinker_core.loop.held_estimate import EstimateHold
         from tinker_deploy.runtime import OnnxPolicy
 
         super().__init__()
@@ -134,7 +135,7 @@ class HeldPerception(ModuleBase):
         """the end effector the camera sees: calibrates a moved camera (`EstimateHold`)"""
         self.hold = EstimateHold([t for t in m.obs_terms if t.name != "image"], m.image_terms,
                                  calibrate=self.hand is not None,
-                                 deadband_m=CALIBRATION_DEADBAND_M if deadband_m is None else deadband_m)
+                                 deadband_m=deadband_m)
         self.episode = 0
 
     def reset(self) -> None:

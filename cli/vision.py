@@ -123,6 +123,10 @@ def run_train(args: argparse.Namespace) -> int:
     from tinker_core.errors import ConfigError
     from tinker_core.nn.locator import LocatorConfig, TargetLocator
 
+    triangulate = args.head == "triangulate"
+    if triangulate and args.keypoints is not None:
+        raise ConfigError("--keypoints: a triangulating locator has one heatmap per view for each thing it finds; "
+                          "--keypoints goes with --head mlp")
     for path in args.data:
         if not Path(path).is_file():
             raise ConfigError(f"--data {path}: no such file; make one with 'tinker vision data'")
@@ -132,15 +136,12 @@ def run_train(args: argparse.Namespace) -> int:
     x = torch.from_numpy(np.concatenate([d["images"] for d in sets]))
     y = torch.from_numpy(np.concatenate([d["targets"] for d in sets])).float()
     h, w = x.shape[1], x.shape[2]
-    geometry: dict[str, Any] = {"convs": 1 if args.convs is None else args.convs}
-    if args.head == "triangulate":
-        if args.keypoints is not None:
-            raise ConfigError("--keypoints: a triangulating locator has one heatmap per view for each thing it finds; "
-                              "--keypoints goes with --head mlp")
-        keypoints = 2 if args.hand else 1
-        geometry = {"convs": 3 if args.convs is None else args.convs, "projections": _nominal_projections(h, w // h)}
+    convs = args.convs if args.convs is not None else (3 if triangulate else 1)
+    if triangulate:
+        keypoints, projections = (2 if args.hand else 1), _nominal_projections(h, w // h)
     else:
         keypoints = args.keypoints if args.keypoints is not None else (8 if args.hand else 4)
+        projections = None
     ranges = {}
     if args.hand:
         no_hands = [p for p, d in zip(args.data, sets) if "hands" not in d]
@@ -153,7 +154,8 @@ def run_train(args: argparse.Namespace) -> int:
         ranges = {"center": target.center + ((hi + lo) / 2).tolist(),
                   "half": target.half + ((hi - lo) / 2 * 1.1).tolist()}  # the hands seen, 10% margin
         y = torch.cat([y, hands], dim=1)
-    cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints, hand=args.hand, **geometry, **ranges)
+    cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints, hand=args.hand, convs=convs,
+                        projections=projections, **ranges)
     model = TargetLocator(cfg)
     n_val = max(1, len(x) // 10)
     perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(args.seed))
