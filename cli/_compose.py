@@ -123,7 +123,7 @@ class HeldPerception(ModuleBase):
     input_name, output_name = "obs", "features"
 
     def __init__(self, bundle: str | os.PathLike, deadband_m: float = CALIBRATION_DEADBAND_M):
-        from tinker_core.loop.held_estimate import EstimateHold
+        from tinker_core.loop.held_estimate import estimate_hold
         from tinker_deploy.runtime import OnnxPolicy
 
         super().__init__()
@@ -133,9 +133,8 @@ class HeldPerception(ModuleBase):
         m = self.manifest
         self.hand = self.onnx.hand()
         """the end effector the camera sees: calibrates a moved camera (`EstimateHold`)"""
-        self.hold = EstimateHold([t for t in m.obs_terms if t.name != "image"], m.image_terms,
-                                 calibrate=self.hand is not None,
-                                 deadband_m=deadband_m)
+        self.hold = estimate_hold([t for t in m.obs_terms if t.name != "image"], m.image_terms,
+                                  static=m.image_terms_static, calibrate=self.hand is not None, deadband_m=deadband_m)
         self.episode = 0
 
     def reset(self) -> None:

@@ -1,4 +1,5 @@
-"""``tinker vision``: the camera in the loop for ArmReach: data, train, export and benchmark the target locator."""
+"""``tinker vision``: the camera in the loop for ArmReach and ArmSort: data, train, export and benchmark the
+locator."""
 
 from __future__ import annotations
 
@@ -29,19 +30,35 @@ steps (defaults write under runs/vision/):
   tinker eval pretrained/arm_reach_vision --episodes 100
   tinker eval pretrained/arm_reach_vision --dynamics sim/config/dynamics/shifted_camera.yaml --episodes 100
   tinker vision bench pretrained/arm_reach_vision    perception latency p50/p99 (onnxruntime, 1 thread)
+
+the sorter (ArmSort, two objects: a red cube and a blue cylinder): the locator finds each kind's object (one
+heatmap per view for each, triangulated) and tinker_core.nn.located_objects.LocatedObjects writes every object
+term of the shipped sorter's observation from it: position, relative to the hand, kind, to its bin, and sorted
+(the camera sees it in its bin, not held). An object not held rests on the table or a bin's floor, at a height
+the robot knows, so its image points give x and y at that height; its estimate is held while it rests
+(tinker_core.loop.resting_hold.RestingHold), each frame's own while it is carried. No hand model (--no-hand).
+  tinker vision data --task sort --episodes 600 --seed 11 --out runs/vision/sort_11.npz   (and --seed 12)
+  tinker vision train --data runs/vision/sort_11.npz runs/vision/sort_12.npz --no-hand --out runs/vision/sort_locator.pt
+  tinker vision export --locator runs/vision/sort_locator.pt -o pretrained/arm_sort_vision --tolerance 5e-4
+  tinker eval pretrained/arm_sort_vision --episodes 100
 """
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("vision", help="camera-based ArmReach: train, export and benchmark the target locator",
-                       description="Train a CNN that finds the reach target in the camera image (supervised in "
+    p = sub.add_parser("vision", help="camera-based ArmReach and ArmSort: train, export and benchmark the locator",
+                       description="Train a CNN that finds the reach target (or the sorter's objects) in the camera "
+                                   "image (supervised in "
                                    "randomized simulation), put it in front of the shipped state policy as an ONNX "
                                    "bundle that `tinker eval` runs, and measure its latency.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     vs = p.add_subparsers(dest="vision_command", metavar="STEP", required=True)
-    d = vs.add_parser("data", help="render labelled camera images of randomized ArmReach episodes")
-    d.add_argument("--episodes", type=int, default=2500, help="episodes (2 images each; default 2500)")
+    d = vs.add_parser("data", help="render labelled camera images of randomized ArmReach (or ArmSort) episodes")
+    d.add_argument("--episodes", type=int, default=2500, help="episodes (2 images each, 6 with --task sort; "
+                                                               "default 2500)")
     d.add_argument("--seed", type=int, default=1, help="seed (default 1; eval seeds are 1000+)")
+    d.add_argument("--task", choices=("reach", "sort"), default="reach",
+                   help="reach (default): the target marker, 2 frames an episode; sort: ArmSort's two objects (the "
+                        "red cube, the blue cylinder), 6 frames an episode, driven by the shipped sorter")
     d.add_argument("--out", default="runs/vision/train.npz", help="output .npz (default runs/vision/train.npz)")
     d.set_defaults(func=run_data)
     t = vs.add_parser("train", help="train the locator by supervision (MSE to the true target position)")
@@ -60,6 +77,7 @@ def register(sub: Any) -> None:
                         "camera misplaces both by the same vector; 'mlp': a learned map from 8 (4) keypoints per view")
     t.add_argument("--convs", type=int, default=None,
                    help="3x3 layers at the start of the trunk (default 3 for triangulate, 1 for mlp)")
+    t.add_argument("--width", type=int, default=8, help="channels of the trunk (default 8)")
     t.add_argument("--no-hand", dest="hand", action="store_false",
                    help="find the target only; by default the locator also learns to find the end effector (the "
                         "data's 'hands'), which calibrates a moved camera in the loop")
@@ -68,7 +86,9 @@ def register(sub: Any) -> None:
     e = vs.add_parser("export", help="bundle = locator + the shipped state policy's actor (+ hand.onnx from a hand "
                                      "locator), ONNX, parity-checked")
     e.add_argument("--locator", default="runs/vision/locator.pt", help="trained locator (default runs/vision/locator.pt)")
-    e.add_argument("--checkpoint", default="pretrained/arm_reach/checkpoint", help="state policy checkpoint")
+    e.add_argument("--checkpoint", default=None,
+                   help="state policy checkpoint (default: the shipped one of the locator's task, "
+                        "pretrained/arm_reach/checkpoint or pretrained/arm_sort/checkpoint)")
     e.add_argument("-o", "--out", default="runs/vision/bundle", help="bundle directory (default runs/vision/bundle)")
     e.add_argument("--tolerance", type=float, default=1e-4,
                    help="largest difference allowed between torch and onnxruntime on the recorded observations, per "
@@ -92,11 +112,11 @@ def run_data(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     bar = tqdm(total=args.episodes, desc="render", unit="ep")
     try:
-        x, y, hands = generate(args.episodes, seed=args.seed, on_episode=lambda i: bar.update(1))
+        x, y, hands = generate(args.episodes, seed=args.seed, on_episode=lambda i: bar.update(1), task=args.task)
     finally:
         bar.close()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out, images=x, targets=y, hands=hands)
+    np.savez(args.out, images=x, targets=y, hands=hands, task=args.task)
     print(f"{len(x)} images {x.shape[1:]} -> {args.out}")
     return 0
 
@@ -133,16 +153,30 @@ def run_train(args: argparse.Namespace) -> int:
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     sets = [np.load(path) for path in args.data]
+    tasks = {str(d["task"]) if "task" in d else "reach" for d in sets}  # data made before sort had no task
+    if len(tasks) > 1:
+        raise ConfigError(f"--data: the datasets are of different tasks {sorted(tasks)}; train one locator per task")
+    task = tasks.pop()
+    if task == "sort" and args.hand:
+        raise ConfigError("--data: sort data; the sorter's objects move, and their estimate is held while each rests "
+                          "(RestingHold), not calibrated against the hand (that needs a target that stays put): "
+                          "train with --no-hand")
     x = torch.from_numpy(np.concatenate([d["images"] for d in sets]))
     y = torch.from_numpy(np.concatenate([d["targets"] for d in sets])).float()
     h, w = x.shape[1], x.shape[2]
+    targets = y.shape[1] // 3
     convs = args.convs if args.convs is not None else (3 if triangulate else 1)
     if triangulate:
-        keypoints, projections = (2 if args.hand else 1), _nominal_projections(h, w // h)
+        keypoints, projections = targets + int(args.hand), _nominal_projections(h, w // h, task)
     else:
         keypoints = args.keypoints if args.keypoints is not None else (8 if args.hand else 4)
         projections = None
-    ranges = {}
+    ranges: dict[str, Any] = {}
+    if task == "sort":  # the middle of the objects' range as seen (on the table, carried, in the bins); the
+        # loss in metres alike in every direction (scaled by the range, which spans 0.8-1 m in y, a y error weighed
+        # 9-31 times less than an x or z error, and the locator kept a 1.7 cm bias in y)
+        lo, hi = (torch.from_numpy(f(y.numpy(), axis=0)) for f in (np.nanmin, np.nanmax))
+        ranges = {"center": ((hi + lo) / 2).tolist(), "half": [0.1] * y.shape[1], "prior_rgb": _kind_contrasts()}
     if args.hand:
         no_hands = [p for p, d in zip(args.data, sets) if "hands" not in d]
         if no_hands:
@@ -150,12 +184,12 @@ def run_train(args: argparse.Namespace) -> int:
                               f"recorded): make it again with 'tinker vision data', or train with --no-hand")
         hands = torch.from_numpy(np.concatenate([d["hands"] for d in sets])).float()
         lo, hi = hands.min(0).values, hands.max(0).values
-        target = LocatorConfig()
-        ranges = {"center": target.center + ((hi + lo) / 2).tolist(),
-                  "half": target.half + ((hi - lo) / 2 * 1.1).tolist()}  # the hands seen, 10% margin
+        target = LocatorConfig(**ranges)
+        ranges.update(center=target.center + ((hi + lo) / 2).tolist(),
+                      half=target.half + ((hi - lo) / 2 * 1.1).tolist())  # the hands seen, 10% margin
         y = torch.cat([y, hands], dim=1)
-    cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints, hand=args.hand, convs=convs,
-                        projections=projections, **ranges)
+    cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints, targets=targets, hand=args.hand,
+                        convs=convs, width=args.width, projections=projections, **ranges)
     model = TargetLocator(cfg)
     n_val = max(1, len(x) // 10)
     perm = torch.randperm(len(x), generator=torch.Generator().manual_seed(args.seed))
@@ -164,6 +198,7 @@ def run_train(args: argparse.Namespace) -> int:
     steps = args.epochs * ((len(tr) + args.batch - 1) // args.batch)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=steps, pct_start=0.1)
     yn = (y - model.out_center) / model.out_half
+    known = torch.isfinite(yn).float()
     t0 = time.time()
     bar = tqdm(total=steps, desc="train", unit="batch")
     log = []
@@ -172,7 +207,8 @@ def run_train(args: argparse.Namespace) -> int:
         order = tr[torch.randperm(len(tr))]
         for i in range(0, len(order), args.batch):
             idx = order[i:i + args.batch]
-            loss = torch.nn.functional.mse_loss(model.normalized(x[idx]), yn[idx])
+            seen = known[idx]  # an object that fell off the table has no label (NaN): no loss
+            loss = ((model.normalized(x[idx]) - yn[idx].nan_to_num()) ** 2 * seen).sum() / seen.sum().clamp(min=1)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -186,17 +222,31 @@ def run_train(args: argparse.Namespace) -> int:
             f"{k} mean {log[-1][f'val_{k}_mean_cm']:.2f} cm, p95 {log[-1][f'val_{k}_p95_cm']:.2f} cm" for k in err))
     bar.close()
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"config": dataclasses.asdict(cfg), "state_dict": model.state_dict(), "log": log,
+    torch.save({"config": dataclasses.asdict(cfg), "state_dict": model.state_dict(), "log": log, "task": task,
                 "data": [str(p) for p in args.data], "n_train": len(tr), "n_val": n_val, "wall_s": time.time() - t0}, args.out)
     print(json.dumps({"out": args.out, "wall_s": round(time.time() - t0, 1), **log[-1]}))
     return 0
 
 
-def _nominal_projections(image_size: int, views: int) -> list:
-    """The simulated ArmReach camera's nominal projections from the robot's base frame (the labels' frame)."""
+def _kind_contrasts() -> list[list[float]]:
+    """The colour contrast of each ArmSort object kind (its colour less its grey, the largest weight 1): the sort
+    locator's heatmaps start as detectors of the red, then the blue object."""
+    import numpy as np
+
+    from tinker_sim.tasks.sort import KIND_COLORS
+
+    out = []
+    for rgba in KIND_COLORS:
+        c = np.asarray(rgba[:3]) - np.mean(rgba[:3])
+        out.append((c / np.abs(c).max()).round(3).tolist())
+    return out
+
+
+def _nominal_projections(image_size: int, views: int, task: str = "reach") -> list:
+    """The simulated camera's nominal projections from the robot's base frame (the labels' frame)."""
     from tinker_sim.arm_env import ArmEnv
 
-    env = ArmEnv("reach", camera=True, image_size=image_size, camera_views=views)
+    env = ArmEnv(task, camera=True, image_size=image_size, camera_views=views)
     try:
         return env.camera.projections(env.robot.base_position)
     finally:
@@ -205,13 +255,17 @@ def _nominal_projections(image_size: int, views: int) -> list:
 
 def _val_error_m(model: Any, x: Any, y: Any) -> dict[str, Any]:
     """Distance from each estimate to its label, m: ``target``, and ``hand`` for a hand locator."""
+    import numpy as np
     import torch
 
     model.eval()
     with torch.no_grad():
         est = torch.cat([model(x[i:i + 256]) for i in range(0, len(x), 256)])
-    n = model.config.target_size
-    err = {"target": torch.linalg.norm(est[:, :n] - y[:, :n], dim=1).numpy()}
+    n, k = model.config.target_size, model.config.targets
+    names = ["target"] if k == 1 else [f"obj{i}" for i in range(k)]
+    err = {name: torch.linalg.norm(est[:, i * n // k:(i + 1) * n // k] - y[:, i * n // k:(i + 1) * n // k],
+                                   dim=1).numpy() for i, name in enumerate(names)}
+    err = {name: e[np.isfinite(e)] for name, e in err.items()}  # objects off the table have no label
     if model.config.hand:
         err["hand"] = torch.linalg.norm(est[:, n:] - y[:, n:], dim=1).numpy()
     return err
@@ -219,32 +273,55 @@ def _val_error_m(model: Any, x: Any, y: Any) -> dict[str, Any]:
 
 def run_export(args: argparse.Namespace) -> int:
     import numpy as np
+    from torch import nn
 
     import tinker_sim  # noqa: F401  (registers the tinker/ ids)
     from tinker_cli._compose import make_env
+    from tinker_cli._vision_data import TASKS
     from tinker_core.algos import load_algorithm
+    from tinker_core.errors import ConfigError
     from tinker_core.nn.locator import HandLocator, LocatedState
     from tinker_core.spec import spec_from_space
     from tinker_deploy.export import export_bundle
 
     locator = load_locator(args.locator)
+    if args.checkpoint is None:
+        sort = locator.config.targets > 1  # a locator of the sorter's objects (the .pt records its task too)
+        args.checkpoint = f"pretrained/arm_{'sort' if sort else 'reach'}/checkpoint"
     algo = load_algorithm(args.checkpoint, device="cpu")
     parts, meta = algo.deployable_parts(), dict(algo.export_metadata())
     c = locator.config
-    env = make_env("tinker/ArmReach-v0", camera=True, image_size=c.image_size, camera_views=c.views, safety=False,
+    env_id = str(meta.get("env_id") or "")
+    if env_id not in TASKS.values():
+        raise ConfigError(f"{args.checkpoint}: a state policy of {env_id or 'an unrecorded env'}; a vision bundle "
+                          f"is made for one of {sorted(TASKS.values())}")
+    sort = env_id == TASKS["sort"]
+    if (c.targets > 1) != sort:
+        raise ConfigError(f"--locator {args.locator} finds {c.targets} thing(s) and {args.checkpoint} acts on "
+                          f"{env_id}: train the locator on that task's data ('tinker vision data --task ...')")
+    env = make_env(env_id, camera=True, image_size=c.image_size, camera_views=c.views, safety=False,
                    action_chain=meta.get("action_chain_config"))
     u = env.unwrapped
-    slots, i = {}, 0
-    for t in u.obs_terms:
-        slots[t["name"]] = (i, t)
-        i += t["size"]
-    (ts, tt), (rs, rt), (es, _) = slots["target_pos"], slots["target_minus_ee"], slots["ee_pos"]
-    perception = LocatedState(locator, ts, rs, es, tt["offset"], tt["scale"], rt["scale"])
-    if type(parts["perception"]).__name__ != "Flatten":
-        from tinker_core.errors import ConfigError
+    if sort:
+        from tinker_core.nn.located_objects import LocatedObjects
+        from tinker_sim.tasks.sort import BIN_CENTERS, BIN_INNER_HALF, BIN_WALL_HEIGHT, OBJECT_HALF, TABLE_TOP
 
-        raise ConfigError(f"{args.checkpoint}: expected a state policy with a Flatten perception (it feeds the actor "
-                          f"the observation as is), got {type(parts['perception']).__name__}")
+        perception = LocatedObjects(locator, u.obs_terms, BIN_CENTERS.tolist(), rest_z=TABLE_TOP + OBJECT_HALF,
+                                    bin_inner_half=BIN_INNER_HALF, rim_z=TABLE_TOP + BIN_WALL_HEIGHT + OBJECT_HALF)
+        image_terms = [t["name"] for t in u.obs_terms if t["name"].startswith("obj")]
+        actor = nn.Sequential(parts["perception"], parts["actor"])  # the state's normalization, then the actor
+    else:
+        slots, i = {}, 0
+        for t in u.obs_terms:
+            slots[t["name"]] = (i, t)
+            i += t["size"]
+        (ts, tt), (rs, rt), (es, _) = slots["target_pos"], slots["target_minus_ee"], slots["ee_pos"]
+        perception = LocatedState(locator, ts, rs, es, tt["offset"], tt["scale"], rt["scale"])
+        image_terms = ["target_pos", "target_minus_ee"]
+        if type(parts["perception"]).__name__ != "Flatten":
+            raise ConfigError(f"{args.checkpoint}: expected a state policy with a Flatten perception (it feeds the "
+                              f"actor the observation as is), got {type(parts['perception']).__name__}")
+        actor = parts["actor"]
     recorded = {"image": [], "state": []}
     obs, _ = env.reset(seed=0)
     for k in range(32):
@@ -254,11 +331,14 @@ def run_export(args: argparse.Namespace) -> int:
         recorded["state"].append(obs["state"])
         obs, *_ = env.step(env.action_space.sample())
     recorded = {k: np.stack(v) for k, v in recorded.items()}
-    meta.update(obs_spec=spec_from_space(env.observation_space), image_terms=["target_pos", "target_minus_ee"],
-                env={"id": "tinker/ArmReach-v0", "kwargs": {"camera": True, "image_size": c.image_size,
-                                                            "camera_views": c.views}, "env_import": [], "wrappers": []})
+    meta.update(obs_spec=spec_from_space(env.observation_space), image_terms=image_terms,
+                image_terms_static=not sort,
+                env={"id": env_id, "kwargs": {"camera": True, "image_size": c.image_size, "camera_views": c.views},
+                     "env_import": [], "wrappers": []})
+    if sort:
+        meta["feature_spec"] = spec_from_space(env.observation_space["state"]).to_dict()
     env.close()
-    models = {"perception": perception, "actor": parts["actor"]}
+    models = {"perception": perception, "actor": actor}
     if c.hand:
         models["hand"] = HandLocator(locator)
     out = export_bundle(models, meta, args.out, recorded_obs=recorded,

@@ -389,6 +389,7 @@ def _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, ops
         ort_versions_verified={platform.machine(): [ort.__version__]},
         obs_terms=obs_terms, action_terms=list(metadata.get("action_terms") or []),
         image_terms=list(metadata.get("image_terms") or []),
+        image_terms_static=bool(metadata.get("image_terms_static", True)),
         joint_names=list(metadata.get("joint_names") or []),
         control_period=None if control_period is None else float(control_period),
         action_chain=dict(action_chain),

@@ -163,6 +163,9 @@ class Manifest:
     image_terms: list[str] = field(default_factory=list)
     """observation terms the perception model computes from the camera image (e.g. a located target): the
     model ignores their slots in its state input, and the robot loop never fills them from a task input"""
+    image_terms_static: bool = True
+    """whether what the image terms locate stays put within an episode (the reach target), so that their estimate
+    may be held over the episode's frames; False where it moves (the sorter's objects, carried): per frame"""
     joint_names: list[str] = field(default_factory=list)
     control_period: float | None = None
     """seconds between two policy steps in training"""

@@ -23,13 +23,16 @@ episodes are known; ``per_frame`` to see each frame's own estimate.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
 from tinker_core.loop.target_sight import TargetSight
+
+if TYPE_CHECKING:
+    from tinker_core.loop.resting_hold import RestingHold
 
 
 CALIBRATION_DEADBAND_M = 0.02
@@ -48,7 +51,7 @@ ESTIMATE_MODES = ("auto", "held", "per_frame")
 
 
 def holds_estimate(mode: str, image_terms: Sequence[str], synced: bool = True, where: str = "estimate") -> bool:
-    """Whether the estimate is held (`EstimateHold`) under ``mode`` (`ESTIMATE_MODES`), for a model computing
+    """Whether the estimate is held (`estimate_hold`) under ``mode`` (`ESTIMATE_MODES`), for a model computing
     ``image_terms`` whose episodes are known (``synced``: the simulated robot's task terms declare them).
     ``auto`` holds exactly where both hold; ``held`` where they do not is refused (``where`` names the setting)."""
     if mode not in ESTIMATE_MODES:
@@ -64,6 +67,21 @@ def holds_estimate(mode: str, image_terms: Sequence[str], synced: bool = True, w
         raise ConfigError(f"{where}: held needs the episodes the synced task terms declare (task_synced: true); "
                           f"a goal-driven robot has none")
     return True
+
+
+def estimate_hold(terms: Sequence[Any], image_terms: Sequence[str], static: bool = True, calibrate: bool = False,
+                  deadband_m: float = CALIBRATION_DEADBAND_M) -> "EstimateHold | RestingHold":
+    """The hold for a bundle's image terms: `EstimateHold` where what they locate stays put within an episode
+    (``static``: the manifest's ``image_terms_static``; the reach target), `RestingHold` where it moves (the
+    sorter's objects, carried). ``calibrate``: the bundle has a ``hand`` model (`EstimateHold` only)."""
+    from tinker_core.loop.resting_hold import RestingHold
+
+    if static:
+        return EstimateHold(terms, image_terms, calibrate=calibrate, deadband_m=deadband_m)
+    if calibrate:
+        raise ConfigError("held estimate: a hand model calibrates a camera against a held, static target; this "
+                          "bundle's image terms move (image_terms_static: false), and its hold does not use one")
+    return RestingHold(terms, image_terms)
 
 
 class EstimateHold:

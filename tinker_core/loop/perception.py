@@ -19,9 +19,11 @@ states' inputs mixed:
 - ``image_terms`` (a bundle's ``image_terms``: what its perception model computes from the image, e.g. the
   target a locator finds): never taken from the task input, never waited for; their slots in the model's
   state input hold the term's offset (0 once scaled), so the simulator's value of them cannot reach the policy;
-- ``estimate`` (`tinker_core.loop.held_estimate.ESTIMATE_MODES`): ``auto`` (the default) averages the image
-  terms over the episode's frames that show the target (`tinker_core.loop.held_estimate.EstimateHold`) wherever
-  the episodes are known (the synced task terms declare them); ``per_frame`` uses each frame's own;
+- ``estimate`` (`tinker_core.loop.held_estimate.ESTIMATE_MODES`): ``auto`` (the default) holds the image terms
+  wherever the episodes are known (the synced task terms declare them): averaged over the episode's frames that
+  show the target (`tinker_core.loop.held_estimate.EstimateHold`), or, for things that move (the manifest's
+  ``image_terms_static: false``: the sorter's objects), each over the frames it has rested for
+  (`tinker_core.loop.resting_hold.RestingHold`); ``per_frame`` uses each frame's own;
 - ``hand`` (a bundle's ``hand`` model: the end effector the camera sees): with a held estimate, it calibrates a
   moved camera (`EstimateHold`'s ``camera_offset``); with ``per_frame`` it is not run.
 """
@@ -35,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
-from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, EstimateHold, holds_estimate
+from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, estimate_hold, holds_estimate
 from tinker_core.loop.observation import ObservationAssembly
 from tinker_core.multiagent.channels import TERM_PREFIX
 from tinker_core.spec import DictSpec
@@ -64,10 +66,12 @@ class PerceptionCycle:
                  ee_fn: Callable[[np.ndarray], np.ndarray] | None = None, channels: Any = None,
                  clock: Callable[[], int] = time.time_ns, image_terms: Sequence[str] = (),
                  estimate: str = "auto", hand: Callable[[Any], np.ndarray] | None = None,
-                 deadband_m: float = CALIBRATION_DEADBAND_M):
+                 deadband_m: float = CALIBRATION_DEADBAND_M, image_terms_static: bool = True):
         """``channels``: the `ChannelInbox` of the channels this robot hears (None: none); it must match the
         bundle's ``channel/NAME`` terms, name and size. ``clock``: ns, the inbox's clock (a message's age).
-        ``deadband_m``: the held estimate's calibration deadband (`EstimateHold`)."""
+        ``deadband_m``: the held estimate's calibration deadband (`EstimateHold`). ``image_terms_static``: what
+        the image terms locate stays put within an episode (a bundle manifest's field): False, the hold is a
+        `tinker_core.loop.resting_hold.RestingHold`."""
         self.image_key = self.state_key = None
         state_spec, self.image_shape = obs_spec, None
         if isinstance(obs_spec, DictSpec):
@@ -90,8 +94,8 @@ class PerceptionCycle:
         self.model, self.synced, self.sync_frames = model, bool(synced), bool(sync_frames)
         self.max_frame_age_ns, self.ee_fn = int(max_frame_age_ns), ee_fn
         held = holds_estimate(estimate, list(self.image_terms), synced, where="perception.estimate")
-        self.hold = (EstimateHold(terms, list(self.image_terms), calibrate=hand is not None, deadband_m=deadband_m)
-                     if held else None)
+        self.hold = (estimate_hold(terms, list(self.image_terms), static=image_terms_static,
+                                   calibrate=hand is not None, deadband_m=deadband_m) if held else None)
         self.hand = hand if held else None
         names = set(self.assembly.names) - set(self.image_terms)
         self.derived = {} if synced else {n: n[: -len("_minus_ee")] + "_pos" for n in names

@@ -41,18 +41,22 @@ class LocatorConfig:
     """soft-argmax heatmaps per view"""
     width: int = 8
     """channels of the trunk"""
-    prior_rgb: list[float] | None = field(default_factory=lambda: list(GREENNESS))
+    prior_rgb: list[float] | list[list[float]] | None = field(default_factory=lambda: list(GREENNESS))
     """initialize heatmap 0 as this colour contrast (default: greenness, the ArmReach marker's colour), so training
-    starts from a detector that already fires on the target; None: random initialization"""
+    starts from a detector that already fires on the target; a list of contrasts: heatmaps 0, 1, ... (one per
+    thing of that colour); None: random initialization"""
     hidden: int = 128
     """width of the MLP from keypoints to position"""
     center: list[float] = field(default_factory=lambda: [0.525, 0.0, 0.375])
     """middle of the label range (ArmReach targets: the middle of the target box, base frame, m)"""
     half: list[float] = field(default_factory=lambda: [0.175, 0.3, 0.175])
     """half-width of the label range"""
+    targets: int = 1
+    """things found before the hand, each with as many values (ArmSort: its two objects, the kind-0 then the
+    kind-1 one)"""
     hand: bool = False
-    """also find the end effector (the hand) in the views: the outputs are the target, then the hand, and
-    ``center`` / ``half`` cover both (twice the target's length)"""
+    """also find the end effector (the hand) in the views: the outputs are the targets, then the hand, and
+    ``center`` / ``half`` cover all of them (as long for the hand as for each target)"""
     convs: int = 1
     """3x3 layers at the start of the trunk (each widens what a heatmap pixel sees by 2 pixels)"""
     projections: list[list[list[float]]] | None = None
@@ -68,9 +72,15 @@ class LocatorConfig:
                               f"{self.views}, {self.keypoints}, {self.hidden}")
         if len(self.center) != len(self.half):
             raise ConfigError(f"LocatorConfig: center and half differ in length ({len(self.center)}, {len(self.half)})")
-        if self.hand and len(self.center) % 2:
-            raise ConfigError(f"LocatorConfig: with hand=True, center and half hold the target's range then the "
-                              f"hand's (an even length), got {len(self.center)} values")
+        things = self.targets + int(self.hand)
+        if self.targets < 1 or len(self.center) % things:
+            raise ConfigError(f"LocatorConfig: center and half hold the range of each of {self.targets} target(s)"
+                              + (" then the hand's" if self.hand else "") + f", as many values each; got "
+                              f"{len(self.center)} values")
+        rgbs = self.prior_rgbs
+        if any(len(rgb) != 3 for rgb in rgbs) or len(rgbs) > min(self.keypoints, self.width):
+            raise ConfigError(f"LocatorConfig.prior_rgb: expected one colour contrast (3 values) or a list of them, "
+                              f"one per heatmap from 0 (at most {min(self.keypoints, self.width)}), got {self.prior_rgb}")
         if self.convs < 1:
             raise ConfigError(f"LocatorConfig.convs: expected >= 1, got {self.convs}")
         if self.projections is not None:
@@ -78,16 +88,23 @@ class LocatorConfig:
             if shape != [self.views, (3, 4)]:
                 raise ConfigError(f"LocatorConfig.projections: expected one 3x4 matrix per view ({self.views}), got "
                                   f"{shape[0]} of shapes {shape[1:]}")
-            things = 2 if self.hand else 1
-            if self.keypoints != things or self.target_size != 3:
+            if self.keypoints != things or len(self.center) != 3 * things:
                 raise ConfigError(f"LocatorConfig: a triangulating locator has one heatmap per thing it finds "
                                   f"(keypoints={things}) and 3D positions, got keypoints={self.keypoints} and "
-                                  f"{self.target_size} values per position")
+                                  f"{len(self.center) / things:g} values per position")
 
     @property
     def target_size(self) -> int:
-        """values of the target position (the outputs before the hand's)"""
-        return len(self.center) // 2 if self.hand else len(self.center)
+        """values of the target positions (the outputs before the hand's)"""
+        return len(self.center) // (self.targets + int(self.hand)) * self.targets
+
+    @property
+    def prior_rgbs(self) -> list[list[float]]:
+        """``prior_rgb`` as a list of contrasts, heatmap 0 first"""
+        if not self.prior_rgb:
+            return []
+        return [list(c) for c in self.prior_rgb] if isinstance(self.prior_rgb[0], (list, tuple)) \
+            else [list(self.prior_rgb)]
 
 
 class SpatialSoftArgmax(nn.Module):
@@ -122,6 +139,21 @@ def triangulate(points: torch.Tensor, projections: torch.Tensor) -> torch.Tensor
     return torch.stack([c0, c1, c2], dim=2).matmul(r.unsqueeze(-1)).squeeze(-1) / det
 
 
+def triangulate_at_height(points: torch.Tensor, projections: torch.Tensor, z: float) -> torch.Tensor:
+    """`triangulate` for a point known to lie at height ``z`` (an object resting on a surface of known height):
+    the (x, y) whose projections at that height match the image points best, by the 2x2 normal equations. Two
+    unknowns instead of three: what the views agree on goes into x and y alone."""
+    u = points.unsqueeze(-1)
+    rows = (u * projections[:, 2:3, :] - projections[:, 0:2, :]).reshape(points.shape[0], -1, 4)
+    a, b = rows[..., :2], -(rows[..., 2] * z + rows[..., 3])
+    m = a.transpose(1, 2) @ a  # (B, 2, 2)
+    r = (a.transpose(1, 2) @ b.unsqueeze(-1)).squeeze(-1)  # (B, 2)
+    det = m[:, 0, 0] * m[:, 1, 1] - m[:, 0, 1] * m[:, 1, 0]
+    x = (m[:, 1, 1] * r[:, 0] - m[:, 0, 1] * r[:, 1]) / det
+    y = (m[:, 0, 0] * r[:, 1] - m[:, 1, 0] * r[:, 0]) / det
+    return torch.stack([x, y, torch.full_like(x, float(z))], dim=1)
+
+
 class TargetLocator(nn.Module):
     """uint8 image (B, S, views*S, 3) -> target position (B, len(center)); see the module docstring."""
 
@@ -133,8 +165,8 @@ class TargetLocator(nn.Module):
         for _ in range(c.convs - 1):
             layers += [nn.Conv2d(w, w, 3, padding=1), nn.ReLU()]
         self.trunk = nn.Sequential(*layers, nn.Conv2d(w, w, 1), nn.ReLU(), nn.Conv2d(w, c.keypoints, 1))
-        if c.prior_rgb is not None:
-            self._init_colour_prior(c.prior_rgb)
+        if c.prior_rgbs:
+            self._init_colour_prior(c.prior_rgbs)
         self.softargmax = SpatialSoftArgmax(c.image_size, c.image_size, temperature=5.0)
         if c.projections is None:
             self.head = nn.Sequential(nn.Linear(c.views * c.keypoints * 2, c.hidden), nn.ReLU(),
@@ -147,18 +179,22 @@ class TargetLocator(nn.Module):
         self.register_buffer("out_half", torch.tensor(c.half, dtype=torch.float32))
 
     @torch.no_grad()
-    def _init_colour_prior(self, rgb: list[float], gain: float = 7.0) -> None:
-        """Channel 0 through the trunk = ``gain * relu(rgb . pixel)`` (3x3 centre tap), the others as initialized."""
+    def _init_colour_prior(self, rgbs: list[list[float]], gain: float = 7.0) -> None:
+        """Channel k through the trunk = ``gain * relu(rgbs[k] . pixel)`` (3x3 centre tap) for each contrast given,
+        the others as initialized."""
         convs = [m for m in self.trunk if isinstance(m, nn.Conv2d)]
         first, last = convs[0], convs[-1]
-        first.weight[0].zero_()
-        first.weight[0, :, first.kernel_size[0] // 2, first.kernel_size[1] // 2] = torch.tensor(rgb)
-        first.bias[0] = 0.0
-        for conv in convs[1:]:  # channel 0 passes through: centre tap 1 from channel 0, nothing else into it
-            conv.weight[0].zero_()
-            conv.weight[:, 0] = 0.0
-            conv.weight[0, 0, conv.kernel_size[0] // 2, conv.kernel_size[1] // 2] = gain if conv is last else 1.0
-            conv.bias[0] = 0.0
+        for k, rgb in enumerate(rgbs):
+            first.weight[k].zero_()
+            first.weight[k, :, first.kernel_size[0] // 2, first.kernel_size[1] // 2] = torch.tensor(rgb)
+            first.bias[k] = 0.0
+        for conv in convs[1:]:  # channel k passes through: centre tap 1 from channel k, nothing else into it
+            for k in range(len(rgbs)):
+                conv.weight[k].zero_()
+                conv.weight[:, k] = 0.0
+            for k in range(len(rgbs)):
+                conv.weight[k, k, conv.kernel_size[0] // 2, conv.kernel_size[1] // 2] = gain if conv is last else 1.0
+                conv.bias[k] = 0.0
 
     def normalized(self, image: torch.Tensor) -> torch.Tensor:
         """The head's output before scaling: (position - center) / half."""
@@ -168,15 +204,25 @@ class TargetLocator(nn.Module):
         views = torch.cat([x[..., i * c.image_size:(i + 1) * c.image_size] for i in range(c.views)], dim=0)
         kp = self.softargmax(self.trunk(views))  # (views*B, K, 2)
         if c.projections is not None:
-            return (self.positions(kp.reshape(c.views, b, c.keypoints, 2)) - self.out_center) / self.out_half
+            return (self.positions(kp.reshape(c.views, b, c.keypoints, 2) * self.to_camera) - self.out_center) \
+                / self.out_half
         kp = torch.cat([kp[i * b:(i + 1) * b].reshape(b, -1) for i in range(c.views)], dim=1)
         return self.head(kp)
 
-    def positions(self, kp: torch.Tensor) -> torch.Tensor:
-        """(views, B, things, 2) heatmap positions -> (B, 3 * things): each thing triangulated."""
-        seen = kp * self.to_camera
+    def image_points(self, image: torch.Tensor) -> torch.Tensor:
+        """Where each thing is seen: (B, views, things, 2) in the camera's image coordinates (x rightward, y
+        upward, -1..1), the points `triangulate` takes (a triangulating locator only)."""
+        c = self.config
+        x = image.float().permute(0, 3, 1, 2) * (1.0 / 255.0) - 0.5
+        b = x.shape[0]
+        views = torch.cat([x[..., i * c.image_size:(i + 1) * c.image_size] for i in range(c.views)], dim=0)
+        kp = self.softargmax(self.trunk(views)).reshape(c.views, b, c.keypoints, 2) * self.to_camera
+        return kp.transpose(0, 1)
+
+    def positions(self, seen: torch.Tensor) -> torch.Tensor:
+        """(views, B, things, 2) image points (camera coordinates) -> (B, 3 * things): each thing triangulated."""
         return torch.cat([triangulate(seen[:, :, k].transpose(0, 1), self.projections)
-                          for k in range(kp.shape[2])], dim=1)
+                          for k in range(seen.shape[2])], dim=1)
 
     def forward(self, image: torch.Tensor) -> torch.Tensor:
         return self.out_center + self.out_half * self.normalized(image)

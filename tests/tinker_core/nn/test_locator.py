@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from tinker_core.errors import ConfigError
-from tinker_core.nn.locator import LocatedState, LocatorConfig, SpatialSoftArgmax, TargetLocator, triangulate
+from tinker_core.nn.locator import (LocatedState, LocatorConfig, SpatialSoftArgmax, TargetLocator, triangulate,
+                                    triangulate_at_height)
 
 
 def _look_at(eye, target, fov_deg: float = 55.0, near: float = 0.05, far: float = 5.0) -> np.ndarray:
@@ -91,11 +92,17 @@ def test_a_triangulating_locator_puts_a_heatmap_peak_where_the_cameras_see_it_an
     x = torch.randint(0, 256, (3, 32, 64, 3), dtype=torch.uint8)
     with torch.no_grad():
         want = model(x).numpy()
-        # soft-argmax's -1 and 1 are the centres of the edge pixels, the camera's are the edges; its y points down
         points = np.array([[0.5, 0.1, 0.3], [0.42, -0.2, 0.45]])
-        grid = _seen(points, CAMERAS) * torch.tensor([1.0, -1.0]) * 32 / 31  # (things, views, 2)
-        found = model.positions(grid.permute(1, 0, 2).unsqueeze(1))  # (views, B=1, things, 2)
+        seen = _seen(points, CAMERAS)  # (things, views, 2), camera coordinates
+        found = model.positions(seen.permute(1, 0, 2).unsqueeze(1))  # (views, B=1, things, 2)
+        # the image points the heatmaps give are what forward triangulates (soft-argmax's -1 and 1 are the centres
+        # of the edge pixels, the camera's are the edges, and its y points down: image_points converts)
+        again = model.positions(model.image_points(x).transpose(0, 1))
     np.testing.assert_allclose(found.numpy().reshape(2, 3), points, atol=1e-5)
+    np.testing.assert_allclose(again.numpy(), want, atol=1e-5)
+    at_height = triangulate_at_height(seen[:, :, :], torch.tensor(CAMERAS, dtype=torch.float32), 0.45)
+    np.testing.assert_allclose(at_height[1].numpy(), points[1], atol=1e-5)  # the point at that height: found
+    assert abs(float(at_height[0, 2]) - 0.45) < 1e-6  # the other is put at the height given
     buf = io.BytesIO()
     torch.onnx.export(model, (x,), buf, input_names=["image"], output_names=["positions"], opset_version=17,
                       dynamic_axes={"image": {0: "b"}, "positions": {0: "b"}}, dynamo=False)
@@ -161,7 +168,7 @@ def test_a_hand_locator_gives_the_target_to_the_state_and_the_hand_to_its_own_mo
 def test_hand_settings_that_do_not_fit_are_refused():
     from tinker_core.nn.locator import HandLocator
 
-    with pytest.raises(ConfigError, match="even length"):
+    with pytest.raises(ConfigError, match="then the hand.s, as many values each"):
         LocatorConfig(hand=True)  # the default center holds the target's range only
     with pytest.raises(ConfigError, match="without the hand"):
         HandLocator(TargetLocator(LocatorConfig(image_size=32, hidden=8)))

@@ -140,7 +140,8 @@ def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) ->
     m = model.manifest
     hand = model.hand()
     cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m),
-                            image_terms=m.image_terms, hand=None if hand is None else hand.forward, **cycle_kwargs)
+                            image_terms=m.image_terms, image_terms_static=m.image_terms_static,
+                            hand=None if hand is None else hand.forward, **cycle_kwargs)
     r = model.warmup(int(warmup)) if warmup > 0 else {"p99_us": 0.0, "max_us": 0.0}
     if hand is not None and warmup > 0:
         hand.warmup(int(warmup))  # it runs on every frame too: no first-call spike in the loop
