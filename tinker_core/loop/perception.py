@@ -152,7 +152,7 @@ class PerceptionCycle:
         if self.channels is not None and other.channels is not None:
             self.channels = other.channels  # the messages heard (and the counters) stay with the robot
         self._episode_start_ns = other._episode_start_ns
-        if self.hold is not None and other.hold is not None:  # a reloaded model keeps the episode's estimate
+        if type(self.hold) is type(other.hold) and self.hold is not None:  # a reload keeps the episode's estimate
             self.hold.continue_from(other.hold)
         if other.last_action.shape == self.last_action.shape:
             self.last_action = other.last_action

@@ -64,6 +64,9 @@ class RestingHold:
         """Each resting object's held position (raw, m)."""
         return {p: self.sums[p] / self.counts[p] for p in self.sums if self.counts.get(p)}
 
+    camera_offset = correction = None
+    """a resting hold does not calibrate the camera (no hand model): `EstimateHold`'s readings, always None"""
+
     def continue_from(self, other: "RestingHold") -> None:
         """Keep ``other``'s episode and means (a reloaded model goes on with the same estimates)."""
         self.episode, self.sums, self.counts = other.episode, dict(other.sums), dict(other.counts)

@@ -79,7 +79,7 @@ class PerceptionNode(NodeRuntime, Node):
             self._load(str(value))
         elif name == "max_frame_age":
             self.cycle.max_frame_age_ns = int(float(value) * 1e9)
-        elif name == "calibration_deadband" and self.cycle.hold is not None:
+        elif name == "calibration_deadband" and hasattr(self.cycle.hold, "deadband_m"):  # a calibrating hold
             self.cycle.hold.deadband_m = float(value)  # from the next cycle; the range is the descriptor's
         return ""
 
