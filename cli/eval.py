@@ -216,7 +216,8 @@ def _run_loop(args: argparse.Namespace) -> int:
             out = loop.run_episodes(args.episodes, on_cycle)
         finally:
             bar.close()
-        held = loop.stages["perception"].cycle.hold is not None
+        hold = loop.stages["perception"].cycle.hold
+        held = hold is not None
         calibrated = held and loop.stages["perception"].cycle.hand is not None
     k, n = out["successes"], out["episodes"]
     lo, hi = wilson_interval(k, n)
@@ -233,7 +234,7 @@ def _run_loop(args: argparse.Namespace) -> int:
         print(json.dumps(d))
     else:
         print(f"{env_id} | policy {bundle} | dynamics {d['dynamics']} | the loop's stages in one process"
-              + (" | estimate held over the episode" if held else "")
+              + (f" | {hold.summary}" if held else "")
               + (", the camera calibrated on the hand it sees" if calibrated else ""))
         unsafe = sum(out["unsafe_states"].values())
         objects = (f"; objects sorted {d['objects_sorted_rate']:.1%} ({d['objects_sorted']}/{d['objects_total']}, "
@@ -360,7 +361,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
         env.close()
     d = res.to_dict()
     rets = [r["return"] for r in res.per_episode]
-    held = getattr(getattr(modules, "perception", None), "hold", None)  # HeldPerception's EstimateHold
+    held = getattr(getattr(modules, "perception", None), "hold", None)  # HeldPerception's hold
     calibrated = held is not None and modules.perception.hand is not None
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
              hold_estimate=bool(modules is not None and modules.held),
@@ -376,7 +377,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
         print(json.dumps(d))
     else:
         print(f"{env_id} | policy {name} (v{version}) | dynamics {args.dynamics or 'nominal'}"
-              + (" | estimate held over the episode" if d["hold_estimate"] else "")
+              + (f" | {held.summary}" if held is not None else "")
               + (", the camera calibrated on the hand it sees" if d["camera_calibrated"] else "")
               + ("" if safety else " | no SafetyWrapper"))
         print(res.format() + f"; return std {d['std_return']:.2f}")

@@ -88,6 +88,9 @@ class EstimateHold:
     """``hold(features, episode, image)``: the features with the image terms averaged over ``episode``'s frames
     that show the target (``sight``), or as they are until one has."""
 
+    summary = "estimate held over each episode"
+    """what the hold does, for a log line"""
+
     def __init__(self, terms: Sequence[Any], image_terms: Sequence[str], bound: float = OBS_BOUND,
                  sight: TargetSight | None = None, deadband_m: float = CALIBRATION_DEADBAND_M,
                  calibrate: bool = False):

@@ -64,6 +64,8 @@ class RestingHold:
         """Each resting object's held position (raw, m)."""
         return {p: self.sums[p] / self.counts[p] for p in self.sums if self.counts.get(p)}
 
+    summary = "each object's estimate held while it rests"
+    """what the hold does, for a log line"""
     camera_offset = correction = None
     """a resting hold does not calibrate the camera (no hand model): `EstimateHold`'s readings, always None"""
 

@@ -146,8 +146,8 @@ def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) ->
     if hand is not None and warmup > 0:
         hand.warmup(int(warmup))  # it runs on every frame too: no first-call spike in the loop
     estimate = ("" if not m.image_terms else "; its estimate per frame" if cycle.hold is None
-                else "; its estimate held over each episode" + (", the camera calibrated on the hand it sees"
-                                                                 if cycle.hand is not None else ""))
+                else f"; {cycle.hold.summary}" + (", the camera calibrated on the hand it sees"
+                                                   if cycle.hand is not None else ""))
     return model, cycle, (f"perception v{model.version} ({model.sha256[:12]}) from {path}: p99 {r['p99_us']:.0f} us, "
                           f"max {r['max_us']:.0f} us after warm-up{estimate}")
 
