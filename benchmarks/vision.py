@@ -1,7 +1,8 @@
-"""Perception latency of the camera-based ArmReach bundle: the target locator (perception.onnx of
-pretrained/arm_reach_vision, image 64x128 + state, and its hand.onnx on the same frame where the bundle has one,
-as the loop runs them) against the state-only bundle's perception
-(pretrained/arm_reach/bundle), in one run, alternating rounds; onnxruntime, 1 thread, batch 1, recorded observations.
+"""Perception latency of the camera bundles: the reach locator (perception.onnx of pretrained/arm_reach_vision,
+image 64x128 + state, and its hand.onnx on the same frame, as the loop runs them) and the sorter's
+(pretrained/arm_sort_vision: both objects located, every object term written), each against its state-only
+bundle's perception (pretrained/arm_reach/bundle, pretrained/arm_sort/bundle), in one run, alternating rounds;
+onnxruntime, 1 thread, batch 1, recorded observations.
 
     python benchmarks/vision.py            # 5 rounds of 1000 calls each
     python benchmarks/vision.py --quick    # 2 rounds of 300 calls
@@ -28,26 +29,34 @@ def main() -> None:
     locator = OnnxPolicy.from_bundle(ROOT / "pretrained/arm_reach_vision", part="perception")
     hand = locator.hand()
     parts = {"vision_locator": locator,
-             "state_perception": OnnxPolicy.from_bundle(ROOT / "pretrained/arm_reach/bundle", part="perception")}
+             "state_perception": OnnxPolicy.from_bundle(ROOT / "pretrained/arm_reach/bundle", part="perception"),
+             "sort_vision_locator": OnnxPolicy.from_bundle(ROOT / "pretrained/arm_sort_vision", part="perception"),
+             "sort_state_perception": OnnxPolicy.from_bundle(ROOT / "pretrained/arm_sort/bundle", part="perception")}
     runs: dict[str, list[dict]] = {k: [] for k in parts}
     loads = []
     for _ in range(rounds):
         for name, part in parts.items():
-            if name == "state_perception":
+            if name.endswith("state_perception"):
                 obs, _ = part.bundle.recorded()
                 runs[name].append(_bench_flat(part, obs, n))
             else:
-                runs[name].append(bench_perception(part, n, hand))
+                runs[name].append(bench_perception(part, n, hand if name == "vision_locator" else None))
         loads.append(os.getloadavg()[0])
     figures = {k: {"p50_ms": float(np.median([r["p50_ms"] for r in v])),
                    "p99_ms_worst_round": float(max(r["p99_ms"] for r in v)), "rounds": v} for k, v in runs.items()}
     result = {**header("vision", args.quick, machine(("onnxruntime",), extra={"load_avg_1min": loads})),
-              "figures": figures, "goals": {"vision_locator_p99_ms": 10.0},
+              "figures": figures, "goals": {"vision_locator_p99_ms": 10.0, "sort_vision_locator_p99_ms": 10.0},
               "vision_locator_includes_hand_model": hand is not None,
-              "met": figures["vision_locator"]["p99_ms_worst_round"] <= 10.0}
+              "ratios_p50": {"reach_vision_over_state": figures["vision_locator"]["p50_ms"]
+                             / figures["state_perception"]["p50_ms"],
+                             "sort_vision_over_state": figures["sort_vision_locator"]["p50_ms"]
+                             / figures["sort_state_perception"]["p50_ms"]},
+              "met": max(figures[k]["p99_ms_worst_round"] for k in ("vision_locator", "sort_vision_locator")) <= 10.0}
     print(f"wrote {write_result('vision', args.quick, result)}")
     for k, f in figures.items():
         print(f"{k}: p50 {f['p50_ms']:.3f} ms, worst-round p99 {f['p99_ms_worst_round']:.3f} ms")
+    for k, r in result["ratios_p50"].items():  # the camera bundle's locator against a state bundle's normalization
+        print(f"{k} (p50): {r:.1f}x")
 
 
 def _bench_flat(part, obs, n: int) -> dict:
