@@ -27,20 +27,29 @@ def _slot(manifest, name: str) -> tuple[slice, np.ndarray, np.ndarray]:
     raise KeyError(name)
 
 
+def _patient_safety(tmp_path: Path) -> Path:
+    """The default safety YAML with a patient watchdog latch (10 misses), written under ``tmp_path``."""
+    import yaml
+
+    from tinker_safety.config import DEFAULT_CONFIG_PATH
+
+    cfg = yaml.safe_load(Path(DEFAULT_CONFIG_PATH).read_text())
+    cfg["watchdog_misses_to_estop"] = 10
+    path = tmp_path / "safety.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
 @pytest.mark.parametrize("hold", [False, True], ids=["per_frame", "held_estimate"])
 def test_the_vision_bundle_reaches_targets_it_finds_in_the_camera_image(ros2, tmp_path, hold):
-    import yaml
     from sensor_msgs.msg import Image
     from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
     from tinker.bringup import Graph
     from tinker.wire import RECORD_QOS, SENSOR_QOS, read_task
     from tinker_deploy.manifest import Manifest
-    from tinker_safety.config import DEFAULT_CONFIG_PATH
 
-    cfg = yaml.safe_load(Path(DEFAULT_CONFIG_PATH).read_text())
-    cfg["watchdog_misses_to_estop"] = 10
-    (tmp_path / "safety.yaml").write_text(yaml.safe_dump(cfg))
+    safety = _patient_safety(tmp_path)
     domain = ros2.fresh_domain()
     probe = ros2.Probe(domain, "vision")
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
@@ -51,7 +60,7 @@ def test_the_vision_bundle_reaches_targets_it_finds_in_the_camera_image(ros2, tm
               overrides={"perception": {"bundle": str(VISION), "estimate": "held" if hold else "per_frame"},
                          "policy": {"bundle": str(VISION)},
                          "sim_robot": {"episode_cycles": 60, "seed": 1000},
-                         "safety": {"config": str(tmp_path / "safety.yaml")}})
+                         "safety": {"config": str(safety)}})
     # the camera follows the bundle: two 64x64 views side by side, as the locator was trained on
     assert {k: g.parameters("sim_robot")[k] for k in ("camera", "image_size", "camera_views")} == {
         "camera": True, "image_size": 64, "camera_views": 2}
@@ -115,17 +124,13 @@ def test_the_sort_vision_bundle_sorts_objects_it_finds_in_the_camera_image(ros2,
     """The camera sorter in the graph: sim_robot runs ArmSort and renders the views, perception locates both objects
     (held while each rests: the manifest's image_terms_static is false) and writes every object term, and the shipped
     sorter puts them in their bins."""
-    import yaml
     from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
     from tinker.bringup import Graph
     from tinker.wire import RECORD_QOS, read_task
     from tinker_deploy.manifest import Manifest
-    from tinker_safety.config import DEFAULT_CONFIG_PATH
 
-    cfg = yaml.safe_load(Path(DEFAULT_CONFIG_PATH).read_text())
-    cfg["watchdog_misses_to_estop"] = 10
-    (tmp_path / "safety.yaml").write_text(yaml.safe_dump(cfg))
+    safety = _patient_safety(tmp_path)
     domain = ros2.fresh_domain()
     probe = ros2.Probe(domain, "vision_sort")
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
@@ -134,7 +139,7 @@ def test_the_sort_vision_bundle_sorts_objects_it_finds_in_the_camera_image(ros2,
               env=ros2.graph_env(domain),
               overrides={"perception": {"bundle": str(SORT_VISION)}, "policy": {"bundle": str(SORT_VISION)},
                          "sim_robot": {"episode_cycles": 200, "seed": 1000},
-                         "safety": {"config": str(tmp_path / "safety.yaml")}})
+                         "safety": {"config": str(safety)}})
     assert g.parameters("sim_robot")["task"] == "sort" and g.parameters("sim_robot")["camera"] is True
 
     def ends():  # episode -> success, for each episode that ended (on success or after 200 cycles)

@@ -199,25 +199,23 @@ class TargetLocator(nn.Module):
     def normalized(self, image: torch.Tensor) -> torch.Tensor:
         """The head's output before scaling: (position - center) / half."""
         c = self.config
-        x = image.float().permute(0, 3, 1, 2) * (1.0 / 255.0) - 0.5  # (B, 3, S, views*S)
-        b = x.shape[0]
-        views = torch.cat([x[..., i * c.image_size:(i + 1) * c.image_size] for i in range(c.views)], dim=0)
-        kp = self.softargmax(self.trunk(views))  # (views*B, K, 2)
         if c.projections is not None:
-            return (self.positions(kp.reshape(c.views, b, c.keypoints, 2) * self.to_camera) - self.out_center) \
-                / self.out_half
-        kp = torch.cat([kp[i * b:(i + 1) * b].reshape(b, -1) for i in range(c.views)], dim=1)
-        return self.head(kp)
+            return (self.positions(self.image_points(image).transpose(0, 1)) - self.out_center) / self.out_half
+        kp = self._heatmap_points(image)  # (views, B, K, 2)
+        return self.head(torch.cat([kp[i].reshape(kp.shape[1], -1) for i in range(c.views)], dim=1))
 
     def image_points(self, image: torch.Tensor) -> torch.Tensor:
         """Where each thing is seen: (B, views, things, 2) in the camera's image coordinates (x rightward, y
         upward, -1..1), the points `triangulate` takes (a triangulating locator only)."""
+        return (self._heatmap_points(image) * self.to_camera).transpose(0, 1)
+
+    def _heatmap_points(self, image: torch.Tensor) -> torch.Tensor:
+        """(views, B, keypoints, 2): each heatmap's soft-argmax (-1..1 between the edge pixels' centres, y down)."""
         c = self.config
-        x = image.float().permute(0, 3, 1, 2) * (1.0 / 255.0) - 0.5
+        x = image.float().permute(0, 3, 1, 2) * (1.0 / 255.0) - 0.5  # (B, 3, S, views*S)
         b = x.shape[0]
         views = torch.cat([x[..., i * c.image_size:(i + 1) * c.image_size] for i in range(c.views)], dim=0)
-        kp = self.softargmax(self.trunk(views)).reshape(c.views, b, c.keypoints, 2) * self.to_camera
-        return kp.transpose(0, 1)
+        return self.softargmax(self.trunk(views)).reshape(c.views, b, c.keypoints, 2)
 
     def positions(self, seen: torch.Tensor) -> torch.Tensor:
         """(views, B, things, 2) image points (camera coordinates) -> (B, 3 * things): each thing triangulated."""
