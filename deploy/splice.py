@@ -8,8 +8,10 @@ the perception's ``features`` into the actor's input), the recorded observations
 reference features and actions from the two parts through onnxruntime, and the composed ``policy.onnx`` must
 reproduce them (parity). The perception bundle's ``hand`` model (the end effector its locator sees, which
 calibrates a moved camera in the loop) comes along unchanged: a fine-tuned actor keeps its perception's calibration.
-Refused, with the reason, when the two bundles do not fit: another feature layout, action, joint order, action
-chain or control period.
+Where the perception's features are the actor bundle's observation rather than its features (the camera sorter:
+the located state, and the sorter normalizes its observation first), the actor bundle's whole policy.onnx takes
+the actor's place. Refused, with the reason, when the two bundles do not fit: another feature layout, action,
+joint order, action chain or control period.
 """
 
 from __future__ import annotations
@@ -47,18 +49,37 @@ def _run(sess: Any, feeds: dict[str, np.ndarray]) -> np.ndarray:
     return np.asarray(sess.run(None, {n: feeds[n] for n in names})[0])
 
 
-def _fits(p: Manifest, a: Manifest) -> None:
-    checks = (("feature_spec", p.feature_spec, a.feature_spec), ("action_spec", p.action_spec, a.action_spec),
+def _fits(p: Manifest, a: Manifest) -> str:
+    """Which model of the actor bundle the perception feeds: ``actor`` where the features are its features;
+    ``policy`` (its own perception, e.g. the observation's normalization, then its actor) where the features are
+    its observation (the camera sorter: the located state, before the sorter's normalization)."""
+    side = "actor" if p.feature_spec == a.feature_spec else "policy" if p.feature_spec == a.obs_spec else ""
+    checks = (("feature_spec", p.feature_spec, a.feature_spec if side != "policy" else a.obs_spec),
+              ("action_spec", p.action_spec, a.action_spec),
               ("joint_names", p.joint_names, a.joint_names), ("action_chain", p.action_chain, a.action_chain),
               ("control_period", p.control_period, a.control_period),
               ("obs_terms (the features' layout)", [t.name for t in p.obs_terms], [t.name for t in a.obs_terms]))
     for what, mine, theirs in checks:
         if mine != theirs:
             raise BundleError(f"splice: the perception bundle's {what} {mine!r} differs from the actor bundle's "
-                              f"{theirs!r}; its perception cannot feed that actor")
+                              f"{theirs!r}" + (" (nor is it its observation)" if what == "feature_spec" else "")
+                              + "; its perception cannot feed that actor")
     for m, where in ((p, "perception"), (a, "actor")):
         if "perception" not in m.models or "actor" not in m.models:
             raise BundleError(f"splice: the {where} bundle has no perception/actor split")
+    return side
+
+
+def _input_named(model: Any, name: str) -> Any:
+    """``model`` (one input) with that input renamed ``name`` (an actor's graph reads ``features``)."""
+    old = model.graph.input[0].name
+    if old != name:
+        model.graph.input[0].name = name
+        for node in model.graph.node:
+            for i, x in enumerate(node.input):
+                if x == old:
+                    node.input[i] = name
+    return model
 
 
 def splice_perception(perception_bundle: str | os.PathLike, actor_bundle: str | os.PathLike, out: str | os.PathLike,
@@ -69,9 +90,11 @@ def splice_perception(perception_bundle: str | os.PathLike, actor_bundle: str | 
 
     pb, ab = load_bundle(perception_bundle), load_bundle(actor_bundle)
     pm, am = pb.manifest, ab.manifest
-    _fits(pm, am)
+    side = _fits(pm, am)
     p_bytes = pb.model_path("perception").read_bytes()
-    a_bytes = ab.model_path("actor").read_bytes()
+    a_bytes = ab.model_path(side).read_bytes()
+    if side == "policy":
+        a_bytes = _input_named(onnx.load_from_string(a_bytes), "features").SerializeToString()
     p_model, a_model = onnx.load_from_string(p_bytes), onnx.load_from_string(a_bytes)
     p_out, a_in = p_model.graph.output[0].name, a_model.graph.input[0].name
     if p_out == a_in:  # the shared edge keeps one name
@@ -97,11 +120,11 @@ def splice_perception(perception_bundle: str | os.PathLike, actor_bundle: str | 
 
     m = Manifest.from_json(pm.to_json())
     m.models = {k: copy.deepcopy(v) for k, v in m.models.items() if k in (*PERCEPTION_SIDE, "actor", "policy")}
-    m.models["actor"] = copy.deepcopy(am.models["actor"])
+    m.models["actor"] = copy.deepcopy(pm.models["actor"])  # the same I/O: the features in, the action out
     m.models["actor"].file = "actor.onnx"
     m.models["policy"].accuracy = {"max_abs_diff_vs_two_parts": diff, "tolerance": PARITY_TOLERANCE,
-                                   "spliced": f"perception {pm.models['perception'].sha256[:12]} + actor "
-                                              f"{am.models['actor'].sha256[:12]}"}
+                                   "spliced": f"perception {pm.models['perception'].sha256[:12]} + {side} "
+                                              f"{am.models[side].sha256[:12]}"}
     m.training_step = am.training_step
     m.policy_version = int(policy_version if policy_version is not None else am.policy_version)
     m.parity = {"max_abs_diff": diff, "tolerance": max(PARITY_TOLERANCE, float((pm.parity or {}).get("tolerance", 0.0))),

@@ -44,3 +44,19 @@ def test_the_vision_perception_goes_in_front_of_another_actor(tmp_path):
 def test_refuses_an_actor_of_another_feature_layout(tmp_path):
     with pytest.raises(BundleError, match="cannot feed that actor"):
         splice_perception(VISION, SORT, tmp_path / "x")
+
+
+def test_the_camera_sorters_perception_goes_in_front_of_a_sorter_that_normalizes_its_observation(tmp_path):
+    """The camera sorter's features are the located state, which the sorter's own perception normalizes before its
+    actor: the splice puts the sorter bundle's whole policy (normalization, then actor) behind it, and the result
+    acts as the camera sorter does (its actor is the same imitation policy)."""
+    sort_vision = PRE / "arm_sort_vision"
+    out = splice_perception(sort_vision, SORT, tmp_path / "s3", policy_version=3)
+    b, v = load_bundle(out), load_bundle(sort_vision)
+    assert b.manifest.models["perception"].sha256 == v.manifest.models["perception"].sha256
+    assert b.manifest.models["policy"].accuracy["spliced"].split(" + ")[1].startswith("policy ")
+    obs, ref = b.recorded()
+    _, vref = v.recorded()
+    np.testing.assert_allclose(ref["action"], vref["action"], atol=1e-4)
+    actor = OnnxPolicy.from_bundle(out, part="actor")  # the runtime reads it as an actor: features in
+    np.testing.assert_allclose(actor.forward(ref["features"][0]), ref["action"][0], atol=1e-5)
