@@ -23,16 +23,14 @@ episodes are known; ``per_frame`` to see each frame's own estimate.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
+from tinker_core.loop.resting_hold import RestingHold
 from tinker_core.loop.target_sight import TargetSight
-
-if TYPE_CHECKING:
-    from tinker_core.loop.resting_hold import RestingHold
 
 
 CALIBRATION_DEADBAND_M = 0.02
@@ -74,8 +72,6 @@ def estimate_hold(terms: Sequence[Any], image_terms: Sequence[str], static: bool
     """The hold for a bundle's image terms: `EstimateHold` where what they locate stays put within an episode
     (``static``: the manifest's ``image_terms_static``; the reach target), `RestingHold` where it moves (the
     sorter's objects, carried). ``calibrate``: the bundle has a ``hand`` model (`EstimateHold` only)."""
-    from tinker_core.loop.resting_hold import RestingHold
-
     if static:
         return EstimateHold(terms, image_terms, calibrate=calibrate, deadband_m=deadband_m)
     if calibrate:
@@ -101,8 +97,7 @@ class EstimateHold:
         unknown = sorted(set(image_terms) - set(asm.names))
         if unknown:
             raise ConfigError(f"held estimate: image terms {unknown} are not observation terms {asm.names}")
-        starts = np.cumsum([0] + asm.sizes)
-        self.slots = {n: slice(int(a), int(a + k)) for n, a, k in zip(asm.names, starts, asm.sizes)}
+        self.asm, self.slots = asm, asm.slots
         self.size, self.bound = asm.size, float(bound)
         self.offset, self.scale = asm.offset, asm.scale
         self.recomputed = {n: n[: -len("_minus_ee")] + "_pos" for n in image_terms
@@ -143,15 +138,14 @@ class EstimateHold:
         offset = self.camera_offset
         return offset if offset is not None and float(np.linalg.norm(offset)) > self.deadband_m else None
 
+    def raw(self, features: np.ndarray, name: str) -> np.ndarray:
+        """Term ``name`` of ``features`` unscaled: ``value / scale + offset``."""
+        return self.asm.raw_term(features, name)
+
     def continue_from(self, other: "EstimateHold") -> None:
         """Keep ``other``'s episode and the frames it has seen (a reloaded model goes on with the same estimate)."""
         self.episode, self.sums, self.seen = other.episode, dict(other.sums), other.seen
         self.offset_sum, self.hands = other.offset_sum, other.hands
-
-    def raw(self, features: np.ndarray, name: str) -> np.ndarray:
-        """Term ``name`` of ``features`` unscaled: ``value / scale + offset``."""
-        s = self.slots[name]
-        return features[s].astype(np.float64) / self.scale[s] + self.offset[s]
 
     def __call__(self, features: np.ndarray, episode: str, image: np.ndarray,
                  hand: np.ndarray | None = None) -> np.ndarray:
@@ -176,13 +170,11 @@ class EstimateHold:
         if offset is not None:
             held = {n: v + offset if n in self.calibrated else v for n, v in held.items()}
         for name, raw in held.items():
-            s = self.slots[name]
-            out[s] = np.clip((raw - self.offset[s]) * self.scale[s], -self.bound, self.bound)
+            self.asm.write_term(out, name, raw, self.bound)
         if self.recomputed:
             ee = self.raw(features, "ee_pos")
             for name, pos in self.recomputed.items():
-                s = self.slots[name]
-                out[s] = np.clip((held[pos] - ee - self.offset[s]) * self.scale[s], -self.bound, self.bound)
+                self.asm.write_term(out, name, held[pos] - ee, self.bound)
         return out
 
     def _measure_camera(self, features: np.ndarray, hand: np.ndarray) -> None:

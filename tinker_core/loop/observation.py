@@ -40,6 +40,9 @@ class ObservationAssembly:
                                       for t, n in zip(terms, self.sizes)]) if terms else np.zeros(0)
         self.scale = np.concatenate([np.broadcast_to(np.asarray(_field(t, "scale"), np.float64), (n,))
                                      for t, n in zip(terms, self.sizes)]) if terms else np.zeros(0)
+        starts = np.cumsum([0] + self.sizes)
+        self.slots = {n: slice(int(a), int(a + k)) for n, a, k in zip(self.names, starts, self.sizes)}
+        """term name -> its slice of the vector"""
         self.low = None if low is None else np.broadcast_to(np.asarray(low, np.float64), (self.size,)).copy()
         self.high = None if high is None else np.broadcast_to(np.asarray(high, np.float64), (self.size,)).copy()
 
@@ -61,6 +64,16 @@ class ObservationAssembly:
         if self.high is not None:
             np.minimum(x, self.high, out=x)
         return x.astype(np.float32)
+
+    def raw_term(self, vector: np.ndarray, name: str) -> np.ndarray:
+        """Term ``name`` of a scaled vector, unscaled: ``value / scale + offset`` (float64)."""
+        s = self.slots[name]
+        return vector[s].astype(np.float64) / self.scale[s] + self.offset[s]
+
+    def write_term(self, vector: np.ndarray, name: str, raw: np.ndarray, bound: float = OBS_BOUND) -> None:
+        """Put term ``name`` of ``vector`` (in place) to ``raw`` scaled, clipped to +-``bound``."""
+        s = self.slots[name]
+        vector[s] = np.clip((raw - self.offset[s]) * self.scale[s], -bound, bound)
 
     def from_sources(self, sources: Mapping[str, np.ndarray]) -> np.ndarray:
         """The observation of raw terms by name (1-D arrays); a missing term or a wrong size is named."""

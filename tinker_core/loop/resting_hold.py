@@ -37,8 +37,7 @@ class RestingHold:
     def __init__(self, terms: Sequence[Any], image_terms: Sequence[str], held_radius: float = HELD_RADIUS_M,
                  jump_m: float = 0.05, bound: float = OBS_BOUND):
         asm = ObservationAssembly(terms)
-        starts = np.cumsum([0] + asm.sizes)
-        self.slots = {n: slice(int(a), int(a + k)) for n, a, k in zip(asm.names, starts, asm.sizes)}
+        self.asm, self.slots = asm, asm.slots
         unknown = sorted(set(image_terms) - set(self.slots))
         if unknown:
             raise ConfigError(f"resting hold: image terms {unknown} are not observation terms {asm.names}")
@@ -52,7 +51,6 @@ class RestingHold:
         if not (held_radius > 0 and jump_m > 0):
             raise ConfigError(f"resting hold: held_radius and jump_m must be > 0 m, got {held_radius}, {jump_m}")
         self.size, self.bound = asm.size, float(bound)
-        self.offset, self.scale = asm.offset, asm.scale
         self.held_radius, self.jump_m = float(held_radius), float(jump_m)
         self.episode: str | None = None
         self.sums: dict[str, np.ndarray] = {}
@@ -73,14 +71,6 @@ class RestingHold:
         """Keep ``other``'s episode and means (a reloaded model goes on with the same estimates)."""
         self.episode, self.sums, self.counts = other.episode, dict(other.sums), dict(other.counts)
 
-    def raw(self, features: np.ndarray, name: str) -> np.ndarray:
-        s = self.slots[name]
-        return features[s].astype(np.float64) / self.scale[s] + self.offset[s]
-
-    def _write(self, out: np.ndarray, name: str, raw: np.ndarray) -> None:
-        s = self.slots[name]
-        out[s] = np.clip((raw - self.offset[s]) * self.scale[s], -self.bound, self.bound)
-
     def __call__(self, features: np.ndarray, episode: str, image: Any = None, hand: Any = None) -> np.ndarray:
         if features.shape != (self.size,):
             raise ValidationError("resting_hold.features", f"{self.size} values in the state's layout",
@@ -88,10 +78,10 @@ class RestingHold:
         if episode != self.episode:
             self.episode, self.sums, self.counts = episode, {}, {}
         out = features.copy()
-        ee = self.raw(features, "ee_pos")
-        suction = float(self.raw(features, "suction_active")[0]) > 0.5
+        ee = self.asm.raw_term(features, "ee_pos")
+        suction = float(self.asm.raw_term(features, "suction_active")[0]) > 0.5
         for p in self.objects:
-            pos = self.raw(features, p + "_pos")
+            pos = self.asm.raw_term(features, p + "_pos")
             if suction and float(np.linalg.norm(pos - ee)) < self.held_radius:
                 self.sums.pop(p, None)
                 self.counts.pop(p, None)
@@ -102,8 +92,9 @@ class RestingHold:
             self.sums[p] = pos + (self.sums[p] if n else 0.0)
             self.counts[p] = n + 1
             mean = self.sums[p] / self.counts[p]
-            self._write(out, p + "_pos", mean)
-            self._write(out, p + "_minus_ee", mean - ee)
+            self.asm.write_term(out, p + "_pos", mean, self.bound)
+            self.asm.write_term(out, p + "_minus_ee", mean - ee, self.bound)
             if p + "_bin_minus_obj" in self.slots:
-                self._write(out, p + "_bin_minus_obj", self.raw(features, p + "_bin_minus_obj") + pos - mean)
+                to_bin = self.asm.raw_term(features, p + "_bin_minus_obj") + pos - mean
+                self.asm.write_term(out, p + "_bin_minus_obj", to_bin, self.bound)
         return out

@@ -21,7 +21,6 @@ the simulator. ``value = (raw - offset) * scale``, clipped to +-``bound``, as `t
 
 from __future__ import annotations
 
-from itertools import accumulate
 from typing import Any, Sequence
 
 import torch
@@ -54,7 +53,7 @@ class LocatedObjects(nn.Module):
                               f"{cfg.target_size // max(cfg.targets, 1)} values; the sorter has {kinds} kinds, one "
                               f"3D position each")
         asm = ObservationAssembly(list(obs_terms))
-        starts = dict(zip(asm.names, accumulate([0] + asm.sizes[:-1])))
+        starts = {n: s.start for n, s in asm.slots.items()}
         sizes = dict(zip(asm.names, asm.sizes))
         want = [f"obj{i}_{t}" for i in range(kinds) for t in OBJECT_TERMS]
         missing = [n for n in want + ["ee_pos", "suction_active"] if n not in starts]
