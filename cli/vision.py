@@ -121,7 +121,9 @@ def run_data(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_locator(path: str | Path) -> Any:
+def load_locator(path: str | Path) -> tuple[Any, str]:
+    """A trained locator (`tinker vision train`'s .pt) and the task its data came from ("reach" or "sort"; a
+    locator saved before the task was recorded is a reach one, as data made before sort had no task)."""
     import torch
 
     from tinker_core.nn.locator import LocatorConfig, TargetLocator
@@ -129,7 +131,7 @@ def load_locator(path: str | Path) -> Any:
     blob = torch.load(path, map_location="cpu", weights_only=False)
     model = TargetLocator(LocatorConfig(**blob["config"]))
     model.load_state_dict(blob["state_dict"])
-    return model.eval()
+    return model.eval(), str(blob.get("task") or "reach")
 
 
 def run_train(args: argparse.Namespace) -> int:
@@ -158,9 +160,9 @@ def run_train(args: argparse.Namespace) -> int:
         raise ConfigError(f"--data: the datasets are of different tasks {sorted(tasks)}; train one locator per task")
     task = tasks.pop()
     if task == "sort" and args.hand:
-        raise ConfigError("--data: sort data; the sorter's objects move, and their estimate is held while each rests "
-                          "(RestingHold), not calibrated against the hand (that needs a target that stays put): "
-                          "train with --no-hand")
+        raise ConfigError("--data: sort data; a hand heatmap trained beside the sorter's objects finds the hand "
+                          "only to about 5 cm (measured 2026-12-07), too coarse to calibrate a camera, and the "
+                          "sorter's hold (RestingHold) uses no hand: train with --no-hand")
     x = torch.from_numpy(np.concatenate([d["images"] for d in sets]))
     y = torch.from_numpy(np.concatenate([d["targets"] for d in sets])).float()
     h, w = x.shape[1], x.shape[2]
@@ -280,25 +282,26 @@ def run_export(args: argparse.Namespace) -> int:
     from tinker_cli._vision_data import TASKS
     from tinker_core.algos import load_algorithm
     from tinker_core.errors import ConfigError
+    from tinker_core.loop.observation import ObservationAssembly
     from tinker_core.nn.locator import HandLocator, LocatedState
     from tinker_core.spec import spec_from_space
     from tinker_deploy.export import export_bundle
 
-    locator = load_locator(args.locator)
+    locator, task = load_locator(args.locator)
+    if task not in TASKS:
+        raise ConfigError(f"--locator {args.locator}: trained on {task!r} data; a vision bundle is made for one of "
+                          f"{sorted(TASKS)}")
     if args.checkpoint is None:
-        sort = locator.config.targets > 1  # a locator of the sorter's objects (the .pt records its task too)
-        args.checkpoint = f"pretrained/arm_{'sort' if sort else 'reach'}/checkpoint"
+        args.checkpoint = f"pretrained/arm_{task}/checkpoint"
     algo = load_algorithm(args.checkpoint, device="cpu")
     parts, meta = algo.deployable_parts(), dict(algo.export_metadata())
     c = locator.config
     env_id = str(meta.get("env_id") or "")
-    if env_id not in TASKS.values():
-        raise ConfigError(f"{args.checkpoint}: a state policy of {env_id or 'an unrecorded env'}; a vision bundle "
-                          f"is made for one of {sorted(TASKS.values())}")
-    sort = env_id == TASKS["sort"]
-    if (c.targets > 1) != sort:
-        raise ConfigError(f"--locator {args.locator} finds {c.targets} thing(s) and {args.checkpoint} acts on "
-                          f"{env_id}: train the locator on that task's data ('tinker vision data --task ...')")
+    if env_id != TASKS[task]:
+        raise ConfigError(f"--locator {args.locator} finds {c.targets} thing(s) of {TASKS[task]} and "
+                          f"{args.checkpoint} is a state policy of {env_id or 'an unrecorded env'}: give a checkpoint "
+                          f"of {TASKS[task]}, or train the locator on that policy's task ('tinker vision data --task ...')")
+    sort = task == "sort"
     env = make_env(env_id, camera=True, image_size=c.image_size, camera_views=c.views, safety=False,
                    action_chain=meta.get("action_chain_config"))
     u = env.unwrapped
@@ -311,12 +314,11 @@ def run_export(args: argparse.Namespace) -> int:
         image_terms = [t["name"] for t in u.obs_terms if t["name"].startswith("obj")]
         actor = nn.Sequential(parts["perception"], parts["actor"])  # the state's normalization, then the actor
     else:
-        slots, i = {}, 0
-        for t in u.obs_terms:
-            slots[t["name"]] = (i, t)
-            i += t["size"]
-        (ts, tt), (rs, rt), (es, _) = slots["target_pos"], slots["target_minus_ee"], slots["ee_pos"]
-        perception = LocatedState(locator, ts, rs, es, tt["offset"], tt["scale"], rt["scale"])
+        start = {n: s.start for n, s in ObservationAssembly(u.obs_terms).slots.items()}
+        term = {t["name"]: t for t in u.obs_terms}
+        perception = LocatedState(locator, start["target_pos"], start["target_minus_ee"], start["ee_pos"],
+                                  term["target_pos"]["offset"], term["target_pos"]["scale"],
+                                  term["target_minus_ee"]["scale"])
         image_terms = ["target_pos", "target_minus_ee"]
         if type(parts["perception"]).__name__ != "Flatten":
             raise ConfigError(f"{args.checkpoint}: expected a state policy with a Flatten perception (it feeds the "
