@@ -179,7 +179,8 @@ def _plot(rows: list[dict], out: Any, env_id: str) -> Any:
 
 def loop_summary(rep: dict) -> dict:
     """What a row keeps of the fine-tuning loop's report (`tinker.demo.run_demo`); with ``fine_tune`` (why) where
-    the learner made no update, so that the unchanged policy is not scored as a fine-tuned one."""
+    the learner made no update or published no version (every candidate refused by its gate), so that the unchanged
+    policy is not scored as a fine-tuned one."""
     loop = {"published_version": rep["learner"].get("version") or 0,
             "ros_loop": {k: rep[k] for k in ("before", "finetune", "after")},
             "safety_interventions_in_loop": rep["safety_interventions"], "estops": rep["estops"],
@@ -190,6 +191,10 @@ def loop_summary(rep: dict) -> dict:
     if not loop["learner_updates"]:
         loop["fine_tune"] = (f"not fine-tuned: the learner made 0 updates on {loop['live_transitions']} live "
                              f"transitions (fewer than its warmup, or none arrived); the policy is the pretrained one")
+    elif not loop["published_version"]:
+        gate = rep["learner"].get("last_gate") or {}
+        loop["fine_tune"] = (f"not fine-tuned: the learner made {loop['learner_updates']} updates and published no "
+                             f"version (last gate: {gate.get('reason', 'never run')}); the policy is the pretrained one")
     return loop
 
 

@@ -90,7 +90,7 @@ def test_a_camera_bundle_is_scored_with_the_estimate_its_loop_holds():
     assert vision["episodes"] == state["episodes"] == 2 and vision["seeds"] == [1000, 1001]
 
 
-def test_a_loop_whose_learner_made_no_update_is_not_scored_as_fine_tuned():
+def test_a_loop_whose_learner_made_no_update_or_published_nothing_is_not_scored_as_fine_tuned():
     """The sensor ends each moved-camera episode within ~9 cycles: 50 episodes gave ~320 live transitions and 0
     updates. The row then says so instead of scoring the pretrained policy a second time as "after fine-tuning"."""
     from tinker_cli.benchmark import loop_summary, table
@@ -103,6 +103,12 @@ def test_a_loop_whose_learner_made_no_update_is_not_scored_as_fine_tuned():
     assert idle["fine_tune"].startswith("not fine-tuned: the learner made 0 updates on 176 live transitions")
     trained = loop_summary(rep | {"learner": {"version": 3, "updates": 2864, "ingested_total": 1321}})
     assert "fine_tune" not in trained and trained["learner_updates"] == 2864 and trained["published_version"] == 3
+    # every candidate refused by the gate (the camera sorter on the moved camera, 2026-12-06: the row had scored the
+    # pretrained bundle again as "after fine-tuning", v0, the same numbers)
+    refused = loop_summary(rep | {"learner": {"version": 0, "updates": 15243, "ingested_total": 7980,
+                                              "last_gate": {"passed": False, "reason": "2 safety e-stop(s) > 0"}}})
+    assert refused["fine_tune"] == ("not fine-tuned: the learner made 15243 updates and published no version (last "
+                                    "gate: 2 safety e-stop(s) > 0); the policy is the pretrained one")
     zero = {"success_rate": 0.4, "ci_low": 0.3, "ci_high": 0.5, "successes": 20, "episodes": 50, "seeds": [1000, 1049],
             "safety_violations": 0, "safety_estops": 0, "mean_time_to_success_s": 0.4}
     md = table([{"variant": "shifted_camera", "run": 0, "zero_shot": zero, "fine_tuned": None, **idle}],

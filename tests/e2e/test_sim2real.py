@@ -22,7 +22,8 @@ def test_sim2real_protocol_writes_table_json_and_plot(tmp_path):
                         "--finetune-episodes", "3", "--eval-episodes", "3", "--out", str(out),
                         # a learner that trains from the first live transition on (the default waits for 256; with
                         # 16 of the ~20 a short episode pair gives, a loaded CI machine paused it before any update)
-                        "--learner-set", "warmup=1", "batch_size=16", "gate_episodes=2"],
+                        # and whose gate passes any candidate: a row whose gate refused every one has no "after"
+                        "--learner-set", "warmup=1", "batch_size=16", "gate_episodes=2", "gate_max_estops=2"],
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=580)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     data = json.loads((out / "sim2real.json").read_text())
@@ -45,7 +46,8 @@ def test_the_sorter_fine_tunes_from_its_rl_prior_with_the_demonstrations(tmp_pat
     env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(1, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     p = subprocess.run([sys.executable, "-m", "tinker_cli", "benchmark", "sim2real", "--env", "tinker/ArmSort-v0",
                         "--variants", "far_latency_sort", "--finetune-episodes", "2", "--eval-episodes", "2",
-                        "--out", str(out), "--learner-set", "warmup=1", "batch_size=16", "gate_episodes=1"],
+                        "--out", str(out), "--learner-set", "warmup=1", "batch_size=16", "gate_episodes=1",
+                        "gate_max_estops=1"],  # the gate passes any candidate: this row always has an "after"
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=580)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     (row,) = json.loads((out / "sim2real.json").read_text())["rows"]

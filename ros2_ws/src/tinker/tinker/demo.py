@@ -402,7 +402,7 @@ def collect_report(cfg: DemoConfig, out: Path, run: DemoPhases) -> dict:
                     "ingested_total": sum(ingested.values()) if isinstance(ingested, dict) else ingested,
                     "ingested": ingested, "replay": status.get("replay"), "sampled": status.get("sampled"),
                     "published": status.get("published"), "version": status.get("version"),
-                    "demonstrations": status.get("demonstrations")},
+                    "demonstrations": status.get("demonstrations"), "last_gate": status.get("last_gate")},
         "episodes": episodes, "config": asdict(cfg),
     }
 
