@@ -134,7 +134,8 @@ class HeldPerception(ModuleBase):
         self.hand = self.onnx.hand()
         """the end effector the camera sees: calibrates a moved camera (`EstimateHold`)"""
         self.hold = estimate_hold([t for t in m.obs_terms if t.name != "image"], m.image_terms,
-                                  static=m.image_terms_static, calibrate=self.hand is not None, deadband_m=deadband_m)
+                                  static=m.image_terms_static, calibrate=self.hand is not None, deadband_m=deadband_m,
+                                  geometry=m.located_geometry)
         self.episode = 0
 
     def reset(self) -> None:

@@ -36,10 +36,14 @@ heatmap per view for each, triangulated) and tinker_core.nn.located_objects.Loca
 term of the shipped sorter's observation from it: position, relative to the hand, kind, to its bin, and sorted
 (the camera sees it in its bin, not held). An object not held rests on the table or a bin's floor, at a height
 the robot knows, so its image points give x and y at that height; its estimate is held while it rests
-(tinker_core.loop.resting_hold.RestingHold), each frame's own while it is carried. No hand model (--no-hand).
+(tinker_core.loop.resting_hold.RestingHold), each frame's own while it is carried. The hand is found by a locator
+of its own (--hand-only): the hold measures a moved camera on it and corrects every object's position through
+the camera's model (tinker_core.loop.resting_geometry.RestingGeometry).
   tinker vision data --task sort --episodes 600 --seed 11 --out runs/vision/sort_11.npz   (and --seed 12)
   tinker vision train --data runs/vision/sort_11.npz runs/vision/sort_12.npz --no-hand --out runs/vision/sort_locator.pt
-  tinker vision export --locator runs/vision/sort_locator.pt -o pretrained/arm_sort_vision --tolerance 5e-4
+  tinker vision train --data runs/vision/sort_11.npz runs/vision/sort_12.npz --hand-only --out runs/vision/sort_hand.pt
+  tinker vision export --locator runs/vision/sort_locator.pt --hand-locator runs/vision/sort_hand.pt
+                       -o pretrained/arm_sort_vision --tolerance 5e-4   (one command)
   tinker eval pretrained/arm_sort_vision --episodes 100
 """
 
@@ -81,6 +85,9 @@ def register(sub: Any) -> None:
     t.add_argument("--no-hand", dest="hand", action="store_false",
                    help="find the target only; by default the locator also learns to find the end effector (the "
                         "data's 'hands'), which calibrates a moved camera in the loop")
+    t.add_argument("--hand-only", action="store_true",
+                   help="find the end effector only: the sorter's hand model, trained apart from its objects (a "
+                        "hand heatmap beside them finds it to about 5 cm); export it with --hand-locator")
     t.add_argument("--out", default="runs/vision/locator.pt", help="weights + config (default runs/vision/locator.pt)")
     t.set_defaults(func=run_train)
     e = vs.add_parser("export", help="bundle = locator + the shipped state policy's actor (+ hand.onnx from a hand "
@@ -89,6 +96,10 @@ def register(sub: Any) -> None:
     e.add_argument("--checkpoint", default=None,
                    help="state policy checkpoint (default: the shipped one of the locator's task, "
                         "pretrained/arm_reach/checkpoint or pretrained/arm_sort/checkpoint)")
+    e.add_argument("--hand-locator", default=None,
+                   help="a hand locator trained apart ('tinker vision train --hand-only'): the bundle's hand.onnx, "
+                        "with which the loop measures a moved camera (the sorter's; a reach locator finds the hand "
+                        "itself)")
     e.add_argument("-o", "--out", default="runs/vision/bundle", help="bundle directory (default runs/vision/bundle)")
     e.add_argument("--tolerance", type=float, default=1e-4,
                    help="largest difference allowed between torch and onnxruntime on the recorded observations, per "
@@ -159,12 +170,16 @@ def run_train(args: argparse.Namespace) -> int:
     if len(tasks) > 1:
         raise ConfigError(f"--data: the datasets are of different tasks {sorted(tasks)}; train one locator per task")
     task = tasks.pop()
-    if task == "sort" and args.hand:
+    if args.hand_only and not args.hand:
+        raise ConfigError("--hand-only finds the hand and nothing else; --no-hand would leave nothing to find")
+    if task == "sort" and args.hand and not args.hand_only:
         raise ConfigError("--data: sort data; a hand heatmap trained beside the sorter's objects finds the hand "
                           "only to about 5 cm (measured 2026-12-07), too coarse to calibrate a camera, and the "
                           "sorter's hold (RestingHold) uses no hand: train with --no-hand")
     x = torch.from_numpy(np.concatenate([d["images"] for d in sets]))
     y = torch.from_numpy(np.concatenate([d["targets"] for d in sets])).float()
+    if args.hand_only:
+        y = y[:, :0]  # no target: the hand (below) is the one thing found
     h, w = x.shape[1], x.shape[2]
     targets = y.shape[1] // 3
     convs = args.convs if args.convs is not None else (3 if triangulate else 1)
@@ -174,7 +189,9 @@ def run_train(args: argparse.Namespace) -> int:
         keypoints = args.keypoints if args.keypoints is not None else (8 if args.hand else 4)
         projections = None
     ranges: dict[str, Any] = {}
-    if task == "sort":  # the middle of the objects' range as seen (on the table, carried, in the bins); the
+    if args.hand_only:
+        ranges = {"center": [], "half": [], "prior_rgb": None}
+    elif task == "sort":  # the middle of the objects' range as seen (on the table, carried, in the bins); the
         # loss in metres alike in every direction (scaled by the range, which spans 0.8-1 m in y, a y error weighed
         # 9-31 times less than an x or z error, and the locator kept a 1.7 cm bias in y)
         lo, hi = (torch.from_numpy(f(y.numpy(), axis=0)) for f in (np.nanmin, np.nanmax))
@@ -186,9 +203,11 @@ def run_train(args: argparse.Namespace) -> int:
                               f"recorded): make it again with 'tinker vision data', or train with --no-hand")
         hands = torch.from_numpy(np.concatenate([d["hands"] for d in sets])).float()
         lo, hi = hands.min(0).values, hands.max(0).values
-        target = LocatorConfig(**ranges)
-        ranges.update(center=target.center + ((hi + lo) / 2).tolist(),
-                      half=target.half + ((hi - lo) / 2 * 1.1).tolist())  # the hands seen, 10% margin
+        # the hands seen, 10% margin; a sort hand in metres alike in every direction, as the sorter's objects
+        hand_half = [0.1] * 3 if task == "sort" else ((hi - lo) / 2 * 1.1).tolist()
+        target = LocatorConfig(**ranges) if targets else None  # the targets' range (a default one where not given)
+        ranges.update(center=(target.center if target else []) + ((hi + lo) / 2).tolist(),
+                      half=(target.half if target else []) + hand_half)
         y = torch.cat([y, hands], dim=1)
     cfg = LocatorConfig(image_size=h, views=w // h, keypoints=keypoints, targets=targets, hand=args.hand,
                         convs=convs, width=args.width, projections=projections, **ranges)
@@ -302,6 +321,7 @@ def run_export(args: argparse.Namespace) -> int:
                           f"{args.checkpoint} is a state policy of {env_id or 'an unrecorded env'}: give a checkpoint "
                           f"of {TASKS[task]}, or train the locator on that policy's task ('tinker vision data --task ...')")
     sort = task == "sort"
+    hand_locator = _hand_locator(args.hand_locator, locator, task) if args.hand_locator else None
     env = make_env(env_id, camera=True, image_size=c.image_size, camera_views=c.views, safety=False,
                    action_chain=meta.get("action_chain_config"))
     u = env.unwrapped
@@ -311,6 +331,9 @@ def run_export(args: argparse.Namespace) -> int:
 
         perception = LocatedObjects(locator, u.obs_terms, BIN_CENTERS.tolist(), rest_z=TABLE_TOP + OBJECT_HALF,
                                     bin_inner_half=BIN_INNER_HALF, rim_z=TABLE_TOP + BIN_WALL_HEIGHT + OBJECT_HALF)
+        if c.projections is not None:  # what a measured camera offset corrects through (RestingGeometry)
+            meta["located_geometry"] = {"projections": c.projections, "rest_z": TABLE_TOP + OBJECT_HALF,
+                                        "bin_inner_half": BIN_INNER_HALF}
         image_terms = [t["name"] for t in u.obs_terms if t["name"].startswith("obj")]
         actor = nn.Sequential(parts["perception"], parts["actor"])  # the state's normalization, then the actor
     else:
@@ -341,12 +364,30 @@ def run_export(args: argparse.Namespace) -> int:
         meta["feature_spec"] = spec_from_space(env.observation_space["state"]).to_dict()
     env.close()
     models = {"perception": perception, "actor": actor}
-    if c.hand:
-        models["hand"] = HandLocator(locator)
+    if c.hand or hand_locator is not None:
+        models["hand"] = HandLocator(hand_locator or locator)
     out = export_bundle(models, meta, args.out, recorded_obs=recorded,
                         tolerance=args.tolerance, policy_version=int(meta.get("training_step", 0)))
     print(f"vision bundle -> {out}")
     return 0
+
+
+def _hand_locator(path: str, locator: Any, task: str) -> Any:
+    """The locator at ``path``, checked to find the hand through the same camera as ``locator`` (of ``task``)."""
+    from tinker_core.errors import ConfigError
+
+    hand, hand_task = load_locator(path)
+    h, c = hand.config, locator.config
+    if c.hand:
+        raise ConfigError(f"--hand-locator {path}: --locator finds the hand itself; give one or the other")
+    if not h.hand:
+        raise ConfigError(f"--hand-locator {path}: it does not find the hand (trained with --no-hand); train one "
+                          f"with 'tinker vision train --hand-only'")
+    if hand_task != task or (h.image_size, h.views, h.projections) != (c.image_size, c.views, c.projections):
+        raise ConfigError(f"--hand-locator {path}: trained on {hand_task} images of {h.views} view(s) of "
+                          f"{h.image_size} px; the locator on {task} images of {c.views} of {c.image_size} px"
+                          + ("" if h.projections == c.projections else ", through another camera model"))
+    return hand
 
 
 def run_bench(args: argparse.Namespace) -> int:

@@ -390,6 +390,7 @@ def _export(parts, metadata, out, obs_spec, action_spec, feature_spec, norm, ops
         obs_terms=obs_terms, action_terms=list(metadata.get("action_terms") or []),
         image_terms=list(metadata.get("image_terms") or []),
         image_terms_static=bool(metadata.get("image_terms_static", True)),
+        located_geometry=_jsonable(metadata["located_geometry"]) if metadata.get("located_geometry") else None,
         joint_names=list(metadata.get("joint_names") or []),
         control_period=None if control_period is None else float(control_period),
         action_chain=dict(action_chain),

@@ -166,6 +166,10 @@ class Manifest:
     image_terms_static: bool = True
     """whether what the image terms locate stays put within an episode (the reach target), so that their estimate
     may be held over the episode's frames; False where it moves (the sorter's objects, carried): per frame"""
+    located_geometry: dict | None = None
+    """the geometry a sorter's perception was exported with (`tinker_core.loop.resting_geometry.RestingGeometry`:
+    the nominal camera's projections, the resting height, the bins' inner half-width), with which a hand model's
+    measured camera offset corrects the objects it places; None: none"""
     joint_names: list[str] = field(default_factory=list)
     control_period: float | None = None
     """seconds between two policy steps in training"""

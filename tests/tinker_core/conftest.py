@@ -112,3 +112,22 @@ def parts():
     return types.SimpleNamespace(MLPPolicy=MLPPolicy, MLPConfig=MLPConfig, Normalize=Normalize,
                                  ScaleConfig=ScaleConfig, KeepLearner=KeepLearner, OBS=PENDULUM_OBS,
                                  ACT=PENDULUM_ACT, FEATURES=FEATURES)
+
+
+SORT_REST_Z = 0.075
+"""ArmSort: the table top plus half an object (where a resting object's centre is)"""
+
+
+@pytest.fixture(scope="session")
+def sort_geometry():
+    """The simulated camera's nominal two views, the sorter's resting height and bins' inner half-width, as a sort
+    bundle records them (`RestingGeometry`)."""
+    from tinker_core.loop.resting_geometry import RestingGeometry
+    from tinker_sim.arm_env import ArmEnv
+
+    env = ArmEnv("sort", camera=True, image_size=64, camera_views=2)
+    try:
+        projections = env.camera.projections(env.robot.base_position)
+    finally:
+        env.close()
+    return RestingGeometry.from_dict({"projections": projections, "rest_z": SORT_REST_Z, "bin_inner_half": 0.08})

@@ -23,22 +23,17 @@ episodes are known; ``per_frame`` to see each frame's own estimate.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.camera_offset import CALIBRATION_DEADBAND_M, CameraOffset
 from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
+from tinker_core.loop.resting_geometry import RestingGeometry
 from tinker_core.loop.resting_hold import RestingHold
 from tinker_core.loop.target_sight import TargetSight
 
-
-CALIBRATION_DEADBAND_M = 0.02
-"""a measured camera offset no longer than this is not corrected: with the camera in place the offset is the hand
-estimate's own error. Measured with the shipped vision bundle (a triangulating locator), 100 nominal episodes
-(seeds 3000-3099): the offset's episode mean is 1.3 cm at the median; correcting beyond 2 cm left the held
-target 1.63 cm off on average against 1.78 cm correcting always and 1.51 cm never, and on a camera moved 4 cm
-1.79 cm against 3.58 cm with the 4.5 cm deadband of the learned-map locator before it (docs/sim2real/vision.md)"""
 
 CALIBRATION_DEADBAND_RANGE_M = (0.0, 0.5)
 """the values a deadband may be set to (the perception node's ``calibration_deadband``, `tinker eval`), m"""
@@ -68,16 +63,16 @@ def holds_estimate(mode: str, image_terms: Sequence[str], synced: bool = True, w
 
 
 def estimate_hold(terms: Sequence[Any], image_terms: Sequence[str], static: bool = True, calibrate: bool = False,
-                  deadband_m: float = CALIBRATION_DEADBAND_M) -> "EstimateHold | RestingHold":
+                  deadband_m: float = CALIBRATION_DEADBAND_M,
+                  geometry: Mapping[str, Any] | None = None) -> "EstimateHold | RestingHold":
     """The hold for a bundle's image terms: `EstimateHold` where what they locate stays put within an episode
     (``static``: the manifest's ``image_terms_static``; the reach target), `RestingHold` where it moves (the
-    sorter's objects, carried). ``calibrate``: the bundle has a ``hand`` model (`EstimateHold` only)."""
+    sorter's objects, carried). ``calibrate``: the bundle has a ``hand`` model; ``geometry``: the manifest's
+    ``located_geometry``, with which a `RestingHold` corrects what it places."""
     if static:
         return EstimateHold(terms, image_terms, calibrate=calibrate, deadband_m=deadband_m)
-    if calibrate:
-        raise ConfigError("held estimate: a hand model calibrates a camera against a held, static target; this "
-                          "bundle's image terms move (image_terms_static: false), and its hold does not use one")
-    return RestingHold(terms, image_terms)
+    return RestingHold(terms, image_terms, geometry=None if geometry is None else RestingGeometry.from_dict(geometry),
+                       calibrate=calibrate, deadband_m=deadband_m)
 
 
 class EstimateHold:
@@ -112,12 +107,7 @@ class EstimateHold:
         """the episode's frames that showed the target"""
         self.calibrated = [n for n in self.held_terms if n.endswith("_pos") and n != "ee_pos"]
         """the held positions a camera offset corrects"""
-        self.offset_sum: np.ndarray | None = None
-        """measured ee_pos minus the hand seen, summed over the episode's frames with a hand estimate"""
-        self.hands = 0
-        if not deadband_m >= 0.0:
-            raise ConfigError(f"held estimate: deadband_m must be >= 0 m, got {deadband_m!r}")
-        self.deadband_m = float(deadband_m)
+        self.camera = CameraOffset(deadband_m)
         if calibrate and "ee_pos" not in self.slots:
             raise ConfigError(f"held estimate: a hand model calibrates the camera against the measured ee_pos, and "
                               f"this bundle's observation has no ee_pos term (its terms: {list(self.slots)})")
@@ -130,13 +120,26 @@ class EstimateHold:
     @property
     def camera_offset(self) -> np.ndarray | None:
         """The camera's error the hand measured this episode, m (base frame; None: no hand estimate yet)."""
-        return None if not self.hands else self.offset_sum / self.hands
+        return self.camera.offset
 
     @property
     def correction(self) -> np.ndarray | None:
         """What the held positions are corrected by: the ``camera_offset`` where it is beyond the deadband."""
-        offset = self.camera_offset
-        return offset if offset is not None and float(np.linalg.norm(offset)) > self.deadband_m else None
+        return self.camera.correction
+
+    @property
+    def hands(self) -> int:
+        """This episode's frames with a hand estimate."""
+        return self.camera.count
+
+    @property
+    def deadband_m(self) -> float:
+        """The calibration deadband, m (the perception node sets it at run time)."""
+        return self.camera.deadband_m
+
+    @deadband_m.setter
+    def deadband_m(self, value: float) -> None:
+        self.camera.deadband_m = float(value)
 
     def raw(self, features: np.ndarray, name: str) -> np.ndarray:
         """Term ``name`` of ``features`` unscaled: ``value / scale + offset``."""
@@ -145,7 +148,7 @@ class EstimateHold:
     def continue_from(self, other: "EstimateHold") -> None:
         """Keep ``other``'s episode and the frames it has seen (a reloaded model goes on with the same estimate)."""
         self.episode, self.sums, self.seen = other.episode, dict(other.sums), other.seen
-        self.offset_sum, self.hands = other.offset_sum, other.hands
+        self.camera.sum, self.camera.count = other.camera.sum, other.camera.count
 
     def __call__(self, features: np.ndarray, episode: str, image: np.ndarray,
                  hand: np.ndarray | None = None) -> np.ndarray:
@@ -155,7 +158,7 @@ class EstimateHold:
                                   f"shape {list(features.shape)}")
         if episode != self.episode:  # a new episode: nothing seen yet
             self.episode, self.sums, self.seen = episode, {}, 0
-            self.offset_sum, self.hands = None, 0
+            self.camera.reset()
         if hand is not None:
             self._measure_camera(features, hand)
         if self.sight(image):
@@ -181,9 +184,4 @@ class EstimateHold:
         if "ee_pos" not in self.slots:
             raise ValidationError("held_estimate.hand", "no hand estimate: this observation has no ee_pos to "
                                   "measure it against", "one")
-        hand = np.asarray(hand, dtype=np.float64).reshape(-1)
-        if hand.shape != (3,) or not np.isfinite(hand).all():
-            raise ValidationError("held_estimate.hand", "3 finite values (base frame, m)", f"{hand!r}")
-        error = self.raw(features, "ee_pos") - hand
-        self.offset_sum = error if self.offset_sum is None else self.offset_sum + error
-        self.hands += 1
+        self.camera.measure(self.raw(features, "ee_pos"), hand)

@@ -66,12 +66,14 @@ class PerceptionCycle:
                  ee_fn: Callable[[np.ndarray], np.ndarray] | None = None, channels: Any = None,
                  clock: Callable[[], int] = time.time_ns, image_terms: Sequence[str] = (),
                  estimate: str = "auto", hand: Callable[[Any], np.ndarray] | None = None,
-                 deadband_m: float = CALIBRATION_DEADBAND_M, image_terms_static: bool = True):
+                 deadband_m: float = CALIBRATION_DEADBAND_M, image_terms_static: bool = True,
+                 located_geometry: Mapping[str, Any] | None = None):
         """``channels``: the `ChannelInbox` of the channels this robot hears (None: none); it must match the
         bundle's ``channel/NAME`` terms, name and size. ``clock``: ns, the inbox's clock (a message's age).
         ``deadband_m``: the held estimate's calibration deadband (`EstimateHold`). ``image_terms_static``: what
         the image terms locate stays put within an episode (a bundle manifest's field): False, the hold is a
-        `tinker_core.loop.resting_hold.RestingHold`."""
+        `tinker_core.loop.resting_hold.RestingHold`, which corrects a moved camera through ``located_geometry`` (a
+        manifest's field) where there is a ``hand``."""
         self.image_key = self.state_key = None
         state_spec, self.image_shape = obs_spec, None
         if isinstance(obs_spec, DictSpec):
@@ -95,7 +97,8 @@ class PerceptionCycle:
         self.max_frame_age_ns, self.ee_fn = int(max_frame_age_ns), ee_fn
         held = holds_estimate(estimate, list(self.image_terms), synced, where="perception.estimate")
         self.hold = (estimate_hold(terms, list(self.image_terms), static=image_terms_static,
-                                   calibrate=hand is not None, deadband_m=deadband_m) if held else None)
+                                   calibrate=hand is not None, deadband_m=deadband_m,
+                                   geometry=located_geometry) if held else None)
         self.hand = hand if held else None
         names = set(self.assembly.names) - set(self.image_terms)
         self.derived = {} if synced else {n: n[: -len("_minus_ee")] + "_pos" for n in names

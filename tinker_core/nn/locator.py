@@ -53,7 +53,7 @@ class LocatorConfig:
     """half-width of the label range"""
     targets: int = 1
     """things found before the hand, each with as many values (ArmSort: its two objects, the kind-0 then the
-    kind-1 one)"""
+    kind-1 one); 0 with ``hand``: a hand locator only"""
     hand: bool = False
     """also find the end effector (the hand) in the views: the outputs are the targets, then the hand, and
     ``center`` / ``half`` cover all of them (as long for the hand as for each target)"""
@@ -73,7 +73,7 @@ class LocatorConfig:
         if len(self.center) != len(self.half):
             raise ConfigError(f"LocatorConfig: center and half differ in length ({len(self.center)}, {len(self.half)})")
         things = self.targets + int(self.hand)
-        if self.targets < 1 or len(self.center) % things:
+        if self.targets < int(not self.hand) or things < 1 or len(self.center) % things:
             raise ConfigError(f"LocatorConfig: center and half hold the range of each of {self.targets} target(s)"
                               + (" then the hand's" if self.hand else "") + f", as many values each; got "
                               f"{len(self.center)} values")

@@ -141,6 +141,7 @@ def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) ->
     hand = model.hand()
     cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m),
                             image_terms=m.image_terms, image_terms_static=m.image_terms_static,
+                            located_geometry=m.located_geometry,
                             hand=None if hand is None else hand.forward, **cycle_kwargs)
     r = model.warmup(int(warmup)) if warmup > 0 else {"p99_us": 0.0, "max_us": 0.0}
     if hand is not None and warmup > 0:
