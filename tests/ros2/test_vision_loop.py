@@ -120,10 +120,11 @@ SORT_VISION = VISION.parent / "arm_sort_vision"
 SORT_EPISODES = 4
 
 
-def test_the_sort_vision_bundle_sorts_objects_it_finds_in_the_camera_image(ros2, tmp_path):
-    """The camera sorter in the graph: sim_robot runs ArmSort and renders the views, perception locates both objects
-    (held while each rests: the manifest's image_terms_static is false) and writes every object term, and the shipped
-    sorter puts them in their bins."""
+def test_the_sort_vision_bundle_sorts_objects_it_finds_through_a_moved_camera(ros2, tmp_path):
+    """The camera sorter in the graph, its camera moved 8 cm (shifted_camera): sim_robot runs ArmSort and renders
+    the views, perception locates both objects (held while each rests: the manifest's image_terms_static is false),
+    measures the move on the hand it sees and corrects every object term by it, and the shipped sorter puts them in
+    their bins. Uncorrected, its estimates are 5-8 cm off and it sorts 54% of objects (tinker eval)."""
     from std_msgs.msg import Float32MultiArray, Float64MultiArray
 
     from tinker.bringup import Graph
@@ -138,7 +139,8 @@ def test_the_sort_vision_bundle_sorts_objects_it_finds_in_the_camera_image(ros2,
     g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], run_dir=tmp_path / "logs",
               env=ros2.graph_env(domain),
               overrides={"perception": {"bundle": str(SORT_VISION)}, "policy": {"bundle": str(SORT_VISION)},
-                         "sim_robot": {"episode_cycles": 200, "seed": 1000},
+                         "sim_robot": {"episode_cycles": 200, "seed": 1000,
+                                       "dynamics": str(VISION.parents[1] / "sim" / "config" / "dynamics" / "shifted_camera.yaml")},
                          "safety": {"config": str(safety)}})
     assert g.parameters("sim_robot")["task"] == "sort" and g.parameters("sim_robot")["camera"] is True
 
@@ -153,7 +155,7 @@ def test_the_sort_vision_bundle_sorts_objects_it_finds_in_the_camera_image(ros2,
         probe.close()
         g.stop()
     done = dict(sorted(ends().items())[:SORT_EPISODES])
-    # tinker eval, seeds 1000-1099: 99/100 episodes fully sorted (docs/sim2real/vision.md)
+    # tinker eval, shifted_camera: 97/100 and 98/100 episodes fully sorted (docs/sim2real/vision_sort.md)
     assert sorted(done) == list(range(SORT_EPISODES)) and sum(done.values()) >= SORT_EPISODES - 1, done
 
     # the features' object of kind k is the locator's: near the simulator's object of that kind, never equal to it
@@ -176,3 +178,4 @@ def test_the_sort_vision_bundle_sorts_objects_it_finds_in_the_camera_image(ros2,
     assert min(errors) > 1e-5, "an estimate equal to the simulator's: it did not come from the image"
     log = g.log("perception")
     assert "arm_sort_vision" in log and "input refused" not in log, log[-2000:]
+    assert "the camera calibrated on the hand it sees" in log, log[-2000:]
