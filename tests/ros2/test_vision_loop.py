@@ -118,6 +118,7 @@ def test_the_graph_gives_sim_robot_the_camera_of_perceptions_bundle(tmp_path):
 
 SORT_VISION = VISION.parent / "arm_sort_vision"
 SORT_EPISODES = 4
+SHIFTED_CAMERA = VISION.parents[1] / "sim" / "config" / "dynamics" / "shifted_camera.yaml"
 
 
 def test_the_sort_vision_bundle_sorts_objects_it_finds_through_a_moved_camera(ros2, tmp_path):
@@ -139,8 +140,7 @@ def test_the_sort_vision_bundle_sorts_objects_it_finds_through_a_moved_camera(ro
     g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], run_dir=tmp_path / "logs",
               env=ros2.graph_env(domain),
               overrides={"perception": {"bundle": str(SORT_VISION)}, "policy": {"bundle": str(SORT_VISION)},
-                         "sim_robot": {"episode_cycles": 200, "seed": 1000,
-                                       "dynamics": str(VISION.parents[1] / "sim" / "config" / "dynamics" / "shifted_camera.yaml")},
+                         "sim_robot": {"episode_cycles": 200, "seed": 1000, "dynamics": str(SHIFTED_CAMERA)},
                          "safety": {"config": str(safety)}})
     assert g.parameters("sim_robot")["task"] == "sort" and g.parameters("sim_robot")["camera"] is True
 

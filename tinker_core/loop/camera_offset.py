@@ -17,8 +17,8 @@ from tinker_core.errors import ConfigError, ValidationError
 
 CALIBRATION_DEADBAND_M = 0.02
 """a measured camera offset no longer than this is not corrected: with the camera in place the offset is the hand
-estimate's own error. Measured with the shipped vision bundle (a triangulating locator), 100 nominal episodes
-(seeds 3000-3099; the reach target): the offset's episode mean is 1.3 cm at the median; correcting beyond 2 cm left the held
+estimate's own error. Measured with the shipped reach vision bundle (a triangulating locator), 100 nominal
+episodes (seeds 3000-3099): the offset's episode mean is 1.3 cm at the median; correcting beyond 2 cm left the held
 target 1.63 cm off on average against 1.78 cm correcting always and 1.51 cm never, and on a camera moved 4 cm
 1.79 cm against 3.58 cm with the 4.5 cm deadband of the learned-map locator before it (docs/sim2real/vision.md)"""
 

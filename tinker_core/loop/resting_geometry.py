@@ -40,7 +40,8 @@ class RestingGeometry:
             raise ConfigError(f"{where}: expected projections (one 3x4 matrix per view), rest_z and bin_inner_half, "
                               f"got {dict(d)!r} ({e})") from None
         if p.ndim != 3 or p.shape[1:] != (3, 4) or p.shape[0] < 2 or not np.isfinite(p).all():
-            raise ConfigError(f"{where}.projections: expected two or more finite 3x4 matrices, got shape {list(p.shape)}")
+            raise ConfigError(f"{where}.projections: expected two or more finite 3x4 matrices, got shape "
+                              f"{list(p.shape)}")
         return geometry
 
     def to_dict(self) -> dict:

@@ -16,10 +16,11 @@ state: `tinker_core.nn.located_objects.LocatedObjects`).
 
 With a hand model (``calibrate``) the camera's offset is measured on the hand it sees, while the suction is off
 (`tinker_core.loop.camera_offset.CameraOffset`; a carried object hides the cup, and a trace of a moved camera,
-seed 2000, showed the estimate drifting 20 cm over a long carry), and once it is beyond the deadband every position is corrected
-before anything else: a held object's by the offset, a resting object's through the perception's geometry
-(`tinker_core.loop.resting_geometry.RestingGeometry`). ``sorted`` then follows from the corrected position too
-(within its bin's inner half-width, not held).
+seed 2000, showed the estimate drifting 20 cm over a long carry). Once it is beyond the deadband, every position
+is corrected before anything else: a freely triangulated one by the offset, a resting one through the
+perception's geometry (`tinker_core.loop.resting_geometry.RestingGeometry`); the hold, not the perception, then
+decides which object is on the cup (`RestingHold._on_the_cup`), and ``sorted`` follows from the corrected
+position (within its bin's inner half-width, not held).
 """
 
 from __future__ import annotations
