@@ -174,8 +174,8 @@ def run_train(args: argparse.Namespace) -> int:
         raise ConfigError("--hand-only finds the hand and nothing else; --no-hand would leave nothing to find")
     if task == "sort" and args.hand and not args.hand_only:
         raise ConfigError("--data: sort data; a hand heatmap trained beside the sorter's objects finds the hand "
-                          "only to about 5 cm (measured 2026-12-07), too coarse to calibrate a camera, and the "
-                          "sorter's hold (RestingHold) uses no hand: train with --no-hand")
+                          "only to about 5 cm (measured 2026-12-07), too coarse to calibrate a camera: train with "
+                          "--no-hand, and the hand apart with --hand-only (about 1 cm)")
     x = torch.from_numpy(np.concatenate([d["images"] for d in sets]))
     y = torch.from_numpy(np.concatenate([d["targets"] for d in sets])).float()
     if args.hand_only:
@@ -310,6 +310,7 @@ def run_export(args: argparse.Namespace) -> int:
     if task not in TASKS:
         raise ConfigError(f"--locator {args.locator}: trained on {task!r} data; a vision bundle is made for one of "
                           f"{sorted(TASKS)}")
+    hand_locator = _hand_locator(args.hand_locator, locator, task) if args.hand_locator else None
     if args.checkpoint is None:
         args.checkpoint = f"pretrained/arm_{task}/checkpoint"
     algo = load_algorithm(args.checkpoint, device="cpu")
@@ -321,7 +322,6 @@ def run_export(args: argparse.Namespace) -> int:
                           f"{args.checkpoint} is a state policy of {env_id or 'an unrecorded env'}: give a checkpoint "
                           f"of {TASKS[task]}, or train the locator on that policy's task ('tinker vision data --task ...')")
     sort = task == "sort"
-    hand_locator = _hand_locator(args.hand_locator, locator, task) if args.hand_locator else None
     env = make_env(env_id, camera=True, image_size=c.image_size, camera_views=c.views, safety=False,
                    action_chain=meta.get("action_chain_config"))
     u = env.unwrapped
@@ -380,6 +380,9 @@ def _hand_locator(path: str, locator: Any, task: str) -> Any:
     h, c = hand.config, locator.config
     if c.hand:
         raise ConfigError(f"--hand-locator {path}: --locator finds the hand itself; give one or the other")
+    if task == "sort" and c.projections is None:
+        raise ConfigError(f"--hand-locator {path}: the sorter's hold corrects a moved camera through the camera's "
+                          f"model, and --locator has a learned map (--head mlp); train it with --head triangulate")
     if not h.hand:
         raise ConfigError(f"--hand-locator {path}: it does not find the hand (trained with --no-hand); train one "
                           f"with 'tinker vision train --hand-only'")
