@@ -93,9 +93,10 @@ def splice_perception(perception_bundle: str | os.PathLike, actor_bundle: str | 
     side = _fits(pm, am)
     p_bytes = pb.model_path("perception").read_bytes()
     a_bytes = ab.model_path(side).read_bytes()
-    if side == "policy":
-        a_bytes = _input_named(onnx.load_from_string(a_bytes), "features").SerializeToString()
     p_model, a_model = onnx.load_from_string(p_bytes), onnx.load_from_string(a_bytes)
+    if side == "policy":
+        a_model = _input_named(a_model, "features")
+        a_bytes = a_model.SerializeToString()
     p_out, a_in = p_model.graph.output[0].name, a_model.graph.input[0].name
     if p_out == a_in:  # the shared edge keeps one name
         p_model = compose.add_prefix(p_model, "perception/", rename_inputs=False, rename_outputs=False)

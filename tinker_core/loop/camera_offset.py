@@ -57,3 +57,40 @@ class CameraOffset:
         """What the estimates are corrected by: the ``offset`` where it is longer than the deadband, else None."""
         offset = self.offset
         return offset if offset is not None and float(np.linalg.norm(offset)) > self.deadband_m else None
+
+    def continue_from(self, other: "CameraOffset | None") -> None:
+        """Keep ``other``'s measurements of this episode (a reloaded model goes on with the same offset)."""
+        if other is not None:
+            self.sum, self.count = other.sum, other.count
+
+
+class CameraReadings:
+    """What a hold with a ``camera`` (`CameraOffset`; None: it has no hand model) shows of it: read by `tinker eval`
+    and the perception node's diagnostics, and ``deadband_m`` set by the node's ``calibration_deadband``."""
+
+    camera: CameraOffset | None = None
+
+    @property
+    def camera_offset(self) -> np.ndarray | None:
+        """The camera's error the hand measured this episode, m (base frame; None: no hand estimate yet)."""
+        return None if self.camera is None else self.camera.offset
+
+    @property
+    def correction(self) -> np.ndarray | None:
+        """What the estimates are corrected by: the ``camera_offset`` beyond the deadband (else None)."""
+        return None if self.camera is None else self.camera.correction
+
+    @property
+    def hands(self) -> int:
+        """This episode's frames with a hand estimate."""
+        return 0 if self.camera is None else self.camera.count
+
+    @property
+    def deadband_m(self) -> float | None:
+        """The calibration deadband, m (None: no hand model); the perception node sets it at run time."""
+        return None if self.camera is None else self.camera.deadband_m
+
+    @deadband_m.setter
+    def deadband_m(self, value: float) -> None:
+        if self.camera is not None:
+            self.camera.deadband_m = float(value)

@@ -28,7 +28,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
-from tinker_core.loop.camera_offset import CALIBRATION_DEADBAND_M, CameraOffset
+from tinker_core.loop.camera_offset import CALIBRATION_DEADBAND_M, CameraOffset, CameraReadings
 from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
 from tinker_core.loop.resting_geometry import RestingGeometry
 from tinker_core.loop.resting_hold import RestingHold
@@ -75,7 +75,7 @@ def estimate_hold(terms: Sequence[Any], image_terms: Sequence[str], static: bool
                        calibrate=calibrate, deadband_m=deadband_m)
 
 
-class EstimateHold:
+class EstimateHold(CameraReadings):
     """``hold(features, episode, image)``: the features with the image terms averaged over ``episode``'s frames
     that show the target (``sight``), or as they are until one has."""
 
@@ -117,30 +117,6 @@ class EstimateHold:
         """The held terms' raw values (the mean over the frames seen; empty before the first)."""
         return {n: v / self.seen for n, v in self.sums.items()} if self.seen else {}
 
-    @property
-    def camera_offset(self) -> np.ndarray | None:
-        """The camera's error the hand measured this episode, m (base frame; None: no hand estimate yet)."""
-        return self.camera.offset
-
-    @property
-    def correction(self) -> np.ndarray | None:
-        """What the held positions are corrected by: the ``camera_offset`` where it is beyond the deadband."""
-        return self.camera.correction
-
-    @property
-    def hands(self) -> int:
-        """This episode's frames with a hand estimate."""
-        return self.camera.count
-
-    @property
-    def deadband_m(self) -> float:
-        """The calibration deadband, m (the perception node sets it at run time)."""
-        return self.camera.deadband_m
-
-    @deadband_m.setter
-    def deadband_m(self, value: float) -> None:
-        self.camera.deadband_m = float(value)
-
     def raw(self, features: np.ndarray, name: str) -> np.ndarray:
         """Term ``name`` of ``features`` unscaled: ``value / scale + offset``."""
         return self.asm.raw_term(features, name)
@@ -148,7 +124,7 @@ class EstimateHold:
     def continue_from(self, other: "EstimateHold") -> None:
         """Keep ``other``'s episode and the frames it has seen (a reloaded model goes on with the same estimate)."""
         self.episode, self.sums, self.seen = other.episode, dict(other.sums), other.seen
-        self.camera.sum, self.camera.count = other.camera.sum, other.camera.count
+        self.camera.continue_from(other.camera)
 
     def __call__(self, features: np.ndarray, episode: str, image: np.ndarray,
                  hand: np.ndarray | None = None) -> np.ndarray:

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
-from tinker_core.loop.camera_offset import CALIBRATION_DEADBAND_M, CameraOffset
+from tinker_core.loop.camera_offset import CALIBRATION_DEADBAND_M, CameraOffset, CameraReadings
 from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
 from tinker_core.loop.resting_geometry import RestingGeometry
 
@@ -40,7 +40,7 @@ HELD_RADIUS_M = 0.12
 an object's centre 8.7 cm below the end-effector point, and resting objects are at least 9 cm apart"""
 
 
-class RestingHold:
+class RestingHold(CameraReadings):
     """``hold(features, episode, image=None, hand=None)``: the features with each object's position held while it
     rests (see the module docstring); ``hand``: the end effector the camera sees (base frame, m) where the bundle
     has a hand model; the image is not used (the `EstimateHold` call, for one loop)."""
@@ -87,32 +87,12 @@ class RestingHold:
 
     summary = "each object's estimate held while it rests"
     """what the hold does, for a log line"""
-    @property
-    def camera_offset(self) -> np.ndarray | None:
-        """The camera's error the hand measured this episode, m (None: no hand model, or no estimate yet)."""
-        return None if self.camera is None else self.camera.offset
-
-    @property
-    def correction(self) -> np.ndarray | None:
-        """What the positions are corrected by (None: nothing, within the deadband or no hand model)."""
-        return None if self.camera is None else self.camera.correction
-
-    @property
-    def deadband_m(self) -> float | None:
-        """The calibration deadband, m (None: no hand model); the perception node sets it at run time."""
-        return None if self.camera is None else self.camera.deadband_m
-
-    @deadband_m.setter
-    def deadband_m(self, value: float) -> None:
-        if self.camera is not None:
-            self.camera.deadband_m = float(value)
-
     def continue_from(self, other: "RestingHold") -> None:
         """Keep ``other``'s episode and means (a reloaded model goes on with the same estimates)."""
         self.episode, self.sums, self.counts = other.episode, dict(other.sums), dict(other.counts)
         self.carried = dict(other.carried)
-        if self.camera is not None and other.camera is not None:
-            self.camera.sum, self.camera.count = other.camera.sum, other.camera.count
+        if self.camera is not None:
+            self.camera.continue_from(other.camera)
 
     def __call__(self, features: np.ndarray, episode: str, image: Any = None, hand: Any = None) -> np.ndarray:
         if features.shape != (self.size,):
@@ -141,14 +121,15 @@ class RestingHold:
                 self.sums.pop(p, None)
                 self.counts.pop(p, None)
                 if offset is not None:
-                    self._write(out, features, p, seen[p], pos[p], ee, held=True)
+                    self._write(out, features, p, seen[p], pos[p], ee, corrected=True, held=True)
                 continue
             n = self.counts.get(p, 0)
             if n and float(np.linalg.norm(pos[p] - self.sums[p] / n)) > self.jump_m:
                 n = 0
             self.sums[p] = pos[p] + (self.sums[p] if n else 0.0)
             self.counts[p] = n + 1
-            self._write(out, features, p, seen[p], self.sums[p] / self.counts[p], ee, held=False)
+            self._write(out, features, p, seen[p], self.sums[p] / self.counts[p], ee, corrected=offset is not None,
+                        held=False)
         return out
 
     def _on_the_cup(self, seen: dict[str, np.ndarray], offset: np.ndarray, ee: np.ndarray,
@@ -180,15 +161,15 @@ class RestingHold:
         return self.geometry.resting(seen, offset) if self._rests(seen) else seen + offset
 
     def _write(self, out: np.ndarray, features: np.ndarray, p: str, seen: np.ndarray, pos: np.ndarray,
-               ee: np.ndarray, held: bool) -> None:
+               ee: np.ndarray, corrected: bool, held: bool) -> None:
         """Object ``p``'s terms from its position ``pos`` (the frame's estimate was ``seen``). Its ``sorted`` term
-        is the frame's, unless the camera is corrected: then it follows from ``pos`` as the perception decides it
-        (inside its bin's inner half-width, not ``held``)."""
+        is the frame's, unless ``pos`` was ``corrected`` for a moved camera: then it follows from ``pos`` as the
+        perception decides it (inside its bin's inner half-width, not ``held``)."""
         self.asm.write_term(out, p + "_pos", pos, self.bound)
         self.asm.write_term(out, p + "_minus_ee", pos - ee, self.bound)
         if p + "_bin_minus_obj" in self.slots:
             goal = self.asm.raw_term(features, p + "_bin_minus_obj") + seen
             self.asm.write_term(out, p + "_bin_minus_obj", goal - pos, self.bound)
-            if p + "_sorted" in self.slots and self.correction is not None:
+            if p + "_sorted" in self.slots and corrected:
                 inside = not held and bool((np.abs(pos[:2] - goal[:2]) < self.geometry.bin_inner_half).all())
                 self.asm.write_term(out, p + "_sorted", np.array([float(inside)]), self.bound)
