@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
@@ -82,12 +82,14 @@ def load_policy(bundle: str | os.PathLike):
 
 
 def bundle_modules(bundle: str | os.PathLike, estimate: str = "auto", where: str = "--estimate",
-                   deadband_m: float = CALIBRATION_DEADBAND_M) -> "BundleModules":
+                   deadband_m: float = CALIBRATION_DEADBAND_M, latency_compensation: int = 0) -> "BundleModules":
     """A bundle as the pipeline's perception and policy modules, as the perception and policy nodes run it: a state
     bundle's policy.onnx alone; a vision bundle's perception.onnx, then actor.onnx, with the estimate held or per
     frame by ``estimate`` (`tinker_core.loop.held_estimate.holds_estimate`, the perception node's rule; the env's
     episodes are known), read from the manifest before the bundle is loaded once. ``deadband_m``: the held
-    estimate's calibration deadband."""
+    estimate's calibration deadband. ``latency_compensation`` (control periods, 0: off): the actor's input is
+    rewritten to the pose in flight (`CompensatedPerception`); `wire_commanded` gives it the env's commanded target,
+    and the env takes the same setting."""
     from tinker.bundle_io import top_manifest
     from tinker_core.loop.held_estimate import holds_estimate
     from tinker_deploy.runtime import OnnxPolicy
@@ -99,9 +101,68 @@ def bundle_modules(bundle: str | os.PathLike, estimate: str = "auto", where: str
         perception = HeldPerception(bundle, deadband_m)
     elif image_terms:
         perception = OnnxPolicy.from_bundle(bundle, part="perception")
-    else:
+    elif not latency_compensation:
         return BundleModules(None, load_policy(bundle), held=False)
+    else:  # a state bundle: its policy.onnx reads the observation, rewritten
+        policy = load_policy(bundle)
+        return BundleModules(CompensatedPerception(None, policy, latency_compensation), policy, held=False)
+    if latency_compensation:
+        perception = CompensatedPerception(perception, perception, latency_compensation)
     return BundleModules(perception, OnnxPolicy.from_bundle(bundle, part="actor"), held=held)
+
+
+class CompensatedPerception(ModuleBase):
+    """A bundle's perception (``inner``; None: the observation itself is the actor's input), then
+    `tinker_core.loop.latency_compensation.LatencyCompensation` on its output: the actor acts on the pose the newest
+    command in flight brings the arm to. ``source``: the loaded part whose manifest and specs describe the actor's
+    input. ``commanded``: the robot's newest commanded joint target (`wire_commanded`). ``hold`` and ``hand`` are the
+    inner perception's (`tinker eval` reports them)."""
+
+    input_name, output_name = "obs", "features"
+
+    def __init__(self, inner: Any, source: Any, steps: int):
+        super().__init__()
+        self.inner, self.source = inner, source
+        self.commanded: Callable[[], np.ndarray | None] | None = None
+        self.manifest, self.bundle, self.version = source.manifest, source.bundle, source.version
+        self.compensation = latency_compensation_for(self.manifest, steps)
+        self.input_spec = source.input_spec if inner is None else inner.input_spec
+        self.output_spec = source.input_spec if inner is None else inner.output_spec
+        self.hold, self.hand = getattr(inner, "hold", None), getattr(inner, "hand", None)
+
+    def reset(self) -> None:
+        if self.inner is not None:
+            self.inner.reset()
+
+    def forward(self, obs: Any) -> np.ndarray:
+        if self.commanded is None:
+            raise ConfigError("latency compensation: no commanded target wired (wire_commanded(modules, env))")
+        features = obs if self.inner is None else self.inner.forward(obs)
+        return self.compensation(np.asarray(features, dtype=np.float32), self.commanded())
+
+
+def wire_commanded(modules: "BundleModules", env: gym.Env) -> None:
+    """Give a compensated perception (`CompensatedPerception`) the env's newest commanded joint target: the
+    setpoint a robot's driver reports. Nothing to do for any other."""
+    if isinstance(modules.perception, CompensatedPerception):
+        u = env.unwrapped
+        modules.perception.commanded = lambda: u.commanded_target
+
+
+def latency_compensation_for(manifest: Any, steps: int) -> Any:
+    """The `LatencyCompensation` of ``steps`` control periods for a bundle: its actor input's terms, its action
+    chain's rate limit, forward kinematics from the URDF the robot runs (the simulated KUKA iiwa)."""
+    from tinker_core.action_chain import ActionChainConfig
+    from tinker_core.loop.kinematics import ForwardKinematics
+    from tinker_core.loop.latency_compensation import LatencyCompensation
+
+    chain = ActionChainConfig(**(manifest.action_chain or {}))
+    if steps and chain.mode != "delta":
+        raise ConfigError(f"latency compensation: the bundle's action chain is in {chain.mode!r} mode; the "
+                          f"compensation takes a delta chain's steps from the pose in flight")
+    fk = ForwardKinematics.from_urdf(None, manifest.joint_names or None)
+    terms = [t for t in manifest.obs_terms if t.name != "image"]
+    return LatencyCompensation(terms, steps, chain.max_step, ee_fn=fk.ee_position)
 
 
 class BundleModules:

@@ -69,6 +69,12 @@ def register(sub: Any) -> None:
                    help="with a held estimate and a bundle that finds the hand: a camera offset the hand measures no "
                         f"longer than this is not corrected, m (default {CALIBRATION_DEADBAND_M}; the perception "
                         "node's calibration_deadband)")
+    p.add_argument("--latency-compensation", type=int, default=0, metavar="PERIODS",
+                   help="the robot's command latency in control periods, compensated: the policy acts on the pose "
+                        "the newest command in flight brings the arm to, takes its deltas from there, and a task's "
+                        "extra actions (the suction) are held back as long (default 0: off; the policy node's "
+                        "latency_compensation). Measure it on the robot: the periods from a command to the first "
+                        "motion in joint_states")
     p.add_argument("--curriculum", metavar="PARAM=VALUE", help="an env parameter set as a curriculum level before the "
                    "first episode, e.g. num_objects=3 (a policy trained with a curriculum records its first level)")
     p.add_argument("--runtime", choices=("env", "loop"), default="env",
@@ -85,9 +91,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tinker_cli._compose import bundle_modules, policy_env_for_bundle
+    from tinker_cli._compose import bundle_modules, policy_env_for_bundle, wire_commanded
     from tinker_deploy.pretrained import default_bundle
     from tinker_core.errors import ConfigError
+    from tinker_core.loop.latency_compensation import check_steps
 
     if args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
@@ -105,7 +112,8 @@ def run(args: argparse.Namespace) -> int:
         if is_hierarchy(args.policy):
             return _run_hierarchy(args)
     bundle = args.policy or default_bundle(args.env or DEFAULT_ENV)
-    policy = bundle_modules(bundle, args.estimate, deadband_m=args.calibration_deadband)
+    policy = bundle_modules(bundle, args.estimate, deadband_m=args.calibration_deadband,
+                            latency_compensation=check_steps(args.latency_compensation, "--latency-compensation"))
     recorded = policy.manifest.env or ({"id": policy.manifest.env_id} if policy.manifest.env_id else {})
     env_id = args.env or recorded.get("id") or DEFAULT_ENV
     if env_id.startswith("tinker/"):
@@ -113,11 +121,15 @@ def run(args: argparse.Namespace) -> int:
 
         check_dynamics_for(policy.manifest, env_id, args.dynamics, f"the policy {bundle}")
         env = policy_env_for_bundle(policy, env_id, dynamics=args.dynamics, safety=not args.no_safety,
-                                    safety_yaml=_safety_yaml(args))
+                                    safety_yaml=_safety_yaml(args), latency_compensation=args.latency_compensation)
+        wire_commanded(policy, env)
         period = float(env.unwrapped.control_period)
         safety = not args.no_safety
     else:
         _no_guard(args, f"{env_id!r} is not a tinker/ sim task")
+        if args.latency_compensation:
+            raise ConfigError(f"--latency-compensation: {env_id!r} is not a tinker/ arm task; the compensation "
+                              f"predicts an arm's pose from its joint command stream")
         env, safety = _gym_env(args, env_id, recorded), False
         period = 1.0
     return _evaluate(args, env, policy, str(bundle), env_id, period, safety, version=policy.version)
@@ -365,6 +377,7 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
     calibrated = held is not None and modules.perception.hand is not None
     d.update(policy=name, env=env_id, dynamics=args.dynamics or "nominal", policy_version=version, safety=safety,
              hold_estimate=bool(modules is not None and modules.held),
+             latency_compensation=getattr(args, "latency_compensation", 0),
              camera_calibrated=calibrated,
              calibration_deadband_m=held.deadband_m if calibrated else None,
              safety_config=(getattr(args, "safety_config", None) or "default") if safety else None,

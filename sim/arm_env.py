@@ -10,6 +10,10 @@ Observation (``camera=False``): a flat float32 vector of named terms, ``value = 
 (`tinker_core.loop.observation`, the assembly perception runs too). With ``camera=True``: ``{"image": uint8 (S, S * camera_views, 3), "state": that vector}``.
 Each episode's dynamics are: the fixed set ``dynamics`` if given, else a draw from ``randomize``'s
 ranges (from the env's seeded RNG), else nominal; ``reset(options={"dynamics": ...})`` overrides one episode.
+``latency_compensation`` (control periods; 0: off) plays the compensating policy side of a lagged robot
+(`tinker_core.loop.latency_compensation`): the action chain's delta is taken from the newest target sent
+(``commanded_target``), and the task's extra actions (ArmSort's suction) are held back that many periods. The
+observation the env gives stays the measured one; the compensated policy's perception rewrites it.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from tinker_sim.robot import ArmRobot
 from tinker_sim.tasks import TASKS, Task, term
 from tinker_core.action_chain import ActionChain, ActionChainConfig
 from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.latency_compensation import DelayedActions, check_steps, predicted_pose
 from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
 
 CommandFilter = Callable[[np.ndarray, np.ndarray, np.ndarray], tuple[np.ndarray, Any]]
@@ -46,7 +51,8 @@ class ArmEnv(gym.Env):
                  randomize: bool | str | os.PathLike | RandomizationRanges = False, camera: bool = False,
                  image_size: int = 64, camera_views: int = 1, control_period: float = 0.05, action_chain: ActionChainConfig | None = None,
                  command_filter: CommandFilter | None = None, render_mode: str | None = None,
-                 urdf_path: str | os.PathLike | None = None, task_kwargs: dict[str, Any] | None = None):
+                 urdf_path: str | os.PathLike | None = None, task_kwargs: dict[str, Any] | None = None,
+                 latency_compensation: int = 0):
         if isinstance(task, type) and issubclass(task, Task):
             task_cls = task
         elif task in TASKS:
@@ -66,6 +72,8 @@ class ArmEnv(gym.Env):
         self.camera = Camera(self.world, image_size, views=camera_views) if (camera or render_mode == "rgb_array") else None
         self.action_chain_config = action_chain if action_chain is not None else ActionChainConfig()
         self.action_chain = ActionChain(self.action_chain_config, self.robot.lower, self.robot.upper)
+        self.latency_compensation = check_steps(latency_compensation, "ArmEnv.latency_compensation")
+        self._delayed = DelayedActions(self.latency_compensation, self.task.extra_action_dims)
         self.joint_names = list(self.robot.joint_names)
         self.control_period = self.world.control_period
         dof = self.robot.dof
@@ -131,6 +139,7 @@ class ArmEnv(gym.Env):
         self.robot.reset_joints(q0)
         self.robot.command(q0)
         self.action_chain.reset(q0)
+        self._delayed.reset()
         self._queue = deque([q0.copy() for _ in range(params.action_latency_steps)])
         self._target = q0.copy()
         self.task.reset(rng, params)
@@ -163,12 +172,13 @@ class ArmEnv(gym.Env):
         if a.shape[0] != self._last_action.shape[0]:
             raise ValidationError("ArmEnv.step.action", f"float[{self._last_action.shape[0]}]", f"float[{a.shape[0]}]")
         dof = self.robot.dof
-        target = self.action_chain(a[:dof], self._q)
+        base = predicted_pose(self._target, self._q, self.latency_compensation, self.action_chain_config.max_step)
+        target = self.action_chain(a[:dof], base)
         last = np.clip(a, -1.0, 1.0)
         last[np.isnan(last)] = 0.0
         self._last_action = last
         if dof < a.shape[0]:
-            self.task.apply_action(self._last_action[dof:], self._ee)
+            self.task.apply_action(self._delayed(self._last_action[dof:]), self._ee)
         self.step_joint_target(target, filtered=False)
         reward, success, task_info = self.task.evaluate(self._ee)
         terminated = bool(success and self.task.terminate_on_success)
@@ -246,6 +256,12 @@ class ArmEnv(gym.Env):
     @property
     def ee_position(self) -> np.ndarray:
         return self._ee.copy()
+
+    @property
+    def commanded_target(self) -> np.ndarray:
+        """The newest joint target sent toward the motors (after the command filter, before the latency): the
+        setpoint a robot's driver reports, which latency compensation predicts the pose from."""
+        return self._target.copy()
 
     def task_state(self) -> dict[str, Any]:
         return self.task.state(self._ee)

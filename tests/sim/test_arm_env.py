@@ -208,3 +208,29 @@ def test_the_sorting_tasks_table_and_bins_are_in_the_guards_scene(safety):
             assert counts["contact"] > 0, counts
     finally:
         env.close()
+
+
+def test_latency_compensation_steps_from_the_newest_command_and_holds_the_suction_back_as_long(make_env):
+    """The env playing a compensating policy side (`tinker_core.loop.latency_compensation`) on a robot with 3
+    periods of command latency: each step's target is the last target plus the action's delta, although the
+    arm has not moved yet, and the suction chosen with a step reaches the cup 3 steps later."""
+    env = make_env("tinker/ArmSort-v0", dynamics={"action_latency_steps": 3}, latency_compensation=3)
+    u = env.unwrapped
+    env.reset(seed=0)
+    q0 = u.commanded_target
+    suction = []
+    real_apply = u.task.apply_action
+    u.task.apply_action = lambda extra, ee: (suction.append(float(extra[0])), real_apply(extra, ee))
+    action = np.zeros(8)
+    action[0], action[7] = 1.0, 1.0  # joint 1 by one max_delta; suction on
+    for _ in range(2):
+        env.step(action)
+    delta = u.action_chain_config.max_delta
+    assert np.isclose(u.commanded_target[0], q0[0] + 2 * delta)  # from the command in flight, not the lagged pose
+    assert abs(u.joint_state[0][0] - q0[0]) < delta  # the arm itself has barely moved: the commands are in flight
+    action[7] = -1.0
+    for _ in range(3):
+        env.step(action)
+    assert suction == [-1.0, -1.0, -1.0, 1.0, 1.0]  # on twice, each landing 3 steps after it was chosen
+    with pytest.raises(ConfigError, match="latency_compensation"):
+        make_env("tinker/ArmSort-v0", latency_compensation=-1)

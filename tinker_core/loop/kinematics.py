@@ -57,6 +57,12 @@ class ForwardKinematics:
         missing = [n for n in self.chain_names if n not in names]
         if missing:
             raise ConfigError(f"ForwardKinematics: joints {missing} of {path.name} are not in {names}")
+        bounded = {j.get("name"): j.find("limit") for j in movable
+                   if j.get("type") != "continuous" and j.find("limit") is not None}
+        self.limits = (np.array([float(bounded[n].get("lower", "-inf")) if n in bounded else -np.inf for n in names]),
+                       np.array([float(bounded[n].get("upper", "inf")) if n in bounded else np.inf for n in names]))
+        """(lower, upper) position limits of the joints in ``joint_names`` order, from the URDF (rad or m; a
+        continuous joint or one without limits: unbounded)"""
         self._steps = []  # (origin rotation, origin translation, axis, its K and K^2, prismatic, index into q or -1)
         for j in chain:
             o = j.find("origin")

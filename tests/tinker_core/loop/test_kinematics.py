@@ -32,3 +32,12 @@ def test_joints_are_taken_by_name(tmp_path):
         ForwardKinematics.from_urdf(None, fk.chain_names[:3])
     with pytest.raises(ConfigError, match="file not found"):
         ForwardKinematics(tmp_path / "none.urdf")
+
+
+def test_the_joint_limits_are_the_urdfs_as_the_simulated_arm_reads_them():
+    env = ArmEnv()
+    try:
+        fk = ForwardKinematics.from_urdf(None, env.joint_names)
+        assert np.allclose(fk.limits[0], env.robot.lower) and np.allclose(fk.limits[1], env.robot.upper)
+    finally:
+        env.close()

@@ -1,0 +1,129 @@
+"""`LatencyCompensation`: act on where the arm will be when a command lands, not where it was measured (no ROS).
+
+On a robot with ``steps`` control periods of command latency, a command reaches the motors ``steps`` periods after
+the state it answers, and the commands sent before it are still on their way. A policy trained with little lag
+(ArmSort: 0..1 period) then acts on a pose the arm is leaving: it overshoots, and its suction grips or lets go
+where the arm is not yet. The compensation is a Smith predictor on the joint command stream, three parts that
+belong together:
+
+- **the observation** (`LatencyCompensation.__call__`, on the actor's input in the state's layout): the arm's terms
+  are those of the pose the newest command in flight brings the arm to, its joint target: ``joint_pos`` is that
+  target, ``ee_pos`` its forward kinematics, and each ``<x>_minus_ee`` is recomputed from them (``joint_vel`` and
+  everything else stay as measured). The target is the command the motors were last sent, after the SafetyWrapper
+  (a driver's commanded setpoint, as ros2_control's controllers report it as their reference): what the policy
+  asked for is not what the arm was told where the wrapper limited it. Whatever records the actor's input (the
+  learner's transitions) records what it acted on;
+- **the action** (`predicted_pose`): the chain's delta is taken from that target (the actor input's ``joint_pos``),
+  not from the measured pose;
+- **the task's extra actions** (`DelayedActions`: ArmSort's suction): held back ``steps`` periods, so that they land
+  with the joint command they were chosen with.
+
+A target is kept within ``steps * max_step`` rad of the measured pose on each joint (what the commands in flight can
+still move the arm), so a held, stopped or slowed arm never leaves the prediction far from where the arm is.
+``steps = 0`` is no compensation: everything passes as it is.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
+
+MAX_STEPS = 20
+"""the largest latency compensated, control periods (1 s at 50 ms: beyond it a policy should not be run at all)"""
+
+
+def check_steps(steps: object, where: str = "latency_compensation") -> int:
+    """``steps`` as a number of control periods, 0..`MAX_STEPS`; raises ConfigError naming ``where``."""
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or not 0 <= int(steps) <= MAX_STEPS:
+        raise ConfigError(f"{where}: expected a whole number of control periods 0..{MAX_STEPS} (0: off), got "
+                          f"{steps!r}")
+    return int(steps)
+
+
+def predicted_pose(last_target: np.ndarray | None, q: np.ndarray, steps: int, max_step: float) -> np.ndarray:
+    """Where the arm goes once the commands in flight have landed: the newest joint target ``last_target`` (None:
+    none sent yet, the measured ``q``), within ``steps * max_step`` rad of ``q`` on each joint."""
+    q = np.asarray(q, dtype=np.float64)
+    if last_target is None or steps == 0:
+        return q
+    reach = steps * float(max_step)
+    return np.clip(np.asarray(last_target, dtype=np.float64), q - reach, q + reach)
+
+
+class DelayedActions:
+    """The task's extra actions (after the joints), each let out ``steps`` calls after it came in; until then the
+    ``idle`` value (ArmSort's suction: off)."""
+
+    def __init__(self, steps: int, size: int, idle: float = -1.0):
+        self.steps, self.size, self.idle = check_steps(steps), int(size), float(idle)
+        self._queue: deque[np.ndarray] = deque()
+        self.reset()
+
+    def reset(self) -> None:
+        """A new episode: nothing is in flight."""
+        self._queue = deque(np.full(self.size, self.idle) for _ in range(self.steps))
+
+    def __call__(self, extra: np.ndarray) -> np.ndarray:
+        extra = np.asarray(extra, dtype=np.float64).reshape(-1)
+        if extra.shape != (self.size,):
+            raise ValidationError("latency_compensation.extra_action", f"{self.size} values", f"{extra.shape[0]}")
+        if not self.steps:
+            return extra
+        self._queue.append(extra.copy())
+        return self._queue.popleft()
+
+
+class LatencyCompensation:
+    """``compensation(features, commanded)`` -> the features with the arm's terms at the pose the newest command in
+    flight brings it to (see the module docstring). ``terms``: the actor input's observation terms (the state's
+    layout); ``max_step``: the bundle's action chain's rate limit, rad per period; ``ee_fn``: forward kinematics
+    (joint positions -> ``ee_pos``, base frame), needed where the terms have ``ee_pos``."""
+
+    def __init__(self, terms: Sequence[Any], steps: int, max_step: float,
+                 ee_fn: Callable[[np.ndarray], np.ndarray] | None = None, bound: float = OBS_BOUND):
+        self.steps, self.max_step = check_steps(steps), float(max_step)
+        if not self.max_step > 0:
+            raise ConfigError(f"latency_compensation: max_step must be > 0 rad, got {max_step!r}")
+        self.asm = ObservationAssembly(terms)
+        if self.steps and "joint_pos" not in self.asm.slots:
+            raise ConfigError(f"latency_compensation: the actor's observation has no joint_pos term to put at the "
+                              f"pose in flight (its terms: {self.asm.names})")
+        joints = self.asm.slots.get("joint_pos", slice(0, 0))
+        self.dof = joints.stop - joints.start
+        if self.steps and "ee_pos" in self.asm.slots and ee_fn is None:
+            raise ConfigError("latency_compensation: the actor reads ee_pos, and no forward kinematics (the robot's "
+                              "URDF) was given to place it at the pose in flight")
+        self.ee_fn, self.bound = ee_fn, float(bound)
+        self.recomputed = [n for n in self.asm.names
+                           if n.endswith("_minus_ee") and n[: -len("_minus_ee")] + "_pos" in self.asm.slots]
+        self.pose: np.ndarray | None = None
+        """the last cycle's predicted pose (joint positions, rad)"""
+
+    def __call__(self, features: np.ndarray, commanded: np.ndarray | None) -> np.ndarray:
+        """``commanded``: the newest joint target sent to the motors (after the SafetyWrapper; None: none yet)."""
+        if not self.steps:
+            return features
+        if features.shape != (self.asm.size,):
+            raise ValidationError("latency_compensation.features", f"{self.asm.size} values in the state's layout",
+                                  f"shape {list(features.shape)}")
+        if commanded is not None:
+            commanded = np.asarray(commanded, dtype=np.float64).reshape(-1)
+            if commanded.shape != (self.dof,) or not np.isfinite(commanded).all():
+                raise ValidationError("latency_compensation.commanded", f"{self.dof} finite joint targets (rad)",
+                                      f"{commanded!r}")
+        q = self.asm.raw_term(features, "joint_pos")
+        self.pose = pose = predicted_pose(commanded, q, self.steps, self.max_step)
+        out = features.copy()
+        self.asm.write_term(out, "joint_pos", pose, self.bound)
+        if "ee_pos" in self.asm.slots:
+            ee = self.ee_fn(pose)
+            self.asm.write_term(out, "ee_pos", ee, self.bound)
+            for name in self.recomputed:
+                self.asm.write_term(out, name, self.asm.raw_term(features, name[: -len("_minus_ee")] + "_pos") - ee,
+                                    self.bound)
+        return out
