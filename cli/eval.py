@@ -72,9 +72,9 @@ def register(sub: Any) -> None:
     p.add_argument("--latency-compensation", type=int, default=0, metavar="PERIODS",
                    help="the robot's command latency in control periods, compensated: the policy acts on the pose "
                         "the newest command in flight brings the arm to, takes its deltas from there, and a task's "
-                        "extra actions (the suction) are held back as long (default 0: off; the policy node's "
-                        "latency_compensation). Measure it on the robot: the periods from a command to the first "
-                        "motion in joint_states")
+                        "extra actions (the suction) are held back as long (default 0: off; --runtime env only, the "
+                        "ROS nodes do not have it yet). Measure it on the robot: the periods from a command to the "
+                        "first motion in joint_states")
     p.add_argument("--curriculum", metavar="PARAM=VALUE", help="an env parameter set as a curriculum level before the "
                    "first episode, e.g. num_objects=3 (a policy trained with a curriculum records its first level)")
     p.add_argument("--runtime", choices=("env", "loop"), default="env",
@@ -197,6 +197,10 @@ def _run_loop(args: argparse.Namespace) -> int:
     if args.no_safety:
         raise ConfigError("--runtime loop: the loop's safety stage always runs (as the safety node does); "
                           "--no-safety applies to --runtime env")
+    if args.latency_compensation:
+        raise ConfigError("--runtime loop: the loop's stages do not compensate latency yet (the held-back suction "
+                          "has no edge to the robot but the learner's raw action); --latency-compensation applies "
+                          "to --runtime env")
     bundle = str(resolve_bundle(args.policy or "", args.env or DEFAULT_ENV))
     manifest = top_manifest(bundle)
     env_id = manifest.env_id or (manifest.env or {}).get("id") or DEFAULT_ENV

@@ -150,3 +150,6 @@ def test_latency_compensation_lets_the_sorter_work_on_a_robot_four_periods_late(
     assert runs["4"]["safety_violations"] == 0
     p = tinker("eval", "pretrained/arm_sort/bundle", "--episodes", "1", "--latency-compensation", "-2")
     assert p.returncode == 2 and "--latency-compensation" in p.stderr
+    p = tinker("eval", "pretrained/arm_sort/bundle", "--episodes", "1", "--latency-compensation", "4", "--runtime",
+               "loop")  # refused, not ignored: the loop's stages do not compensate yet
+    assert p.returncode == 2 and "--runtime loop" in p.stderr and "latency" in p.stderr
