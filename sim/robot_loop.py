@@ -10,9 +10,9 @@ and the arm is reset with the next episode's seed. What it decides besides:
   largest step as a fraction of the URDF velocity limit times the period);
 - **a foreign publisher** on the command topic (more than one publisher): no command is executed, whichever is the
   safety node, and the arm holds its pose until one publisher is left;
-- **suction** (a task with one extra action dimension, ArmSort's cup): the policy's raw action for a state
-  (`raw_action`) is applied only with the safe command answering that state that the safety node passed (not
-  ``held`` or ``estopped``); while the safety node holds, the suction stays as it was;
+- **suction** (a task with one extra action dimension, ArmSort's cup): the policy's tool command for a state
+  (`tool_command`: the extra actions as sent) is applied only with the safe command answering that state that the
+  safety node passed (not ``held`` or ``estopped``); while the safety node holds, the suction stays as it was;
 - **camera frames** off the control path (`FrameSchedule`), and the diagnostics' values and level.
 """
 
@@ -30,7 +30,7 @@ from tinker_core.loop.input_ages import Level, RecentFaults
 from tinker_sim.realtime import RealTimeArm
 
 KEEP_STAMPS = 16
-"""states remembered for a late command's end-to-end time, and raw actions for their safe command's suction"""
+"""states remembered for a late command's end-to-end time, and tool commands for their safe command's suction"""
 
 
 @dataclass
@@ -155,10 +155,10 @@ class SimRobotLoop:
         self.task_terms = [("ee_pos", 3)] + [(t["name"], int(t["size"])) for t in self.env.task.obs_terms()]
         self.episode_cycles, self.seed = int(cfg.episode_cycles), int(cfg.seed)
         self.suction = self.env.task.extra_action_dims == 1
-        """the task takes a suction cup from the policy's raw action"""
+        """the task takes a suction cup from the policy's tool command"""
         self.frames = FrameSchedule(self.period, int(1e9 / cfg.camera_rate_hz)) if offline else None
         self.submit_frame = submit_frame
-        self._raw_suction: dict[int, bool] = {}  # state stamp -> the policy's suction for it
+        self._suction_for: dict[int, bool] = {}  # state stamp -> the policy's suction for it
         self._published: dict[int, int] = {}  # state stamp -> when it went out (wall ns)
         self.suction_switches = 0
         self.rejections = RecentFaults()
@@ -218,22 +218,23 @@ class SimRobotLoop:
         return True
 
     def reject(self, err: Exception) -> None:
-        """A command (or raw action) failed its wire check: counted, WARN while it goes on."""
+        """A command (or tool command) failed its wire check: counted, WARN while it goes on."""
         self.rejections.note(str(err))
 
-    def raw_action(self, raw: np.ndarray, meta: dict[str, str]) -> None:
-        """The policy's raw action for state ``stamp_ns``: its suction, kept for that state's safe command."""
+    def tool_command(self, extra: np.ndarray, meta: dict[str, str]) -> None:
+        """The policy's tool command for state ``stamp_ns`` (the task's extra actions: the suction, on > 0), kept
+        for that state's safe command."""
         stamp = meta.get("stamp_ns", "")
-        if raw.shape[0] <= self.dof or not stamp.isdigit():
-            raise ValidationError("sim_robot.raw_action", f"> {self.dof} values with a stamp_ns",
-                                  f"{raw.shape[0]} values, stamp {stamp!r}")
-        self._raw_suction[int(stamp)] = bool(raw[self.dof] > 0.0)
-        while len(self._raw_suction) > KEEP_STAMPS:
-            self._raw_suction.pop(next(iter(self._raw_suction)))
+        if extra.shape[0] != 1 or not np.isfinite(extra).all() or not stamp.isdigit():
+            raise ValidationError("sim_robot.tool_command", "1 finite value (the suction) with a stamp_ns",
+                                  f"{extra.shape[0]} values, stamp {stamp!r}")
+        self._suction_for[int(stamp)] = bool(extra[0] > 0.0)
+        while len(self._suction_for) > KEEP_STAMPS:
+            self._suction_for.pop(next(iter(self._suction_for)))
 
     def _apply_suction(self, stamp: int) -> None:
         """The suction the policy chose for state ``stamp``, with that state's safe command (none came: unchanged)."""
-        on = self._raw_suction.get(stamp)
+        on = self._suction_for.get(stamp)
         if on is not None and on != self.arm.suction:
             self.arm.set_suction(on)
             self.suction_switches += 1

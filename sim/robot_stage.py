@@ -2,7 +2,7 @@
 
 Its cycle is a tick of the host's clock (a timer in the node, one call per cycle in one process): the state goes
 out as ``task`` (its outcome and terms, first: perception has this state's terms when its state arrives),
-``joint_states`` and, rendered in line, ``image``. The safe ``command`` and the policy's ``raw_action`` (the
+``joint_states`` and, rendered in line, ``image``. The safe ``command`` and the policy's ``tool_command`` (the
 suction) come back as edges into `tinker_sim.robot_loop.SimRobotLoop`, which executes them, holds on stale and
 foreign commands and keeps the episodes.
 """
@@ -30,7 +30,7 @@ class SimRobotStage(LoopStage):
         self.loop, self.answered, self.wall_ns = loop, answered, wall_ns
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
-        return {"command": self.on_command, "raw_action": self.on_raw_action}
+        return {"command": self.on_command, "tool_command": self.on_tool_command}
 
     def tick(self, t0: int) -> tuple[SimState, bool]:
         """One cycle at ``t0`` (monotonic ns): the state out; (the state, whether the cycle began late). The host
@@ -55,8 +55,8 @@ class SimRobotStage(LoopStage):
             self.answered(c, sent)
         self.loop.take_frame()  # the cycle's loop is done: the camera renders in the quiet window
 
-    def on_raw_action(self, a: Action) -> None:
-        self.loop.raw_action(a.values, {"stamp_ns": str(a.stamp_ns)})
+    def on_tool_command(self, a: Action) -> None:
+        self.loop.tool_command(a.values, {"stamp_ns": str(a.stamp_ns)})
 
     def refuse(self, err: Exception) -> None:
         super().refuse(err)

@@ -68,7 +68,7 @@ def test_a_node_can_only_publish_and_subscribe_the_edges_the_loops_graph_gives_i
     node = PolicyNode(context=ctx)
     try:
         with pytest.raises(PipelineError, match=r"stage 'policy' cannot publish 'command': the graph gives it "
-                                                r"\['joint_target', 'raw_action'\]"):
+                                                r"\['joint_target', 'raw_action', 'tool_command'\]"):
             node.advertise("command_topic", "command")
         with pytest.raises(PipelineError, match=r"stage 'policy' cannot subscribe 'task'"):
             node.subscribe("features_topic", "task", lambda m: None)

@@ -129,15 +129,15 @@ def test_the_suction_goes_with_the_safe_command_of_its_state_and_never_with_a_ho
     loop = make_loop(task="sort")
     assert loop.suction
     s, _ = _cycle(loop, 50 * MS)
-    with pytest.raises(ValidationError, match="raw_action"):
-        loop.raw_action(np.zeros(7), {"stamp_ns": str(s.stamp)})  # no suction value
-    loop.raw_action(np.r_[np.zeros(7), 1.0], {"stamp_ns": str(s.stamp)})
+    with pytest.raises(ValidationError, match="tool_command"):
+        loop.tool_command(np.zeros(0), {"stamp_ns": str(s.stamp)})  # no suction value
+    loop.tool_command(np.array([1.0]), {"stamp_ns": str(s.stamp)})
     loop.command(s.q, {"stamp_ns": str(s.stamp), "status": "held"})
     assert not loop.arm.suction and loop.suction_switches == 0  # the safety node held: unchanged
     loop.command(s.q, {"stamp_ns": str(s.stamp), "status": "passed"})
     assert loop.arm.suction and loop.suction_switches == 1
     s2, _ = _cycle(loop, 100 * MS)
-    loop.command(s2.q, {"stamp_ns": str(s2.stamp), "status": "passed"})  # no raw action for it: unchanged
+    loop.command(s2.q, {"stamp_ns": str(s2.stamp), "status": "passed"})  # no tool command for it: unchanged
     assert loop.arm.suction and loop.suction_switches == 1
 
 

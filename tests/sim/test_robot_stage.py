@@ -57,9 +57,9 @@ def test_a_safe_command_is_executed_and_answers_its_state_and_one_for_a_state_be
     assert stage.loop.stale == 1
 
 
-def test_a_raw_action_without_its_suction_value_is_refused_and_counted_by_the_robot(stage):
-    with pytest.raises(ValidationError, match="sim_robot.raw_action"):
-        stage.on_raw_action(Action(5, 1, np.zeros(7)))
+def test_a_tool_command_without_its_suction_value_is_refused_and_counted_by_the_robot(stage):
+    with pytest.raises(ValidationError, match="sim_robot.tool_command"):
+        stage.on_tool_command(Action(5, 1, np.zeros(0)))
     stage.refuse(ValidationError("sim_robot.command", "7 values", "6 values"))
     assert stage.loop.rejections.count == 1 and stage.refusals.count == 1
 

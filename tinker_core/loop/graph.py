@@ -202,7 +202,9 @@ ROBOT_LOOP = (
     .connect(OUTSIDE, "goal", "perception", does="a real system's target, where no simulator gives task terms")
     .connect("perception", "features", "policy", "experience_bridge", every_cycle=True)
     .connect("policy", "joint_target", "safety", "experience_bridge", every_cycle=True)
-    .connect("policy", "raw_action", "perception", "experience_bridge", ROBOT)
+    .connect("policy", "raw_action", "perception", "experience_bridge")
+    .connect("policy", "tool_command", ROBOT,
+             does="the task's extra actions as sent to the robot (ArmSort's suction), each with its state's stamp")
     .connect("safety", "command", ROBOT, "experience_bridge", every_cycle=True)
     .connect(OUTSIDE, "intervention", "safety", does="a person's teleop targets")
     .connect("safety", "intervened", "experience_bridge")

@@ -34,6 +34,8 @@ class PolicyStep:
     """the action chain's joint target (rad, manifest joint order)"""
     message: np.ndarray | None = None
     """what this cycle says on its channel (None: the robot sends on none)"""
+    extra: np.ndarray | None = None
+    """the task's extra actions as sent to the robot (the raw dims after the joints; None: the task has none)"""
 
 
 class PolicyCycle:
@@ -81,7 +83,9 @@ class PolicyCycle:
         if episode != self._episode:
             self._episode = episode
             self.chain.reset(q)
-        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw[: self.chain.dof], q), message)
+        dof = self.chain.dof
+        extra = raw[dof:] if raw.shape[0] > dof else None
+        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw[:dof], q), message, extra)
 
 
 ON_OVERRUN = ("hold", "stop")

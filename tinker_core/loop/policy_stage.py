@@ -65,6 +65,8 @@ class PolicyStage(LoopStage):
         target = Action(step.stamp_ns, step.cycle, step.target, v)
         self.emit("joint_target", target)  # first: safety's input is the one the cycle waits for
         self.emit("raw_action", Action(step.stamp_ns, step.cycle, step.raw, v))
+        if step.extra is not None:
+            self.emit("tool_command", Action(step.stamp_ns, step.cycle, step.extra, v))
         if step.message is not None and self.say is not None:
             self.say(step)
         return target

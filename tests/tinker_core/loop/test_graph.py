@@ -27,7 +27,7 @@ def test_each_stage_sees_only_its_edges_and_the_bridge_hears_every_stream_of_a_c
     assert goal.source == OUTSIDE and str(goal) == "(outside) -> perception (goal)"
     assert ROBOT_LOOP.check_port("policy", "joint_target", "out").targets == ("safety", "experience_bridge")
     with pytest.raises(PipelineError, match=r"stage 'policy' cannot publish 'command': the graph gives it "
-                                            r"\['joint_target', 'raw_action'\]"):
+                                            r"\['joint_target', 'raw_action', 'tool_command'\]"):
         ROBOT_LOOP.check_port("policy", "command", "out")
     with pytest.raises(PipelineError, match=r"stage 'perception' cannot subscribe 'command'"):
         ROBOT_LOOP.check_port("perception", "command", "in")

@@ -201,8 +201,8 @@ class InProcessLoop:
         for stage in self.stages.values():
             if stage.name != ROBOT or self.robot.suction:
                 self._host(stage)
-            else:  # a robot without suction takes no raw action, as its node subscribes none
-                self._host(stage, skip=("raw_action",))
+            else:  # a robot without suction takes no tool command, as its node subscribes none
+                self._host(stage, skip=("tool_command",))
 
     # --- the safety stage's host (tinker_safety.safety_stage.SafetyHost) ------------------------------
     @property

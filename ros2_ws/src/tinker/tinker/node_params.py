@@ -78,9 +78,7 @@ SIM_ROBOT_PARAMS = {
     "num_objects": Param(0, "Sort task: objects per episode (0: the task's default)." + _FIXED, (0, 16), True),
     "max_objects": Param(0, "Sort task: object slots in the task terms (0: num_objects); a policy trained "
                             "with slots needs the same." + _FIXED, (0, 16), True),
-    "raw_action_topic": Param("policy/raw_action", "Sort task: the policy's raw action (the suction after the "
-                                                   "joints), applied with the safe command of the same state." + _FIXED,
-                              read_only=True),
+    **topic_params(tool_command_topic="tool_command"),
 }
 """`tinker.sim_robot.SimRobotNode` (`tinker_sim.robot_loop.SimRobotConfig` takes the robot's own)"""
 
@@ -142,7 +140,7 @@ POLICY_PARAMS = {
     "bundle": Param("", "deploy bundle directory (actor.onnx runs here); empty: the shipped default policy"),
     "urdf": Param("", "robot model for the joint limits (empty: kuka_iiwa/model.urdf from pybullet_data)", read_only=True),
     **topic_params(features_topic="features", joint_states_topic="joint_states", command_topic="joint_target",
-                   raw_action_topic="raw_action"),
+                   raw_action_topic="raw_action", tool_command_topic="tool_command"),
     "on_overrun": Param("hold", "a cycle over its budget: 'hold' drops the late command, 'stop' stops commanding"),
     "warmup_iterations": Param(200, "actor runs at configure before the first cycle", (0, 100000), True),
     **CHANNEL_PARAMS,

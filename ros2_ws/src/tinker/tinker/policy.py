@@ -22,7 +22,7 @@ from tinker_core.loop.policy import CommandGate, check_on_overrun
 from tinker_core.loop.policy_stage import PolicyStage
 
 TOPICS = {"features": "features_topic", "joint_states": "joint_states_topic", "joint_target": "command_topic",
-          "raw_action": "raw_action_topic"}
+          "raw_action": "raw_action_topic", "tool_command": "tool_command_topic"}
 
 
 class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):

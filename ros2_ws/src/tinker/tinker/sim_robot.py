@@ -6,7 +6,7 @@ like joint_state_broadcaster), ``camera/image_raw`` (stamped with the state it s
 of its own, `tinker.sim_camera.MirrorCamera`, unless ``camera_rate_hz`` is 0) and ``task`` (simulator only). Takes
 joint position commands as ros2_control's forward position controller does (``command_type``: Float64MultiArray
 in ``joint_names`` order, or JointTrajectory by joint name); ``task: sort`` takes its suction from
-``policy/raw_action``. Another node with this node's name on the domain at start-up: exit 3.
+``policy/tool_command``. Another node with this node's name on the domain at start-up: exit 3.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from tinker_core.loop.edges import Frame, SafeCommand
 from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
 from tinker_sim.robot_stage import SimRobotStage
 
-TOPICS = {p: f"{p}_topic" for p in ("joint_states", "image", "task", "command", "raw_action")}
+TOPICS = {p: f"{p}_topic" for p in ("joint_states", "image", "task", "command", "tool_command")}
 
 
 class SimRobotNode(NodeRuntime, Node):
@@ -40,8 +40,8 @@ class SimRobotNode(NodeRuntime, Node):
                                  submit_frame=self._submit_frame)
         self.arm, self.env, self.names = self.loop.arm, self.loop.env, self.loop.names
         self.stage, self._arrived = SimRobotStage(self.loop, self._answered), 0
-        topics = {k: v for k, v in TOPICS.items() if (k != "image" or cfg.camera) and (k != "raw_action" or
-                                                                                     self.loop.suction)}
+        topics = {k: v for k, v in TOPICS.items() if (k != "image" or cfg.camera) and (k != "tool_command" or
+                                                                                       self.loop.suction)}
         self.serve_outputs(self.stage, topics, write={"joint_states": joint_state_msg(self.names),
                                                       "task": task_report_msg, "image": _frame_msg},
                            qos={"joint_states": DRIVER_STATE_QOS})
@@ -49,7 +49,7 @@ class SimRobotNode(NodeRuntime, Node):
             cfg, self.period, self.loop.seed, self._publish_frame, int(self.param("realtime_priority")))
         trajectory = cfg.command_type == "joint_trajectory"
         self.jmap, self.reader = JointMap(self.names, "sim_robot.command"), Reader("sim_robot")
-        self.serve_inputs(self.stage, self.reader, topics, stale={"raw_action": None},
+        self.serve_inputs(self.stage, self.reader, topics, stale={"tool_command": None},
                           read={"command": self._read_trajectory if trajectory else self._read_command},
                           msg_types={"command": JointTrajectory if trajectory else Float64MultiArray})
         self.loop.publishers = self.edge_subscriptions["command"].get_publisher_count

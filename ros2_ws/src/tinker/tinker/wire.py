@@ -85,6 +85,9 @@ TOPICS: dict[str, Topic] = {
                       ("stamp_ns", "cycle", "episode", "perception_sha256"), "perception's features (Float32MultiArray)"),
     "raw_action": Topic("policy/raw_action", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version"),
                         "the actor's raw action, before the action chain (Float64MultiArray)"),
+    "tool_command": Topic("policy/tool_command", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version"),
+                          "the task's extra actions as sent to the robot, after the joints' (ArmSort's suction: on > 0),"
+                          " for the state stamp_ns; the robot applies it with that state's safe command"),
     "joint_target": Topic("policy/joint_target", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version"),
                           "the policy's joint target, manifest joint order (Float64MultiArray, to safety)"),
     "command": Topic("forward_position_controller/commands", Float64MultiArray, COMMAND_QOS,
@@ -388,6 +391,9 @@ class Reader:
     def joint_target(self, msg: Float64MultiArray) -> Action:
         return self._action(msg, "joint_target")
 
+    def tool_command(self, msg: Float64MultiArray) -> Action:
+        return self._action(msg, "tool_command")
+
     def command(self, msg: Float64MultiArray) -> SafeCommand:
         v, meta = read_array(msg, None, f"{self.stage}.command")
         return SafeCommand(_int(meta, "stamp_ns"), _int(meta, "cycle"), v, meta.get("status", ""),
@@ -470,6 +476,6 @@ def task_report_msg(t: TaskReport) -> Float64MultiArray:
     return _task_array(t.vector, t.stamp_ns, t.cycle, t.episode, list(t.terms.items()))
 
 
-WRITERS = {"features": features_msg, "joint_target": action_msg, "raw_action": action_msg, "command": command_msg,
-           "intervened": intervened_msg}
+WRITERS = {"features": features_msg, "joint_target": action_msg, "raw_action": action_msg, "tool_command": action_msg,
+           "command": command_msg, "intervened": intervened_msg}
 """edge value -> message, for the edges a `tinker.runtime.NodeRuntime.serve`d stage emits"""
