@@ -14,6 +14,7 @@ import numpy as np
 
 from tinker_core.errors import ConfigError
 from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M
+from tinker_core.loop.latency_compensation import LatencyCompensation
 from tinker_core.module import ModuleBase
 
 REPO = Path(__file__).resolve().parents[1]
@@ -125,7 +126,7 @@ class CompensatedPerception(ModuleBase):
         self.inner, self.source = inner, source
         self.commanded: Callable[[], np.ndarray | None] | None = None
         self.manifest, self.bundle, self.version = source.manifest, source.bundle, source.version
-        self.compensation = latency_compensation_for(self.manifest, steps)
+        self.compensation = LatencyCompensation.for_manifest(self.manifest, steps)
         self.input_spec = source.input_spec if inner is None else inner.input_spec
         self.output_spec = source.input_spec if inner is None else inner.output_spec
         self.hold, self.hand = getattr(inner, "hold", None), getattr(inner, "hand", None)
@@ -147,22 +148,6 @@ def wire_commanded(modules: "BundleModules", env: gym.Env) -> None:
     if isinstance(modules.perception, CompensatedPerception):
         u = env.unwrapped
         modules.perception.commanded = lambda: u.commanded_target
-
-
-def latency_compensation_for(manifest: Any, steps: int) -> Any:
-    """The `LatencyCompensation` of ``steps`` control periods for a bundle: its actor input's terms, its action
-    chain's rate limit, forward kinematics from the URDF the robot runs (the simulated KUKA iiwa)."""
-    from tinker_core.action_chain import ActionChainConfig
-    from tinker_core.loop.kinematics import ForwardKinematics
-    from tinker_core.loop.latency_compensation import LatencyCompensation
-
-    chain = ActionChainConfig(**(manifest.action_chain or {}))
-    if steps and chain.mode != "delta":
-        raise ConfigError(f"latency compensation: the bundle's action chain is in {chain.mode!r} mode; the "
-                          f"compensation takes a delta chain's steps from the pose in flight")
-    fk = ForwardKinematics.from_urdf(None, manifest.joint_names or None)
-    terms = [t for t in manifest.obs_terms if t.name != "image"]
-    return LatencyCompensation(terms, steps, chain.max_step, ee_fn=fk.ee_position)
 
 
 class BundleModules:

@@ -72,9 +72,9 @@ def register(sub: Any) -> None:
     p.add_argument("--latency-compensation", type=int, default=0, metavar="PERIODS",
                    help="the robot's command latency in control periods, compensated: the policy acts on the pose "
                         "the newest command in flight brings the arm to, takes its deltas from there, and a task's "
-                        "extra actions (the suction) are held back as long (default 0: off; --runtime env only, the "
-                        "ROS nodes do not have it yet). Measure it on the robot: the periods from a command to the "
-                        "first motion in joint_states")
+                        "extra actions (the suction) are held back as long (default 0: off; the launch YAML's "
+                        "latency_compensation). Measure it on the robot: the periods from a command to the first "
+                        "motion in joint_states")
     p.add_argument("--curriculum", metavar="PARAM=VALUE", help="an env parameter set as a curriculum level before the "
                    "first episode, e.g. num_objects=3 (a policy trained with a curriculum records its first level)")
     p.add_argument("--runtime", choices=("env", "loop"), default="env",
@@ -193,14 +193,11 @@ def _run_loop(args: argparse.Namespace) -> int:
     from tinker_cli._compose import check_dynamics_for
     from tinker_core.errors import ConfigError
     from tinker_core.evaluate import objects_summary, wilson_interval
+    from tinker_core.loop.latency_compensation import check_steps
 
     if args.no_safety:
         raise ConfigError("--runtime loop: the loop's safety stage always runs (as the safety node does); "
                           "--no-safety applies to --runtime env")
-    if args.latency_compensation:
-        raise ConfigError("--runtime loop: the loop's stages do not compensate latency yet (the held-back suction "
-                          "has no edge to the robot but the learner's raw action); --latency-compensation applies "
-                          "to --runtime env")
     bundle = str(resolve_bundle(args.policy or "", args.env or DEFAULT_ENV))
     manifest = top_manifest(bundle)
     env_id = manifest.env_id or (manifest.env or {}).get("id") or DEFAULT_ENV
@@ -215,8 +212,10 @@ def _run_loop(args: argparse.Namespace) -> int:
         if param != "num_objects":
             raise ConfigError(f"--curriculum {args.curriculum!r}: the loop's robot takes num_objects=N only")
         sim["num_objects"] = int(value)
+    latency = {"latency_compensation": check_steps(args.latency_compensation, "--latency-compensation")}
     overrides = {"sim_robot": sim, "perception": {"estimate": args.estimate,
-                                                  "calibration_deadband": args.calibration_deadband},
+                                                  "calibration_deadband": args.calibration_deadband, **latency},
+                 "policy": latency,
                  **({"safety": {"config": _safety_yaml(args)}} if args.safety_config else {})}
     bar = tqdm(total=args.episodes, desc="eval (loop)", unit="ep", disable=args.json)
     t0 = time.perf_counter()
@@ -244,7 +243,7 @@ def _run_loop(args: argparse.Namespace) -> int:
          "commands_over_velocity_limit": out["commands_over_velocity_limit"], "transitions": out["transitions"],
          "flow": out["flow"], "hold_estimate": held, "camera_calibrated": calibrated,
          "calibration_deadband_m": args.calibration_deadband if calibrated else None,
-         "wall_s": time.perf_counter() - t0,
+         "latency_compensation": args.latency_compensation, "wall_s": time.perf_counter() - t0,
          **(objects_summary(out["objects_sorted"], out["objects_total"]) if out["objects_total"] else {})}
     if args.json:
         print(json.dumps(d))

@@ -68,8 +68,8 @@ def test_the_bus_holds_each_stage_to_the_edges_the_graph_gives_it():
     bus, got = LocalBus(), []
     with pytest.raises(PipelineError, match="stage 'policy' cannot publish 'command'"):
         bus.publish("policy", "command", None)
-    with pytest.raises(PipelineError, match="stage 'perception' cannot subscribe 'command'"):
-        bus.on("perception", "command", got.append)
+    with pytest.raises(PipelineError, match="stage 'perception' cannot subscribe 'joint_target'"):
+        bus.on("perception", "joint_target", got.append)
     bus.on("safety", "joint_target", got.append)
     bus.on("experience_bridge", "joint_target", lambda v: got.append(("bridge", v)))
     bus.publish("policy", "joint_target", 1)

@@ -72,3 +72,12 @@ def test_the_pairings_that_agree_pass(perception, hold_target):
     check_params_file(default_params_file(), ALL, {"perception": {"bundle": VISION, **perception},
                                                    "experience_bridge": {"reward_source": "sensors",
                                                                          "sensor_hold_target": hold_target}})
+
+
+def test_perception_and_the_policy_compensate_the_same_latency_over_a_safe_command_they_can_read():
+    check_params_file(default_params_file(), ALL, {"/**": {"latency_compensation": 4}})  # set once: both agree
+    with pytest.raises(ConfigError, match="latency_compensation: perception 4, policy 0"):
+        check_params_file(default_params_file(), ALL, {"perception": {"latency_compensation": 4}})
+    with pytest.raises(ConfigError, match="needs safety.command_type float64_array"):
+        check_params_file(default_params_file(), ALL, {"/**": {"latency_compensation": 4},
+                                                       "safety": {"command_type": "joint_trajectory"}})

@@ -205,7 +205,8 @@ ROBOT_LOOP = (
     .connect("policy", "raw_action", "perception", "experience_bridge")
     .connect("policy", "tool_command", ROBOT,
              does="the task's extra actions as sent to the robot (ArmSort's suction), each with its state's stamp")
-    .connect("safety", "command", ROBOT, "experience_bridge", every_cycle=True)
+    .connect("safety", "command", ROBOT, "experience_bridge", "perception", "policy", every_cycle=True,
+             does="the safe command; perception and the policy hear it where they compensate latency")
     .connect(OUTSIDE, "intervention", "safety", does="a person's teleop targets")
     .connect("safety", "intervened", "experience_bridge")
     .connect("safety", "estop_state", "experience_bridge")

@@ -104,6 +104,22 @@ class LatencyCompensation:
         self.pose: np.ndarray | None = None
         """the last cycle's predicted pose (joint positions, rad)"""
 
+    @classmethod
+    def for_manifest(cls, manifest: Any, steps: int, urdf: str | None = None) -> "LatencyCompensation":
+        """The compensation of ``steps`` periods for a bundle: its actor input's terms (the manifest's, less the
+        image), its action chain's rate limit, forward kinematics of ``urdf`` (None: the KUKA iiwa the simulated
+        robot runs) for the manifest's joints. A chain that is not in delta mode is refused."""
+        from tinker_core.action_chain import ActionChainConfig
+        from tinker_core.loop.kinematics import ForwardKinematics
+
+        chain = ActionChainConfig(**dict(manifest.action_chain or {}))
+        if check_steps(steps) and chain.mode != "delta":
+            raise ConfigError(f"latency_compensation: the bundle's action chain is in {chain.mode!r} mode; the "
+                              f"compensation takes a delta chain's steps from the pose in flight")
+        fk = ForwardKinematics.from_urdf(urdf or None, list(manifest.joint_names or []) or None)
+        terms = [t for t in manifest.obs_terms if _name(t) != "image"]
+        return cls(terms, steps, chain.max_step, ee_fn=fk.ee_position)
+
     def __call__(self, features: np.ndarray, commanded: np.ndarray | None) -> np.ndarray:
         """``commanded``: the newest joint target sent to the motors (after the SafetyWrapper; None: none yet)."""
         if not self.steps:
@@ -127,3 +143,7 @@ class LatencyCompensation:
                 self.asm.write_term(out, name, self.asm.raw_term(features, name[: -len("_minus_ee")] + "_pos") - ee,
                                     self.bound)
         return out
+
+
+def _name(term: Any) -> str:
+    return term["name"] if isinstance(term, dict) else term.name

@@ -25,7 +25,12 @@ states' inputs mixed:
   ``image_terms_static: false``: the sorter's objects), each over the frames it has rested for
   (`tinker_core.loop.resting_hold.RestingHold`); ``per_frame`` uses each frame's own;
 - ``hand`` (a bundle's ``hand`` model: the end effector the camera sees): with a held estimate, it calibrates a
-  moved camera (`EstimateHold`'s ``camera_offset``); with ``per_frame`` it is not run.
+  moved camera (`EstimateHold`'s ``camera_offset``); with ``per_frame`` it is not run;
+- ``compensation`` (`tinker_core.loop.latency_compensation.LatencyCompensation`, on a robot whose commands land
+  late): the arm's terms are put at the pose the newest safe command (``on_command``; one answering a state of
+  this episode) brings the arm to. Where the model computes image terms (its output keeps the state's layout) it
+  is applied to the model's output, after the hold, so that what the camera sees is judged at the measured pose;
+  otherwise to the state the model reads.
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ class PerceptionCycle:
                  clock: Callable[[], int] = time.time_ns, image_terms: Sequence[str] = (),
                  estimate: str = "auto", hand: Callable[[Any], np.ndarray] | None = None,
                  deadband_m: float = CALIBRATION_DEADBAND_M, image_terms_static: bool = True,
-                 located_geometry: Mapping[str, Any] | None = None):
+                 located_geometry: Mapping[str, Any] | None = None, compensation: Any = None):
         """``channels``: the `ChannelInbox` of the channels this robot hears (None: none); it must match the
         bundle's ``channel/NAME`` terms, name and size. ``clock``: ns, the inbox's clock (a message's age).
         ``deadband_m``: the held estimate's calibration deadband (`EstimateHold`). ``image_terms_static``: what
@@ -106,6 +111,8 @@ class PerceptionCycle:
         if not synced and ee_fn is not None:
             self.derived["ee_pos"] = ""
         self.channels, self.clock = channels, clock
+        self.compensation = compensation if compensation is not None and compensation.steps else None
+        self._commanded: tuple[int, np.ndarray] | None = None
         self._check_channels(terms)
         self.needed = names - set(STATE_TERMS) - set(self.derived) - {n for n in names if n.startswith(TERM_PREFIX)}
         if not synced and ("ee_pos" in names or self.derived) and ee_fn is None:
@@ -155,6 +162,7 @@ class PerceptionCycle:
         if self.channels is not None and other.channels is not None:
             self.channels = other.channels  # the messages heard (and the counters) stay with the robot
         self._episode_start_ns = other._episode_start_ns
+        self._commanded = other._commanded
         if type(self.hold) is type(other.hold) and self.hold is not None:  # a reload keeps the episode's estimate
             self.hold.continue_from(other.hold)
         if other.last_action.shape == self.last_action.shape:
@@ -177,6 +185,12 @@ class PerceptionCycle:
             self.episode = str(episode)
             self._episode_start_ns = int(stamp_ns)  # earlier frames show the scene before the reset
         return self.run() if self.synced else None  # a state waiting for this stamp's terms runs now
+
+    def on_command(self, stamp_ns: int, q: np.ndarray) -> None:
+        """The safe command answering state ``stamp_ns`` (joint targets, the bundle's joint order): the newest one
+        sent toward the motors, from which ``compensation`` predicts the pose."""
+        if self._commanded is None or int(stamp_ns) >= self._commanded[0]:
+            self._commanded = (int(stamp_ns), np.asarray(q, dtype=np.float64))
 
     def on_action(self, raw: np.ndarray) -> None:
         if raw.shape != self.last_action.shape:
@@ -217,6 +231,8 @@ class PerceptionCycle:
                 if pos:
                     sources[name] = sources[pos] - ee
         state = self.assembly.from_sources(sources)
+        if self.compensation is not None and not self.image_terms:
+            state = self.compensation(state, self._newest_command())
         obs = state
         if self.image_key:
             if tuple(img[1].shape) != self.image_shape:
@@ -228,7 +244,15 @@ class PerceptionCycle:
             raise ValidationError("perception.features", "finite values", "NaN/inf from the model")
         if self.hold is not None:
             feats = self.hold(feats, self.episode, img[1], None if self.hand is None else self.hand(obs))
+        if self.compensation is not None and self.image_terms:
+            feats = self.compensation(np.asarray(feats, dtype=np.float32).reshape(-1), self._newest_command())
         return PerceivedCycle(stamp, cycle, self.episode, feats, extra)
+
+    def _newest_command(self) -> np.ndarray | None:
+        """The newest safe command of this episode (one answering a state before its reset: None)."""
+        if self._commanded is None or self._commanded[0] < self._episode_start_ns:
+            return None
+        return self._commanded[1]
 
 
 def _name(t: Any) -> str:

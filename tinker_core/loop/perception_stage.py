@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tinker_core.loop.edges import GOAL_TERM, Action, Features, Frame, Goal, RobotState, TaskReport
+from tinker_core.loop.edges import GOAL_TERM, Action, Features, Frame, Goal, RobotState, SafeCommand, TaskReport
 from tinker_core.loop.input_ages import Level
 from tinker_core.loop.perception import PerceivedCycle, PerceptionCycle
 from tinker_core.loop.stage import LoopStage
@@ -26,8 +26,10 @@ class PerceptionStage(LoopStage):
         self.cycle, self.sha256 = cycle, sha256
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
+        """The safe ``command`` only where the cycle compensates latency (it predicts the pose from it)."""
         return {"joint_states": self.on_state, "image": self.on_frame, "task": self.on_task, "goal": self.on_goal,
-                "raw_action": self.on_action}
+                "raw_action": self.on_action,
+                **({"command": self.on_command} if self.cycle.compensation is not None else {})}
 
     def swap(self, cycle: PerceptionCycle, sha256: str) -> None:
         """Run another model from the next input on; the inputs heard so far stay."""
@@ -48,6 +50,9 @@ class PerceptionStage(LoopStage):
 
     def on_action(self, a: Action) -> None:
         self.cycle.on_action(a.values)
+
+    def on_command(self, c: SafeCommand) -> None:
+        self.cycle.on_command(c.stamp_ns, c.q)
 
     def _out(self, p: PerceivedCycle | None) -> Features | None:
         if p is None:

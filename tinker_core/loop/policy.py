@@ -6,8 +6,10 @@ tag of the features changes) or a new action chain restarts the chain from that 
 episode also calls ``on_episode`` before the actor runs (a hierarchical actor starts it with a fresh decision).
 A robot that sends on a channel (``outbox``, `tinker_core.multiagent.channel_edge.ChannelOutbox`) splits the
 actor's output: the action part goes through the chain, the message (checked, clipped) is the step's
-``message`` and never reaches the chain, safety or the robot. `CommandGate`: whether a node's step goes out
-(active, within its budget) and the node's level.
+``message`` and never reaches the chain, safety or the robot. With ``latency_compensation`` periods (a robot whose
+commands land late, `tinker_core.loop.latency_compensation`) the chain steps from the pose the newest safe command
+of the episode (``on_command``) brings the arm to, and the task's extra actions are sent that many cycles late.
+`CommandGate`: whether a node's step goes out (active, within its budget) and the node's level.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import numpy as np
 from tinker_core.action_chain import ActionChain
 from tinker_core.errors import ConfigError
 from tinker_core.loop.input_ages import Level, RecentFaults
+from tinker_core.loop.latency_compensation import DelayedActions, check_steps, predicted_pose
 
 
 @dataclass(slots=True)
@@ -43,9 +46,13 @@ class PolicyCycle:
     `ChannelOutbox` of the channel this robot sends on (None: none)."""
 
     def __init__(self, actor: Callable[[np.ndarray, str], np.ndarray], chain: ActionChain, keep: int = 8,
-                 outbox: Any = None, on_episode: Callable[[], None] | None = None):
+                 outbox: Any = None, on_episode: Callable[[], None] | None = None, latency_compensation: int = 0):
         self.actor, self.chain, self.keep, self.outbox = actor, chain, int(keep), outbox
         self.on_episode = on_episode
+        self.latency_compensation = check_steps(latency_compensation, "policy.latency_compensation")
+        self._commanded: tuple[int, np.ndarray] | None = None
+        self._episode_start_ns = -1
+        self._delayed: DelayedActions | None = None
         self._q: OrderedDict[int, np.ndarray] = OrderedDict()
         self.q_latest: np.ndarray | None = None
         self._waiting: tuple | None = None
@@ -55,6 +62,12 @@ class PolicyCycle:
         """The next cycle starts the chain (or ``chain``) afresh from its measured pose."""
         self.chain = chain or self.chain
         self._episode = None
+
+    def on_command(self, stamp_ns: int, q: np.ndarray) -> None:
+        """The safe command answering state ``stamp_ns`` (joint targets, the bundle's order): with latency
+        compensation, the newest one is the pose the chain steps from."""
+        if self._commanded is None or int(stamp_ns) >= self._commanded[0]:
+            self._commanded = (int(stamp_ns), np.asarray(q, dtype=np.float64))
 
     def on_state(self, stamp_ns: int, q: np.ndarray) -> PolicyStep | None:
         """Keep this state's pose; runs the cycle whose features were waiting for it."""
@@ -80,12 +93,19 @@ class PolicyCycle:
         message = None
         if self.outbox is not None:
             raw, message = self.outbox.split(raw)  # raises on a non-finite message: this cycle is held
-        if episode != self._episode:
-            self._episode = episode
-            self.chain.reset(q)
         dof = self.chain.dof
+        if episode != self._episode:
+            self._episode, self._episode_start_ns = episode, int(stamp_ns)
+            self.chain.reset(q)
+            if raw.shape[0] > dof:
+                self._delayed = DelayedActions(self.latency_compensation, raw.shape[0] - dof)
         extra = raw[dof:] if raw.shape[0] > dof else None
-        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw[:dof], q), message, extra)
+        if extra is not None and self._delayed is not None:
+            extra = self._delayed(extra)
+        base = q
+        if self.latency_compensation and self._commanded is not None and self._commanded[0] >= self._episode_start_ns:
+            base = predicted_pose(self._commanded[1], q, self.latency_compensation, self.chain.config.max_step)
+        return PolicyStep(stamp_ns, cycle, raw, self.chain(raw[:dof], base), message, extra)
 
 
 ON_OVERRUN = ("hold", "stop")

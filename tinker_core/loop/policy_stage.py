@@ -14,7 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tinker_core.errors import TinkerError
-from tinker_core.loop.edges import Action, Features, RobotState
+from tinker_core.loop.edges import Action, Features, RobotState, SafeCommand
 from tinker_core.loop.input_ages import Level
 from tinker_core.loop.policy import CommandGate, PolicyStep, check_on_overrun
 from tinker_core.loop.stage import LoopStage
@@ -37,7 +37,13 @@ class PolicyStage(LoopStage):
         self.budget_ns, self.on_overrun, self.overran, self.say = budget_ns, on_overrun, overran, say
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
-        return {"joint_states": self.on_state, "features": self.on_features}
+        """The safe ``command`` only where the cycle compensates latency (the chain steps from it)."""
+        compensates = self.core is not None and self.core.cycle.latency_compensation
+        return {"joint_states": self.on_state, "features": self.on_features,
+                **({"command": self.on_command} if compensates else {})}
+
+    def on_command(self, c: SafeCommand) -> None:
+        self.core.cycle.on_command(c.stamp_ns, c.q)
 
     def on_state(self, s: RobotState) -> Action | None:
         t0 = time.perf_counter_ns()

@@ -20,7 +20,7 @@ def test_a_cycle_runs_robot_perception_policy_safety_and_safety_is_activated_fir
 
 def test_each_stage_sees_only_its_edges_and_the_bridge_hears_every_stream_of_a_cycle():
     assert {e.port for e in ROBOT_LOOP.outputs("safety")} == {"command", "intervened", "estop_state"}
-    assert {e.port for e in ROBOT_LOOP.inputs("policy")} == {"features", "joint_states"}
+    assert {e.port for e in ROBOT_LOOP.inputs("policy")} == {"features", "joint_states", "command"}  # command: compensating latency
     bridge = {e.port for e in ROBOT_LOOP.inputs("experience_bridge")}
     assert {"task", "features", "raw_action", "joint_target", "command"} <= bridge
     goal = ROBOT_LOOP.edge("goal")
@@ -29,8 +29,8 @@ def test_each_stage_sees_only_its_edges_and_the_bridge_hears_every_stream_of_a_c
     with pytest.raises(PipelineError, match=r"stage 'policy' cannot publish 'command': the graph gives it "
                                             r"\['joint_target', 'raw_action', 'tool_command'\]"):
         ROBOT_LOOP.check_port("policy", "command", "out")
-    with pytest.raises(PipelineError, match=r"stage 'perception' cannot subscribe 'command'"):
-        ROBOT_LOOP.check_port("perception", "command", "in")
+    with pytest.raises(PipelineError, match=r"stage 'perception' cannot subscribe 'joint_target'"):
+        ROBOT_LOOP.check_port("perception", "joint_target", "in")
     with pytest.raises(PipelineError, match=r"no edge 'odom'; edges: \['joint_states'"):
         ROBOT_LOOP.edge("odom")
 

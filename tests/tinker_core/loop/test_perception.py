@@ -11,6 +11,7 @@ from tinker_deploy.manifest import Manifest
 from tinker_sim.arm_env import ArmEnv
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.kinematics import ForwardKinematics
+from tinker_core.loop.latency_compensation import LatencyCompensation
 from tinker_core.loop.perception import PerceptionCycle
 from tinker_core.spec import DictSpec, Spec
 
@@ -53,6 +54,34 @@ def test_a_goal_and_joint_states_alone_run_every_state_like_the_environment():
             cycle.on_action(np.clip(a, -1, 1))
             obs, *_ = env.step(a)
             q, qd = env.joint_state
+    finally:
+        env.close()
+
+
+def test_with_latency_compensation_the_cycle_gives_what_the_env_runtime_gives():
+    """A robot 3 periods late, the env playing the compensating policy side: the cycle fed its states, the goal and
+    each safe command gives, state by state, what the env runtime's compensation makes of the env's observation
+    (`tinker eval --latency-compensation`), and moves the arm's terms away from the measured ones."""
+    env = ArmEnv(task="reach", dynamics={"action_latency_steps": 3}, latency_compensation=3)
+    try:
+        obs, _ = env.reset(seed=5)
+        m = Manifest.from_json(REACH.read_text())
+        fk = ForwardKinematics.from_urdf(None, env.joint_names)
+        compensation = LatencyCompensation.for_manifest(m, 3)
+        cycle = _reach(synced=False, ee_fn=fk.ee_position, compensation=LatencyCompensation.for_manifest(m, 3))
+        cycle.on_task(7, {"target_pos": env.task.target.copy()})
+        rng, moved = np.random.default_rng(2), 0
+        for k in range(2, 14):
+            q, qd = env.joint_state
+            cycle.on_command((k - 1) * 50_000_000, env.commanded_target)  # the command answering the last state
+            out = cycle.on_state(k * 50_000_000, q, qd)
+            expected = compensation(obs, env.commanded_target)
+            np.testing.assert_allclose(out.features, expected, atol=1e-5)
+            moved += not np.allclose(expected, obs, atol=1e-3)
+            a = rng.uniform(-1, 1, 7)
+            cycle.on_action(np.clip(a, -1, 1))
+            obs, *_ = env.step(a)
+        assert moved >= 8  # commands were in flight: the arm's terms are not the measured ones
     finally:
         env.close()
 

@@ -88,3 +88,31 @@ def test_the_gate_commands_only_while_active_and_an_overrun_stop_lasts_until_the
     g.activate()
     assert g.active and not g.stopped_by_overrun
     assert g.stop_meta(3) == {"stamp_ns": 0, "cycle": 0, "version": 3, "stop": 1}
+
+
+def test_with_latency_compensation_the_chain_steps_from_the_newest_command_and_the_extras_go_late():
+    """Two periods of command latency: the chain steps from the newest safe command of the episode (within what two
+    periods can move the arm), and the extra action (a suction) chosen at a cycle is sent two cycles later."""
+    pc = PolicyCycle(lambda feats, sha: feats.astype(np.float64), ActionChain(ActionChainConfig(), LOWER, UPPER),
+                     latency_compensation=2)
+    pc.on_state(1, np.zeros(2))
+    s1 = pc.on_features(1, np.array([1.0, 1.0, 1.0], np.float32), 1, "0")  # suction on
+    np.testing.assert_allclose(s1.target, [0.1, 0.1])
+    pc.on_command(1, s1.target)
+    pc.on_state(2, np.zeros(2))  # the arm has not moved yet: the command is in flight
+    s2 = pc.on_features(2, np.array([1.0, 1.0, -1.0], np.float32), 2, "0")
+    np.testing.assert_allclose(s2.target, [0.2, 0.2])  # from the command, not from the lagged pose
+    pc.on_command(2, s2.target)
+    pc.on_state(3, np.zeros(2))
+    s3 = pc.on_features(3, np.array([0.0, 0.0, -1.0], np.float32), 3, "0")
+    assert [s1.extra[0], s2.extra[0], s3.extra[0]] == [-1.0, -1.0, 1.0]  # s1's suction lands with s3
+    assert s1.raw[2] == 1.0  # the actor's own output stays the raw action (the learner's)
+    np.testing.assert_allclose(s3.target, [0.2, 0.2])  # a zero action: the newest command again
+    pc.on_command(3, np.array([0.9, 0.2]))
+    pc.on_state(4, np.zeros(2))
+    s4 = pc.on_features(4, np.zeros(3, np.float32), 4, "0")
+    np.testing.assert_allclose(s4.target, [0.3, 0.2])  # a far command: no further than two periods (0.15) move it
+    pc.on_state(10, np.full(2, 0.5))  # a new episode: the last episode's command is not where the arm goes
+    s10 = pc.on_features(10, np.zeros(3, np.float32), 10, "1")
+    np.testing.assert_allclose(s10.target, [0.5, 0.5])
+    assert s10.extra[0] == -1.0  # nothing in flight at an episode's start

@@ -14,6 +14,7 @@ from tinker_core.errors import BundleError, ConfigError, PipelineError, Validati
 from tinker_core.loop.edges import Features, Goal, RobotState, split_terms, task_report
 from tinker_core.loop.graph import ROBOT_LOOP
 from tinker_core.loop.input_ages import Level
+from tinker_core.loop.latency_compensation import LatencyCompensation
 from tinker_core.loop.perception import PerceptionCycle
 from tinker_core.loop.perception_stage import PerceptionStage
 from tinker_core.loop.policy import PolicyCycle
@@ -36,11 +37,16 @@ def _emitted(stage) -> list:
 
 
 def test_every_handler_is_an_edge_into_the_stage_in_the_loops_graph():
+    """The safe command goes into perception and the policy only where they compensate latency."""
     m = Manifest.from_json(REACH.read_text())
     stages = [PerceptionStage(PerceptionCycle(m.obs_spec, list(m.obs_terms), lambda o: o, 7), "sha"),
               PolicyStage(None)]
     for stage in stages:
-        assert set(stage.inputs()) == {e.port for e in ROBOT_LOOP.inputs(stage.name)}, stage.name
+        assert set(stage.inputs()) == {e.port for e in ROBOT_LOOP.inputs(stage.name)} - {"command"}, stage.name
+    compensating = PerceptionCycle(m.obs_spec, list(m.obs_terms), lambda o: o, 7,
+                                   compensation=LatencyCompensation.for_manifest(m, 2))
+    stage = PerceptionStage(compensating, "sha")
+    assert set(stage.inputs()) == {e.port for e in ROBOT_LOOP.inputs("perception")}
 
 
 def test_a_stage_that_emits_before_its_host_wired_it_says_so():
@@ -107,6 +113,24 @@ def test_policy_sends_the_joint_target_first_then_the_raw_action_only_while_the_
     assert out[0][1] is target and (target.stamp_ns, target.cycle, target.version) == (2, 2, 4)
     np.testing.assert_array_equal(out[1][1].values, [1.0, 1.0])
     assert stage.level()[0] == Level.OK
+
+
+def test_a_policy_with_a_tool_sends_its_tool_command_with_the_state_it_answers():
+    """A sorter's extra action (the suction) goes to the robot on its own edge; under latency compensation the one
+    sent is the one chosen two cycles earlier, while the raw action keeps the actor's own."""
+    core = _Core(lambda f, sha: f.astype(np.float64))
+    core.cycle = PolicyCycle(core.cycle.actor, core.cycle.chain, latency_compensation=2)
+    stage = PolicyStage(core)
+    assert "command" in stage.inputs()  # compensating: it hears the safe command
+    out = _emitted(stage)
+    stage.gate.activate()
+    for k, suction in enumerate((1.0, -1.0, -1.0), start=1):
+        stage.on_state(RobotState(k, np.zeros(2), np.zeros(2)))
+        stage.on_features(Features(k, k, "0", np.array([0.0, 0.0, suction], np.float32), ""))
+    assert [p for p, _ in out] == ["joint_target", "raw_action", "tool_command"] * 3
+    tools = [v for p, v in out if p == "tool_command"]
+    assert [t.stamp_ns for t in tools] == [1, 2, 3] and [float(t.values[0]) for t in tools] == [-1.0, -1.0, 1.0]
+    assert [float(v.values[2]) for p, v in out if p == "raw_action"] == [1.0, -1.0, -1.0]
 
 
 def test_a_policy_step_over_its_budget_is_never_sent_and_stop_closes_the_gate():

@@ -27,6 +27,7 @@ import numpy as np
 from tinker_core.action_chain import ActionChain, ActionChainConfig
 from tinker_core.config import config_from_dict
 from tinker_core.errors import BundleError, ConfigError, TinkerError, ValidationError
+from tinker_core.loop.latency_compensation import LatencyCompensation
 from tinker_core.loop.perception import PerceptionCycle
 from tinker_core.loop.policy import PolicyCycle
 from tinker_core.multiagent.channel_edge import ChannelOutbox
@@ -124,16 +125,23 @@ class ObservationFeatures:
         return {"p99_us": 0.0, "max_us": 0.0}
 
 
-def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) -> tuple[object, PerceptionCycle, str]:
+def open_perception(path: str | os.PathLike, warmup: int = 0, latency_compensation: int = 0, urdf: str | None = None,
+                    **cycle_kwargs) -> tuple[object, PerceptionCycle, str]:
     """(model, cycle, log line): the bundle's perception model, verified and warmed up, behind its cycle.
-    ``cycle_kwargs`` go to `PerceptionCycle` (synced, sync_frames, max_frame_age_ns, ee_fn, estimate, channels)."""
+    ``cycle_kwargs`` go to `PerceptionCycle` (synced, sync_frames, max_frame_age_ns, ee_fn, estimate, channels);
+    ``latency_compensation`` periods (0: none) puts the arm's terms at the pose in flight
+    (`tinker_core.loop.latency_compensation.LatencyCompensation`, forward kinematics of ``urdf``)."""
     from tinker_deploy.hierarchy_runtime import is_hierarchy
     from tinker_deploy.runtime import OnnxPolicy
+
+    def compensation(m):
+        return LatencyCompensation.for_manifest(m, latency_compensation, urdf) if latency_compensation else None
 
     if is_hierarchy(path):
         model = ObservationFeatures(path)
         m = model.manifest
-        cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m), **cycle_kwargs)
+        cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m),
+                                compensation=compensation(m), **cycle_kwargs)
         return model, cycle, (f"hierarchical policy {path} ({model.sha256[:12]}): the observation is the features "
                               f"({len(m.obs_terms)} terms, {int(np.prod(m.obs_spec.shape))} values)")
     model = OnnxPolicy.from_bundle(str(path), part="perception")
@@ -142,13 +150,16 @@ def open_perception(path: str | os.PathLike, warmup: int = 0, **cycle_kwargs) ->
     cycle = PerceptionCycle(m.obs_spec, list(m.obs_terms), model.forward, n_actions(m),
                             image_terms=m.image_terms, image_terms_static=m.image_terms_static,
                             located_geometry=m.located_geometry,
-                            hand=None if hand is None else hand.forward, **cycle_kwargs)
+                            hand=None if hand is None else hand.forward, compensation=compensation(m),
+                            **cycle_kwargs)
     r = model.warmup(int(warmup)) if warmup > 0 else {"p99_us": 0.0, "max_us": 0.0}
     if hand is not None and warmup > 0:
         hand.warmup(int(warmup))  # it runs on every frame too: no first-call spike in the loop
     estimate = ("" if not m.image_terms else "; its estimate per frame" if cycle.hold is None
                 else f"; {cycle.hold.summary}" + (", the camera calibrated on the hand it sees"
                                                    if cycle.hand is not None else ""))
+    if latency_compensation:
+        estimate += f"; the arm's terms at the pose in flight ({latency_compensation} periods of command latency)"
     return model, cycle, (f"perception v{model.version} ({model.sha256[:12]}) from {path}: p99 {r['p99_us']:.0f} us, "
                           f"max {r['max_us']:.0f} us after warm-up{estimate}")
 
@@ -402,8 +413,11 @@ class PolicyBundle:
     `PolicyCycle`. A hot-swapped bundle with another chain config restarts the chain at the next cycle."""
 
     def __init__(self, path: str | os.PathLike, urdf: str | None, control_period: float,
-                 on_swap: Callable[[str], None] = lambda line: None, says: ChannelSpec | None = None):
-        """``says``: the channel this robot sends on (the bundle's actor then outputs action + message)."""
+                 on_swap: Callable[[str], None] = lambda line: None, says: ChannelSpec | None = None,
+                 latency_compensation: int = 0):
+        """``says``: the channel this robot sends on (the bundle's actor then outputs action + message);
+        ``latency_compensation``: periods of command latency the chain and the extra actions compensate
+        (`tinker_core.loop.policy.PolicyCycle`)."""
         from tinker_deploy.hierarchy_runtime import is_hierarchy
 
         from tinker_safety.limits import JointLimits
@@ -416,7 +430,8 @@ class PolicyBundle:
         limits = JointLimits.from_urdf(urdf or None, joint_names=self.runner.joint_names)
         self.limits = (limits.lower, limits.upper)
         self.cycle = PolicyCycle(self._act, self.new_chain(), outbox=channel_outbox(self.runner.manifest, says),
-                                 on_episode=getattr(self.runner, "reset_episode", None))
+                                 on_episode=getattr(self.runner, "reset_episode", None),
+                                 latency_compensation=latency_compensation)
         self.on_swap, self.reloads = on_swap, 0
         self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256
 

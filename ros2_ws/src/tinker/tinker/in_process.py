@@ -113,6 +113,7 @@ class InProcessLoop:
     def __init__(self, cfg: InProcessConfig | None = None):
         from tinker.bringup import default_params_file, node_parameters, safety_for_sim, sim_for_bundle
         from tinker.bundle_io import PolicyBundle, open_perception, resolve_bundle
+        from tinker.param_check import check_latency_pairing
         from tinker_safety.guard_session import GATE_PARAMS, read_scene_items
         from tinker_safety.safety_stage import SafetyStage
         from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M
@@ -140,11 +141,15 @@ class InProcessLoop:
         self._mono_ns = time.monotonic_ns()
         self._deadline_armed = self._latched = False
         self.estops = self.estop_resets = 0
+        check_latency_pairing(lambda node, name: p[node].get(name, 0), ("perception", "policy"))
         self.model, cycle, _ = open_perception(bundle, synced=True, sync_frames=True,
                                                estimate=str(p["perception"].get("estimate", "auto")),
                                                deadband_m=float(p["perception"].get("calibration_deadband",
-                                                                                    CALIBRATION_DEADBAND_M)))
-        self.policy = PolicyBundle(bundle, p["policy"].get("urdf") or None, self.period)
+                                                                                    CALIBRATION_DEADBAND_M)),
+                                               latency_compensation=int(p["perception"].get("latency_compensation", 0)),
+                                               urdf=p["perception"].get("urdf") or None)
+        self.policy = PolicyBundle(bundle, p["policy"].get("urdf") or None, self.period,
+                                   latency_compensation=int(p["policy"].get("latency_compensation", 0)))
         self.stages = {"perception": PerceptionStage(cycle, self.model.sha256),
                        "policy": PolicyStage(self.policy)}  # no budget: time is virtual here
         self.stages["safety"] = safety = SafetyStage(self, "float64_array", clock=lambda: self._mono_ns / 1e9,

@@ -8,9 +8,22 @@ from tinker.channel_io import CHANNEL_PARAMS
 from tinker.runtime import Param
 from tinker.wire import topic_params
 from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, CALIBRATION_DEADBAND_RANGE_M
+from tinker_core.loop.latency_compensation import MAX_STEPS
 
 _RECONF = " Changed only while unconfigured; takes effect at the next configure."
 _FIXED = " Fixed at start-up."
+
+LATENCY_PARAMS = {
+    "latency_compensation": Param(0, "control periods from a command to the motors, compensated (0: off): perception "
+                                     "puts the arm's terms at the pose the newest safe command brings it to, the "
+                                     "policy's chain steps from there and its tool command (the suction) goes that "
+                                     "many cycles late (tinker_core.loop.latency_compensation). Set it once, in "
+                                     "the launch YAML's /** section: perception and policy must agree. Measure it: "
+                                     "the periods from a command to the first motion in joint_states." + _FIXED,
+                                  (0, MAX_STEPS), True),
+    **topic_params(safe_command_topic="command"),
+}
+"""what perception and the policy both read to compensate a robot's command latency"""
 
 SAFETY_PARAMS = {
     "urdf": Param("", "Robot URDF path; '' = kuka_iiwa/model.urdf from pybullet_data." + _RECONF),
@@ -133,6 +146,7 @@ PERCEPTION_PARAMS = {
                                   "hand, a camera offset the hand measures (forward kinematics minus the hand seen, "
                                   "the episode's mean) no longer than this is not corrected: the hand estimate's "
                                   "own error with the camera in place", CALIBRATION_DEADBAND_RANGE_M),
+    **LATENCY_PARAMS,
 }
 """`tinker.perception.PerceptionNode`"""
 
@@ -144,5 +158,6 @@ POLICY_PARAMS = {
     "on_overrun": Param("hold", "a cycle over its budget: 'hold' drops the late command, 'stop' stops commanding"),
     "warmup_iterations": Param(200, "actor runs at configure before the first cycle", (0, 100000), True),
     **CHANNEL_PARAMS,
+    **LATENCY_PARAMS,
 }
 """`tinker.policy.PolicyNode`"""

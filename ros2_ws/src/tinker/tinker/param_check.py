@@ -94,7 +94,11 @@ def check_pairings(value: Any, nodes: Any) -> None:
     (``sensor_hold_target: false``) or holds the episode's first (``true``). Reading each state's is right where
     perception holds its estimate over the episode (`tinker_core.loop.held_estimate.holds_estimate`), holding the
     first is right where perception estimates per frame: the other two pairings reward the arm for one frame's
-    noise in the estimate, or for the first frame's alone."""
+    noise in the estimate, or for the first frame's alone.
+
+    Perception and the policy compensate the same command latency (``latency_compensation``), and hear the safe
+    command as Float64MultiArray (safety's ``command_type: float64_array``)."""
+    check_latency_pairing(value, nodes)
     if not {"perception", "experience_bridge"} <= set(nodes) or value("experience_bridge", "reward_source") != "sensors":
         return
     from tinker.bundle_io import resolve_bundle, top_manifest
@@ -112,6 +116,20 @@ def check_pairings(value: Any, nodes: Any) -> None:
                + ")")
         raise ConfigError(f"experience_bridge.sensor_hold_target: {held} does not pair with perception, which {how}; "
                           f"set experience_bridge.sensor_hold_target: {not held}, or change perception.estimate")
+
+
+def check_latency_pairing(value: Any, nodes: Any) -> None:
+    """See `check_pairings`."""
+    if not {"perception", "policy"} <= set(nodes):
+        return
+    seen, acts = value("perception", "latency_compensation"), value("policy", "latency_compensation")
+    if seen != acts:
+        raise ConfigError(f"latency_compensation: perception {seen}, policy {acts}; the two must compensate the same "
+                          f"latency (set it once, in the launch YAML's /** section)")
+    if seen and "safety" in set(nodes) and value("safety", "command_type") != "float64_array":
+        raise ConfigError(f"latency_compensation: {seen} periods needs safety.command_type float64_array (perception "
+                          f"and the policy hear the safe command as Float64MultiArray); it is "
+                          f"{value('safety', 'command_type')!r}")
 
 
 def check_params_file(path: str | os.PathLike, nodes: Sequence[str],

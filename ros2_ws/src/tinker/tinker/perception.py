@@ -22,7 +22,8 @@ from tinker_core.loop.kinematics import ForwardKinematics
 from tinker_core.loop.perception_stage import PerceptionStage
 from tinker_core.multiagent.channel_edge import ChannelInbox
 
-TOPICS = {p: f"{p}_topic" for p in ("image", "task", "joint_states", "goal", "raw_action", "features")}
+TOPICS = {**{p: f"{p}_topic" for p in ("image", "task", "joint_states", "goal", "raw_action", "features")},
+          "command": "safe_command_topic"}
 
 
 class PerceptionNode(NodeRuntime, Node):
@@ -37,7 +38,7 @@ class PerceptionNode(NodeRuntime, Node):
         self._load(self.param("bundle"))
         self.on_param_set(self._set_param)
         stale = {"image": self._image_level(), "task": Level.ERROR if self.param("task_synced") else None,
-                 "goal": None, "raw_action": Level.WARN}
+                 "goal": None, "raw_action": Level.WARN, "command": Level.WARN}
         self.serve(self.stage, self.reader, TOPICS, stale, read={"joint_states": self._read_state},
                    refuse=(ValidationError, KeyError))  # KeyError: a task term the model needs is missing
         self._image_topic = self.resolve_topic_name(self.param("image_topic"))
@@ -60,7 +61,9 @@ class PerceptionNode(NodeRuntime, Node):
                                              sync_frames=float(g("camera_rate_hz")) <= 0, ee_fn=ee_fn,
                                              max_frame_age_ns=int(float(g("max_frame_age")) * 1e9),
                                              estimate=str(g("estimate")), channels=self.inbox,
-                                             deadband_m=float(g("calibration_deadband")))
+                                             deadband_m=float(g("calibration_deadband")),
+                                             latency_compensation=int(g("latency_compensation")),
+                                             urdf=g("urdf") or None)
         self.get_logger().info(line)
         if self.stage is None:
             self.stage = PerceptionStage(cycle, model.sha256)

@@ -18,11 +18,12 @@ from tinker.lifecycle import LifecycleAdapter
 from tinker.node_params import POLICY_PARAMS
 from tinker.runtime import NodeRuntime, main_for
 from tinker.wire import Reader, array_msg
+from tinker_core.loop.input_ages import Level
 from tinker_core.loop.policy import CommandGate, check_on_overrun
 from tinker_core.loop.policy_stage import PolicyStage
 
 TOPICS = {"features": "features_topic", "joint_states": "joint_states_topic", "joint_target": "command_topic",
-          "raw_action": "raw_action_topic", "tool_command": "tool_command_topic"}
+          "raw_action": "raw_action_topic", "tool_command": "tool_command_topic", "command": "safe_command_topic"}
 
 
 class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
@@ -42,9 +43,10 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         check_on_overrun(self.param("on_overrun"))
         self.agent, self.says, _ = declared(self)
         core = self.stage.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period,
-                                              self.get_logger().info, says=self.says)
+                                              self.get_logger().info, says=self.says,
+                                              latency_compensation=int(self.param("latency_compensation")))
         self.get_logger().info(core.warm_up(self.param("bundle"), self.param("warmup_iterations")))
-        made += [*self.serve(self.stage, Reader("policy", core.runner.joint_names), TOPICS),
+        made += [*self.serve(self.stage, Reader("policy", core.runner.joint_names), TOPICS, stale={"command": Level.WARN}),
                  self.trigger_service("~/reload", lambda: self.stage.reload(self.param("bundle")))]
         self.cmd_pub = self.edge_publishers["joint_target"]
         if self.says is not None:
