@@ -96,3 +96,25 @@ def test_no_compensation_passes_the_features_through_and_bad_settings_are_refuse
         comp(features, np.zeros(6))
     with pytest.raises(ValidationError, match="features"):
         comp(features[:-1], None)
+
+
+def test_an_object_the_suction_holds_goes_with_the_hand_to_the_pose_in_flight(sort_env):
+    comp = compensation(sort_env)
+    asm = ObservationAssembly(sort_env.obs_terms)
+    features = sort_env._observe().copy()
+    hand = asm.raw_term(features, "ee_pos")
+    asm.write_term(features, "obj0_pos", hand + np.array([0.0, 0.0, -0.03]))  # on the cup
+    goal0 = asm.raw_term(features, "obj0_bin_minus_obj") + asm.raw_term(features, "obj0_pos")
+    commanded = asm.raw_term(features, "joint_pos") + 0.1
+    asm.write_term(features, "suction_active", np.array([1.0]))
+    out = comp(features, commanded)
+    moved = asm.raw_term(out, "ee_pos") - hand
+    assert np.linalg.norm(moved) > 0.02
+    np.testing.assert_allclose(asm.raw_term(out, "obj0_pos"), asm.raw_term(features, "obj0_pos") + moved, atol=1e-5)
+    np.testing.assert_allclose(asm.raw_term(out, "obj0_minus_ee"), [0.0, 0.0, -0.03], atol=1e-5)
+    np.testing.assert_allclose(asm.raw_term(out, "obj0_bin_minus_obj"), goal0 - asm.raw_term(out, "obj0_pos"),
+                               atol=1e-5)
+    np.testing.assert_array_equal(out[asm.slots["obj1_pos"]], features[asm.slots["obj1_pos"]])  # the other rests
+    asm.write_term(features, "suction_active", np.array([0.0]))  # the cup holds nothing: nothing is carried
+    out = comp(features, commanded)
+    np.testing.assert_array_equal(out[asm.slots["obj0_pos"]], features[asm.slots["obj0_pos"]])
