@@ -68,6 +68,9 @@ def register(sub: Any) -> None:
     p.add_argument("--learner-set", nargs="*", default=[], metavar="NAME=VALUE",
                    help="the fine-tuning learner's LearnerConfig overrides, as tinker demo's (e.g. warmup=16 "
                         "batch_size=16 for a tiny budget)")
+    p.add_argument("--latency-compensation", type=int, default=0, metavar="PERIODS",
+                   help="the robot's command latency in control periods, compensated in the evaluations and the fine-tuning loop (the launch YAML's "
+                        "latency_compensation; default 0: none)")
     p.add_argument("--out", default="runs/sim2real", help="output directory (default runs/sim2real)")
     p.set_defaults(func=run)
 
@@ -116,21 +119,24 @@ def select_variants(names: list[str] | None, env_id: str, manifest: Any, bundle:
     return chosen, skipped
 
 
-def _evaluate(bundle: Any, dynamics: Any, episodes: int, env_id: str = ENVS[0], seed: int = 1000) -> dict:
+def _evaluate(bundle: Any, dynamics: Any, episodes: int, env_id: str = ENVS[0], seed: int = 1000,
+              latency_compensation: int = 0) -> dict:
     """``episodes`` simulation episodes of ``bundle`` on ``dynamics``; a camera bundle (one with image_terms) is
-    scored as the demo's loop runs it, its estimate held (``tinker eval``'s default, ``--estimate auto``)."""
-    from tinker_cli._compose import bundle_modules, policy_env_for_bundle
+    scored as the demo's loop runs it, its estimate held (``tinker eval``'s default, ``--estimate auto``);
+    ``latency_compensation`` as `tinker eval --latency-compensation`."""
+    from tinker_cli._compose import bundle_modules, policy_env_for_bundle, wire_commanded
     from tinker_core.evaluate import evaluate
 
-    mods = bundle_modules(bundle)
-    env = policy_env_for_bundle(mods, env_id, dynamics=str(dynamics))
+    mods = bundle_modules(bundle, latency_compensation=latency_compensation)
+    env = policy_env_for_bundle(mods, env_id, dynamics=str(dynamics), latency_compensation=latency_compensation)
+    wire_commanded(mods, env)
     try:
         res = evaluate(env, mods.policy, episodes, seed=seed, control_period=float(env.unwrapped.control_period),
                        perception=mods.perception)
     finally:
         env.close()
     return {**res.to_dict(), "policy_version": mods.version, "seeds": [seed, seed + episodes - 1],
-            "hold_estimate": mods.held}
+            "hold_estimate": mods.held, "latency_compensation": latency_compensation}
 
 
 def _rate(x: dict | None) -> str:
@@ -209,7 +215,8 @@ def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundl
     rep = run_demo(DemoConfig(bundle=str(bundle), checkpoint=str(checkpoint), dynamics=str(dyn), out=str(demo_out),
                               env_id=args.env, demonstrations=str(demonstrations) if demonstrations else None,
                               episodes_before=1, finetune_episodes=args.finetune_episodes, episodes_after=1,
-                              seed=run_idx, reward=args.reward, learner=dict(learner)),
+                              seed=run_idx, reward=args.reward, learner=dict(learner),
+                              latency_compensation=args.latency_compensation),
                    progress=lambda s: print("   " + s) if s.startswith(("phase", "  final")) else None)
     loop = loop_summary(rep)
     published = loop["published_version"]
@@ -218,7 +225,7 @@ def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundl
         return None, loop
     tuned_bundle = demo_out / "bundles" / f"v{published:06d}" if published else bundle
     print(f"== {name} run {run_idx}: evaluation after fine-tuning (bundle {tuned_bundle.name})")
-    after = _evaluate(tuned_bundle, dyn, args.eval_episodes, args.env, seed)
+    after = _evaluate(tuned_bundle, dyn, args.eval_episodes, args.env, seed, args.latency_compensation)
     print(f"   success {after['success_rate'] * 100:.1f}%")
     return after, loop
 
@@ -305,7 +312,7 @@ def run(args: argparse.Namespace) -> int:
             seed = args.seed + r * args.eval_episodes
             print(f"\n== {name} run {r}: zero-shot evaluation ({args.eval_episodes} episodes, seeds {seed}–"
                   f"{seed + args.eval_episodes - 1})")
-            before = _evaluate(bundle, dyn, args.eval_episodes, args.env, seed)
+            before = _evaluate(bundle, dyn, args.eval_episodes, args.env, seed, args.latency_compensation)
             print(f"   success {_rate(before)}")
             row: dict[str, Any] = {"variant": name, "run": r, "dynamics": str(dyn), "zero_shot": before}
             after, loop = _finetune(args, name, r, dyn, bundle, checkpoint, out, seed, learner, demonstrations)

@@ -72,6 +72,9 @@ def register(sub: Any) -> None:
                         "over on the intervention topic when the arm heads away from the target and labels each "
                         "episode via the experience bridge's ~/label_episode; turns on safety.intervention_topic "
                         "(docs/sim2real/human_data.md). none = no one (default)")
+    p.add_argument("--latency-compensation", type=int, default=0, metavar="PERIODS",
+                   help="the robot's command latency in control periods, compensated by the loop (the launch YAML's "
+                        "latency_compensation; default 0: none)")
     p.add_argument("--learner-set", nargs="*", default=[], metavar="NAME=VALUE",
                    help="LearnerConfig overrides, e.g. gate_min_success=0.9 publish_every=200")
     p.set_defaults(func=run)
@@ -113,6 +116,6 @@ def run(args: argparse.Namespace) -> int:
         dynamics=args.dynamics or default_dynamics(bundle, REPO / "sim" / "config" / "dynamics", args.env),
         out=args.out, episodes_before=args.episodes_before, finetune_episodes=args.finetune_episodes,
         episodes_after=args.episodes_after, learner=overrides, record=args.record,
-        view=args.view, reward=args.reward, operator=args.operator)
+        view=args.view, reward=args.reward, operator=args.operator, latency_compensation=args.latency_compensation)
     run_demo(cfg)
     return 0

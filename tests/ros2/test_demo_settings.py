@@ -91,3 +91,12 @@ def test_what_cannot_fine_tune_the_sorter_is_refused_before_anything_starts(tmp_
     with pytest.raises(ConfigError, match=message):
         prepare_out(cfg)
     assert not (tmp_path / "o").exists()
+
+
+def test_the_demos_latency_compensation_is_set_once_for_the_whole_graph(tmp_path):
+    cfg = _cfg(latency_compensation=4, bundle=str(ROOT / "pretrained/arm_reach/bundle"))
+    nodes = graph_overrides(cfg, tmp_path, learner_config(cfg, tmp_path))
+    assert nodes["/**"]["latency_compensation"] == 4  # perception and the policy read the same entry
+    assert "latency_compensation" not in nodes["perception"] and "latency_compensation" not in nodes["policy"]
+    with pytest.raises(ConfigError, match="DemoConfig.latency_compensation"):
+        _cfg(latency_compensation=-1)

@@ -30,6 +30,7 @@ from tinker.demo_learner import LearnerProcess
 from tinker.demo_monitor import Monitor
 from tinker.demo_report import latency_from_traces, phase_summary, write_report
 from tinker_core.errors import ConfigError, TinkerError
+from tinker_core.loop.latency_compensation import check_steps
 from tinker_core.transport import free_endpoints
 
 Progress = Callable[[str], None]
@@ -99,6 +100,9 @@ class DemoConfig:
     """where the learner's rewards come from: "sim" (the simulator's true target: an oracle) or "sensors" (the
     success sensor: the target the camera found and the measured joints; needs a vision bundle). The report's
     success is the simulator's either way"""
+    latency_compensation: int = 0
+    """control periods of the robot's command latency the loop compensates (the launch YAML's
+    ``latency_compensation``, `tinker_core.loop.latency_compensation`; 0: none)"""
     operator: str = "none"
     """"scripted": a STAND-IN for a person (`tinker.stand_in_operator`: a script that looks at the simulator's
     ground truth) takes over on ``intervention`` and labels episodes during the fine-tuning phase only; the
@@ -116,6 +120,7 @@ class DemoConfig:
                 raise ConfigError(f"DemoConfig.{k}: expected a positive count, got {getattr(self, k)!r}")
         if self.reward not in ("sim", "sensors"):
             raise ConfigError(f"DemoConfig.reward: expected 'sim' or 'sensors', got {self.reward!r}")
+        check_steps(self.latency_compensation, "DemoConfig.latency_compensation")
         if self.operator not in OPERATORS:
             raise ConfigError(f"DemoConfig.operator: expected one of {list(OPERATORS)}, got {self.operator!r}")
 
@@ -234,7 +239,8 @@ def graph_overrides(cfg: DemoConfig, out: Path, lconf: dict) -> dict:
     """Node parameters for the demo: its robot (dynamics, episodes), bundle, traces and the learner's endpoints."""
     bundle, camera = str(Path(cfg.bundle).resolve()), _has_camera(cfg.bundle)
     return {
-        "/**": {"control_period": cfg.control_period, "trace_dir": str(out / "trace")},
+        "/**": {"control_period": cfg.control_period, "trace_dir": str(out / "trace"),
+                "latency_compensation": int(cfg.latency_compensation)},
         "sim_robot": {"dynamics": str(Path(cfg.dynamics).resolve()), "episode_cycles": cfg.episode_cycles,
                       "seed": cfg.seed, **({} if camera else {"camera": False}),
                       # from sensors, the episode ends on the success sensor or the time limit, not when the
