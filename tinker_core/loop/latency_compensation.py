@@ -63,6 +63,27 @@ def predicted_pose(last_target: np.ndarray | None, q: np.ndarray, steps: int, ma
     return np.clip(np.asarray(last_target, dtype=np.float64), q - reach, q + reach)
 
 
+class NewestCommand:
+    """The newest safe command heard (by the stamp of the state it answers), of ``dof`` joint targets; ``since(t)``
+    gives it only if it answers a state at or after ``t`` (an episode's first state: an older one was for the arm
+    before its reset). ``where`` names the stage in the error for a command that is no joint vector."""
+
+    def __init__(self, dof: int, where: str):
+        self.dof, self.where = int(dof), where
+        self.stamp_ns, self.q = -1, None
+
+    def note(self, stamp_ns: int, q: np.ndarray) -> None:
+        q = np.asarray(q, dtype=np.float64).reshape(-1)
+        if q.shape != (self.dof,) or not np.isfinite(q).all():
+            raise ValidationError(f"{self.where}.command", f"{self.dof} finite joint targets (rad)",
+                                  f"{q.shape[0]} values" + ("" if np.isfinite(q).all() else ", not all finite"))
+        if int(stamp_ns) >= self.stamp_ns:
+            self.stamp_ns, self.q = int(stamp_ns), q
+
+    def since(self, start_ns: int) -> np.ndarray | None:
+        return self.q if self.q is not None and self.stamp_ns >= start_ns else None
+
+
 class DelayedActions:
     """The task's extra actions (after the joints), each let out ``steps`` calls after it came in; until then the
     ``idle`` value (ArmSort's suction: off)."""

@@ -43,6 +43,7 @@ import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, estimate_hold, holds_estimate
+from tinker_core.loop.latency_compensation import NewestCommand
 from tinker_core.loop.observation import ObservationAssembly
 from tinker_core.multiagent.channels import TERM_PREFIX
 from tinker_core.spec import DictSpec
@@ -112,7 +113,7 @@ class PerceptionCycle:
             self.derived["ee_pos"] = ""
         self.channels, self.clock = channels, clock
         self.compensation = compensation if compensation is not None and compensation.steps else None
-        self._commanded: tuple[int, np.ndarray] | None = None
+        self._commanded = NewestCommand(self.compensation.dof if self.compensation else 0, "perception")
         self._check_channels(terms)
         self.needed = names - set(STATE_TERMS) - set(self.derived) - {n for n in names if n.startswith(TERM_PREFIX)}
         if not synced and ("ee_pos" in names or self.derived) and ee_fn is None:
@@ -189,8 +190,7 @@ class PerceptionCycle:
     def on_command(self, stamp_ns: int, q: np.ndarray) -> None:
         """The safe command answering state ``stamp_ns`` (joint targets, the bundle's joint order): the newest one
         sent toward the motors, from which ``compensation`` predicts the pose."""
-        if self._commanded is None or int(stamp_ns) >= self._commanded[0]:
-            self._commanded = (int(stamp_ns), np.asarray(q, dtype=np.float64))
+        self._commanded.note(stamp_ns, q)
 
     def on_action(self, raw: np.ndarray) -> None:
         if raw.shape != self.last_action.shape:
@@ -232,7 +232,7 @@ class PerceptionCycle:
                     sources[name] = sources[pos] - ee
         state = self.assembly.from_sources(sources)
         if self.compensation is not None and not self.image_terms:
-            state = self.compensation(state, self._newest_command())
+            state = self.compensation(state, self._commanded.since(self._episode_start_ns))
         obs = state
         if self.image_key:
             if tuple(img[1].shape) != self.image_shape:
@@ -245,14 +245,9 @@ class PerceptionCycle:
         if self.hold is not None:
             feats = self.hold(feats, self.episode, img[1], None if self.hand is None else self.hand(obs))
         if self.compensation is not None and self.image_terms:
-            feats = self.compensation(np.asarray(feats, dtype=np.float32).reshape(-1), self._newest_command())
+            feats = self.compensation(np.asarray(feats, dtype=np.float32).reshape(-1),
+                                      self._commanded.since(self._episode_start_ns))
         return PerceivedCycle(stamp, cycle, self.episode, feats, extra)
-
-    def _newest_command(self) -> np.ndarray | None:
-        """The newest safe command of this episode (one answering a state before its reset: None)."""
-        if self._commanded is None or self._commanded[0] < self._episode_start_ns:
-            return None
-        return self._commanded[1]
 
 
 def _name(t: Any) -> str:

@@ -23,7 +23,7 @@ import numpy as np
 from tinker_core.action_chain import ActionChain
 from tinker_core.errors import ConfigError
 from tinker_core.loop.input_ages import Level, RecentFaults
-from tinker_core.loop.latency_compensation import DelayedActions, check_steps, predicted_pose
+from tinker_core.loop.latency_compensation import DelayedActions, NewestCommand, check_steps, predicted_pose
 
 
 @dataclass(slots=True)
@@ -50,7 +50,7 @@ class PolicyCycle:
         self.actor, self.chain, self.keep, self.outbox = actor, chain, int(keep), outbox
         self.on_episode = on_episode
         self.latency_compensation = check_steps(latency_compensation, "policy.latency_compensation")
-        self._commanded: tuple[int, np.ndarray] | None = None
+        self._commanded = NewestCommand(chain.dof, "policy")
         self._episode_start_ns = -1
         self._delayed: DelayedActions | None = None
         self._q: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -66,8 +66,7 @@ class PolicyCycle:
     def on_command(self, stamp_ns: int, q: np.ndarray) -> None:
         """The safe command answering state ``stamp_ns`` (joint targets, the bundle's order): with latency
         compensation, the newest one is the pose the chain steps from."""
-        if self._commanded is None or int(stamp_ns) >= self._commanded[0]:
-            self._commanded = (int(stamp_ns), np.asarray(q, dtype=np.float64))
+        self._commanded.note(stamp_ns, q)
 
     def on_state(self, stamp_ns: int, q: np.ndarray) -> PolicyStep | None:
         """Keep this state's pose; runs the cycle whose features were waiting for it."""
@@ -103,8 +102,9 @@ class PolicyCycle:
         if extra is not None and self._delayed is not None:
             extra = self._delayed(extra)
         base = q
-        if self.latency_compensation and self._commanded is not None and self._commanded[0] >= self._episode_start_ns:
-            base = predicted_pose(self._commanded[1], q, self.latency_compensation, self.chain.config.max_step)
+        if self.latency_compensation:
+            base = predicted_pose(self._commanded.since(self._episode_start_ns), q, self.latency_compensation,
+                                  self.chain.config.max_step)
         return PolicyStep(stamp_ns, cycle, raw, self.chain(raw[:dof], base), message, extra)
 
 

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from tinker_core.action_chain import ActionChain, ActionChainConfig
+from tinker_core.errors import ValidationError
 from tinker_core.loop.policy import PolicyCycle
 
 LOWER, UPPER = -np.ones(2), np.ones(2)
@@ -116,3 +117,6 @@ def test_with_latency_compensation_the_chain_steps_from_the_newest_command_and_t
     s10 = pc.on_features(10, np.zeros(3, np.float32), 10, "1")
     np.testing.assert_allclose(s10.target, [0.5, 0.5])
     assert s10.extra[0] == -1.0  # nothing in flight at an episode's start
+    for bad in (np.array([np.nan, 0.0]), np.zeros(3)):  # refused (the node counts it), never the chain's base
+        with pytest.raises(ValidationError, match="policy.command"):
+            pc.on_command(11, bad)
