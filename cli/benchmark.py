@@ -69,8 +69,8 @@ def register(sub: Any) -> None:
                    help="the fine-tuning learner's LearnerConfig overrides, as tinker demo's (e.g. warmup=16 "
                         "batch_size=16 for a tiny budget)")
     p.add_argument("--latency-compensation", type=int, default=0, metavar="PERIODS",
-                   help="the robot's command latency in control periods, compensated in the evaluations and the fine-tuning loop (the launch YAML's "
-                        "latency_compensation; default 0: none)")
+                   help="the robot's command latency in control periods, compensated in the evaluations and the "
+                        "fine-tuning loop (the launch YAML's latency_compensation; default 0: none)")
     p.add_argument("--out", default="runs/sim2real", help="output directory (default runs/sim2real)")
     p.set_defaults(func=run)
 

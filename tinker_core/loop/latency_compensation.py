@@ -9,14 +9,13 @@ belong together:
 - **the observation** (`LatencyCompensation.__call__`, on the actor's input in the state's layout): the arm's terms
   are those of the pose the newest command in flight brings the arm to, its joint target: ``joint_pos`` is that
   target, ``ee_pos`` its forward kinematics, and each ``<x>_minus_ee`` is recomputed from them (``joint_vel`` and
-  everything else stay as measured). An object the tool carries (``suction_active``: the cup holds one; the object
-  nearest the measured hand, within `CARRY_RADIUS_M`) goes with the hand: its ``<x>_pos`` moves as the hand does,
-  and its ``<x>_bin_minus_obj`` (the goal less the object) with it. The target is the command the motors were last sent, after the SafetyWrapper
+  everything else stay as measured). The target is the command the motors were last sent, after the SafetyWrapper
   (a driver's commanded setpoint, as ros2_control's controllers report it as their reference): what the policy
-  asked for is not what the arm was told where the wrapper limited it. Whatever records the actor's input (the
-  learner's transitions) records what it acted on;
-- **the action** (`predicted_pose`): the chain's delta is taken from that target (the actor input's ``joint_pos``),
-  not from the measured pose;
+  asked for is not what the arm was told where the wrapper limited it. An object the tool carries
+  (``suction_active``: the cup holds one; the object nearest the measured hand, within `CARRY_RADIUS_M`) goes with
+  the hand: its ``<x>_pos`` moves as the hand does, and its ``<x>_bin_minus_obj`` (the goal less the object) with
+  it. Whatever records the actor's input (the learner's transitions) records what it acted on;
+- **the action** (`predicted_pose`): the chain's delta is taken from that same pose, not from the measured one;
 - **the task's extra actions** (`DelayedActions`: ArmSort's suction): held back ``steps`` periods, so that they land
   with the joint command they were chosen with.
 
