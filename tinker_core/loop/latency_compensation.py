@@ -134,6 +134,8 @@ class LatencyCompensation:
         self.carries = "suction_active" in self.asm.slots and "ee_pos" in self.asm.slots
         self.pose: np.ndarray | None = None
         """the last cycle's predicted pose (joint positions, rad)"""
+        self.ahead_rad = 0.0
+        """how far the last cycle's predicted pose was from the measured one, the largest joint's, rad (diagnostics)"""
 
     @classmethod
     def for_manifest(cls, manifest: Any, steps: int, urdf: str | None = None) -> "LatencyCompensation":
@@ -165,6 +167,7 @@ class LatencyCompensation:
                                       f"{commanded!r}")
         q = self.asm.raw_term(features, "joint_pos")
         self.pose = pose = predicted_pose(commanded, q, self.steps, self.max_step)
+        self.ahead_rad = float(np.max(np.abs(pose - q))) if pose.size else 0.0
         out = features.copy()
         self.asm.write_term(out, "joint_pos", pose, self.bound)
         if "ee_pos" in self.asm.slots:

@@ -67,7 +67,10 @@ class PerceptionStage(LoopStage):
         return {"perception_sha256": self.sha256, "frame_age_ms": f"{self.cycle.frame_age_ns / 1e6:.1f}",
                 "refused_inputs": self.refusals.count, "last_error": self.refusals.last,
                 **({} if offset is None else {"camera_offset_cm": f"{100 * float(np.linalg.norm(offset)):.1f}",
-                                              "camera_corrected": hold.correction is not None})}
+                                              "camera_corrected": hold.correction is not None}),
+                **({} if self.cycle.compensation is None else
+                   {"latency_compensation": self.cycle.compensation.steps,
+                    "pose_ahead_rad": f"{self.cycle.compensation.ahead_rad:.3f}"})}
 
     def level(self, crowded: str = "") -> tuple[Level, str]:
         """WARN while inputs are being refused or a second publisher is on a heard channel (``crowded``)."""

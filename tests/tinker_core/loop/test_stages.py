@@ -47,6 +47,7 @@ def test_every_handler_is_an_edge_into_the_stage_in_the_loops_graph():
                                    compensation=LatencyCompensation.for_manifest(m, 2))
     stage = PerceptionStage(compensating, "sha")
     assert set(stage.inputs()) == {e.port for e in ROBOT_LOOP.inputs("perception")}
+    assert stage.values()["latency_compensation"] == 2 and stage.values()["pose_ahead_rad"] == "0.000"  # diagnostics
 
 
 def test_a_stage_that_emits_before_its_host_wired_it_says_so():
