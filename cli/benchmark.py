@@ -168,8 +168,9 @@ def _plot(rows: list[dict], out: Any, env_id: str) -> Any:
     for j, (r_key, k, lo, hi, label, color) in enumerate(series):
         have = [i for i, r in enumerate(rows) if r[r_key] is not None and r[r_key].get(k) is not None]
         vals = np.array([rows[i][r_key][k] for i in have]) * 100
-        err = [vals - np.array([rows[i][r_key][lo] for i in have]) * 100,
-               np.array([rows[i][r_key][hi] for i in have]) * 100 - vals]
+        # a Wilson bound at 0 or 100% can sit a rounding error inside the rate (100/100: 0.9999999999999999)
+        err = np.maximum([vals - np.array([rows[i][r_key][lo] for i in have]) * 100,
+                          np.array([rows[i][r_key][hi] for i in have]) * 100 - vals], 0.0)
         ax.bar(x[have] + (j - (len(series) - 1) / 2) * width, vals, width, yerr=err, color=color, capsize=3, label=label)
     ax.set_xticks(x, [f"{r['variant']} #{r['run']}" for r in rows], rotation=15)
     ax.set_ylabel("% (95% CI)")
@@ -319,11 +320,13 @@ def run(args: argparse.Namespace) -> int:
             row.update(fine_tuned=after, **loop)
             rows.append(row)
     md = table(rows, args.env)
-    png = _plot(rows, out, args.env)
+    # the results first: a figure that cannot be drawn must not lose an hour of runs
     (out / "sim2real.json").write_text(json.dumps({"env": args.env, "bundle": str(bundle), "rows": rows,
                                                    "left_out": skipped, "settings": vars(args) | {"func": None}},
                                                   indent=1, default=str))
     source = "the success sensor" if args.reward == "sensors" else "the simulator"
-    (out / "sim2real.md").write_text(f"{args.env}, policy {bundle}, fine-tuned on {source}'s rewards\n\n" + md + f"\n\n![sim2real]({png.name})\n")
+    (out / "sim2real.md").write_text(f"{args.env}, policy {bundle}, fine-tuned on {source}'s rewards\n\n" + md
+                                     + "\n\n![sim2real](sim2real.png)\n")
+    png = _plot(rows, out, args.env)
     print("\n" + md + f"\n\nwrote {out / 'sim2real.md'}, {out / 'sim2real.json'}, {png}")
     return 0

@@ -114,3 +114,18 @@ def test_a_loop_whose_learner_made_no_update_or_published_nothing_is_not_scored_
     md = table([{"variant": "shifted_camera", "run": 0, "zero_shot": zero, "fine_tuned": None, **idle}],
                "tinker/ArmReach-v0")
     assert "fine-tune: not fine-tuned: the learner made 0 updates" in md and md.rstrip().endswith("| — | 0 | 0 / 0 |")
+
+
+def test_the_figure_draws_a_run_that_sorted_everything(tmp_path):
+    """100/100 has a Wilson upper bound of 0.9999999999999999, a rounding error under the rate: the protocol's figure
+    once refused it as a negative error bar, after three sorter runs (2026-12-07)."""
+    from tinker_cli.benchmark import _plot
+    from tinker_core.evaluate import wilson_interval
+
+    lo, hi = wilson_interval(100, 100)
+    assert hi < 1.0  # the case itself
+    full = {"success_rate": 1.0, "ci_low": lo, "ci_high": hi, "objects_sorted_rate": 1.0, "objects_ci_low": lo,
+            "objects_ci_high": hi}
+    png = _plot([{"variant": "far_latency_sort", "run": 0, "zero_shot": full, "fine_tuned": full}], tmp_path,
+                "tinker/ArmSort-v0")
+    assert png.read_bytes()[:4] == b"\x89PNG"
