@@ -147,10 +147,43 @@ def meta_of(msg) -> dict[str, str]:
     return decode_meta(msg.layout.dim[0].label) if msg.layout.dim else {}
 
 
+def patient_safety(tmp_path: Path) -> Path:
+    """The default safety YAML with a patient watchdog latch (10 misses), written under ``tmp_path``: a stall of the
+    shared machine does not end a run."""
+    import yaml
+
+    from tinker_safety.config import DEFAULT_CONFIG_PATH
+
+    cfg = yaml.safe_load(Path(DEFAULT_CONFIG_PATH).read_text())
+    cfg["watchdog_misses_to_estop"] = 10
+    path = tmp_path / "safety.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+def episode_ends(task) -> dict[int, bool]:
+    """Episode -> success, for each episode that ended, from the ``task`` messages a `Probe` collected."""
+    return {int(meta_of(m)["episode"]): bool(m.data[2]) for _, m in list(task) if m.data[1] > 0.5}
+
+
+def run_episodes(graph, probe, task, episodes: int, timeout: float) -> dict[int, bool]:
+    """Start ``graph``, clear safety's start-up latch, wait for ``episodes`` episode ends on ``task`` (a `Probe`'s
+    collection), stop everything; the first ``episodes`` as episode -> success."""
+    try:
+        graph.start()
+        graph.call_trigger("safety/reset")
+        wait_until(lambda: len(episode_ends(task)) >= episodes, timeout, f"{episodes} episodes")
+    finally:
+        probe.close()
+        graph.stop()
+    return dict(sorted(episode_ends(task).items())[:episodes])
+
+
 @pytest.fixture(scope="session")
 def ros2():
     """The helpers above, for test modules (``--import-mode=importlib`` cannot import conftest by name)."""
     from types import SimpleNamespace
 
     return SimpleNamespace(PERIOD=TEST_PERIOD, Probe=Probe, wait_until=wait_until, fresh_domain=fresh_domain, graph_env=graph_env,
-                           meta_of=meta_of)
+                           meta_of=meta_of, patient_safety=patient_safety, episode_ends=episode_ends,
+                           run_episodes=run_episodes)

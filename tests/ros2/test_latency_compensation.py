@@ -18,16 +18,12 @@ EPISODES = 4
 
 
 def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensates(ros2, tmp_path):
-    import yaml
     from std_msgs.msg import Float64MultiArray
 
     from tinker.bringup import Graph
     from tinker.wire import RECORD_QOS
-    from tinker_safety.config import DEFAULT_CONFIG_PATH
 
-    cfg = yaml.safe_load(Path(DEFAULT_CONFIG_PATH).read_text())
-    cfg["watchdog_misses_to_estop"] = 10  # a stall of the shared machine does not end the run
-    (tmp_path / "safety.yaml").write_text(yaml.safe_dump(cfg))
+    safety = ros2.patient_safety(tmp_path)
     domain = ros2.fresh_domain()
     probe = ros2.Probe(domain, "latency")
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
@@ -37,20 +33,10 @@ def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensate
               overrides={"/**": {"latency_compensation": 4},
                          "perception": {"bundle": str(SORT)}, "policy": {"bundle": str(SORT)},
                          "sim_robot": {"episode_cycles": 200, "seed": 1000, "dynamics": str(FAR_LATENCY)},
-                         "safety": {"config": str(tmp_path / "safety.yaml")}})
+                         "safety": {"config": str(safety)}})
     assert g.parameters("perception")["latency_compensation"] == g.parameters("policy")["latency_compensation"] == 4
 
-    def ends():  # episode -> fully sorted, for each episode that ended
-        return {int(ros2.meta_of(m)["episode"]): bool(m.data[2]) for _, m in list(task) if m.data[1] > 0.5}
-
-    try:
-        g.start()
-        g.call_trigger("safety/reset")
-        ros2.wait_until(lambda: len(ends()) >= EPISODES, 180, f"{EPISODES} episodes")
-    finally:
-        probe.close()
-        g.stop()
-    done = dict(sorted(ends().items())[:EPISODES])
+    done = ros2.run_episodes(g, probe, task, EPISODES, 180)
     assert sorted(done) == list(range(EPISODES)) and sum(done.values()) >= EPISODES - 1, done
     assert len(tools) > 50 and all(len(m.data) == 1 for _, m in list(tools))  # the suction alone, every cycle
     log = g.log("perception")

@@ -27,19 +27,6 @@ def _slot(manifest, name: str) -> tuple[slice, np.ndarray, np.ndarray]:
     raise KeyError(name)
 
 
-def _patient_safety(tmp_path: Path) -> Path:
-    """The default safety YAML with a patient watchdog latch (10 misses), written under ``tmp_path``."""
-    import yaml
-
-    from tinker_safety.config import DEFAULT_CONFIG_PATH
-
-    cfg = yaml.safe_load(Path(DEFAULT_CONFIG_PATH).read_text())
-    cfg["watchdog_misses_to_estop"] = 10
-    path = tmp_path / "safety.yaml"
-    path.write_text(yaml.safe_dump(cfg))
-    return path
-
-
 @pytest.mark.parametrize("hold", [False, True], ids=["per_frame", "held_estimate"])
 def test_the_vision_bundle_reaches_targets_it_finds_in_the_camera_image(ros2, tmp_path, hold):
     from sensor_msgs.msg import Image
@@ -49,7 +36,7 @@ def test_the_vision_bundle_reaches_targets_it_finds_in_the_camera_image(ros2, tm
     from tinker.wire import RECORD_QOS, SENSOR_QOS, read_task
     from tinker_deploy.manifest import Manifest
 
-    safety = _patient_safety(tmp_path)
+    safety = ros2.patient_safety(tmp_path)
     domain = ros2.fresh_domain()
     probe = ros2.Probe(domain, "vision")
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
@@ -132,7 +119,7 @@ def test_the_sort_vision_bundle_sorts_objects_it_finds_through_a_moved_camera(ro
     from tinker.wire import RECORD_QOS, read_task
     from tinker_deploy.manifest import Manifest
 
-    safety = _patient_safety(tmp_path)
+    safety = ros2.patient_safety(tmp_path)
     domain = ros2.fresh_domain()
     probe = ros2.Probe(domain, "vision_sort")
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
@@ -144,17 +131,7 @@ def test_the_sort_vision_bundle_sorts_objects_it_finds_through_a_moved_camera(ro
                          "safety": {"config": str(safety)}})
     assert g.parameters("sim_robot")["task"] == "sort" and g.parameters("sim_robot")["camera"] is True
 
-    def ends():  # episode -> success, for each episode that ended (on success or after 200 cycles)
-        return {int(ros2.meta_of(m)["episode"]): bool(m.data[2]) for _, m in list(task) if m.data[1] > 0.5}
-
-    try:
-        g.start()
-        g.call_trigger("safety/reset")
-        ros2.wait_until(lambda: len(ends()) >= SORT_EPISODES, 240, f"{SORT_EPISODES} episodes")
-    finally:
-        probe.close()
-        g.stop()
-    done = dict(sorted(ends().items())[:SORT_EPISODES])
+    done = ros2.run_episodes(g, probe, task, SORT_EPISODES, 240)
     # tinker eval, shifted_camera: 97/100 and 98/100 episodes fully sorted (docs/sim2real/vision_sort.md)
     assert sorted(done) == list(range(SORT_EPISODES)) and sum(done.values()) >= SORT_EPISODES - 1, done
 
