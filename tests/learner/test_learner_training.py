@@ -13,7 +13,10 @@ from tinker_core.learner import DistributedTrainer
 from tinker_core.learner.params import bundle_sha256
 
 EVAL_SEEDS = 5
-STEPS = 2000
+STEPS = 3000
+"""env steps the two workers collect. At 2000 the trained policy returned -706 to -988 over 5 local runs (initial
+-1417, the bound below -1117) and -1233 once in CI (2026-12-07): too close to the bound; at 3000, -203 to -493 over 6
+runs, 2 s longer"""
 # SAC's replay ratio in-process (gradient_steps=2), which learns Pendulum reliably; without this floor the
 # workers collect everything within ~800 updates and the learner re-fits that early data (failed 2 runs in 11)
 UPDATES_PER_STEP = 2.0
@@ -51,7 +54,7 @@ def test_ray_workers_feed_learner_and_gated_policy_got_better(learner_factory, r
     finally:
         trainer.shutdown()
     # both actors collected and sent everything, and in sync mode they acted with the learner's parameters
-    assert out["rounds"] == 4 and out["steps"] == STEPS and out["dropped"] == 0
+    assert out["rounds"] == STEPS // 500 and out["steps"] == STEPS and out["dropped"] == 0
     assert all(v is not None and v > 0 for v in out["param_versions"])
     assert all(w["waited_for_params"] for w in out["workers"])
     # each round started with parameters from at least UPDATES_PER_STEP updates per step collected before it
