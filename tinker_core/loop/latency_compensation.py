@@ -32,6 +32,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
+from tinker_core.loop.edges import joint_vector
 from tinker_core.loop.observation import OBS_BOUND, ObservationAssembly
 from tinker_core.loop.resting_hold import HELD_RADIUS_M
 
@@ -72,10 +73,7 @@ class NewestCommand:
         self.stamp_ns, self.q = -1, None
 
     def note(self, stamp_ns: int, q: np.ndarray) -> None:
-        q = np.asarray(q, dtype=np.float64).reshape(-1)
-        if q.shape != (self.dof,) or not np.isfinite(q).all():
-            raise ValidationError(f"{self.where}.command", f"{self.dof} finite joint targets (rad)",
-                                  f"{q.shape[0]} values" + ("" if np.isfinite(q).all() else ", not all finite"))
+        q = joint_vector(q, self.dof, f"{self.where}.command", "finite joint targets (rad)")
         if int(stamp_ns) >= self.stamp_ns:
             self.stamp_ns, self.q = int(stamp_ns), q
 
@@ -161,10 +159,7 @@ class LatencyCompensation:
             raise ValidationError("latency_compensation.features", f"{self.asm.size} values in the state's layout",
                                   f"shape {list(features.shape)}")
         if commanded is not None:
-            commanded = np.asarray(commanded, dtype=np.float64).reshape(-1)
-            if commanded.shape != (self.dof,) or not np.isfinite(commanded).all():
-                raise ValidationError("latency_compensation.commanded", f"{self.dof} finite joint targets (rad)",
-                                      f"{commanded!r}")
+            commanded = joint_vector(commanded, self.dof, "latency_compensation.commanded", "finite joint targets (rad)")
         q = self.asm.raw_term(features, "joint_pos")
         self.pose = pose = predicted_pose(commanded, q, self.steps, self.max_step)
         self.ahead_rad = float(np.max(np.abs(pose - q))) if pose.size else 0.0

@@ -101,10 +101,8 @@ class PolicyCycle:
         extra = raw[dof:] if raw.shape[0] > dof else None
         if extra is not None and self._delayed is not None:
             extra = self._delayed(extra)
-        base = q
-        if self.latency_compensation:
-            base = predicted_pose(self._commanded.since(self._episode_start_ns), q, self.latency_compensation,
-                                  self.chain.config.max_step)
+        base = predicted_pose(self._commanded.since(self._episode_start_ns), q, self.latency_compensation,
+                              self.chain.config.max_step)  # the measured pose where nothing is compensated
         return PolicyStep(stamp_ns, cycle, raw, self.chain(raw[:dof], base), message, extra)
 
 
