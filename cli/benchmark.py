@@ -34,6 +34,7 @@ examples:
   tinker benchmark sim2real --train                          retrain with configs/sac_arm_reach.yaml first
   tinker benchmark sim2real --variants laggy --finetune-episodes 10 --eval-episodes 20
   tinker benchmark sim2real --env tinker/ArmSort-v0 --variants far_latency_sort --runs 3 --eval-episodes 50
+  tinker benchmark sim2real --env tinker/ArmSort-v0 --variants far_latency_sort --runs 5 --latency-compensation auto
   tinker benchmark sim2real --bundle pretrained/arm_reach_vision --reward sensors --variants far_latency_reach --runs 5
 """
 
@@ -68,11 +69,26 @@ def register(sub: Any) -> None:
     p.add_argument("--learner-set", nargs="*", default=[], metavar="NAME=VALUE",
                    help="the fine-tuning learner's LearnerConfig overrides, as tinker demo's (e.g. warmup=16 "
                         "batch_size=16 for a tiny budget)")
-    p.add_argument("--latency-compensation", type=int, default=0, metavar="PERIODS",
+    p.add_argument("--latency-compensation", type=_compensation, default=0, metavar="PERIODS|auto",
                    help="the robot's command latency in control periods, compensated in the evaluations and the "
-                        "fine-tuning loop (the launch YAML's latency_compensation; default 0: none)")
+                        "fine-tuning loop (the launch YAML's latency_compensation; default 0: none). 'auto': "
+                        "measured in each run from the zero-shot evaluation's first episodes (their commands and "
+                        "joint states, tinker_core.loop.latency_estimate), then compensated in the fine-tuning "
+                        "loop and the evaluation after it; the zero-shot evaluation runs uncompensated")
     p.add_argument("--out", default="runs/sim2real", help="output directory (default runs/sim2real)")
     p.set_defaults(func=run)
+
+
+def _compensation(text: str) -> int | str:
+    """--latency-compensation: control periods, or 'auto'."""
+    from tinker_core.loop.latency_compensation import check_steps
+
+    if text == "auto":
+        return text
+    try:
+        return check_steps(int(text), "--latency-compensation")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number of control periods or 'auto', got {text!r}")
 
 
 def _variant_path(name: str, repo: Any) -> Any:
@@ -120,23 +136,28 @@ def select_variants(names: list[str] | None, env_id: str, manifest: Any, bundle:
 
 
 def _evaluate(bundle: Any, dynamics: Any, episodes: int, env_id: str = ENVS[0], seed: int = 1000,
-              latency_compensation: int = 0) -> dict:
+              latency_compensation: int = 0, calibrate: bool = False) -> dict:
     """``episodes`` simulation episodes of ``bundle`` on ``dynamics``; a camera bundle (one with image_terms) is
     scored as the demo's loop runs it, its estimate held (``tinker eval``'s default, ``--estimate auto``);
-    ``latency_compensation`` as `tinker eval --latency-compensation`."""
+    ``latency_compensation`` as `tinker eval --latency-compensation`. ``command_latency``: what the episodes'
+    commands and joint states say the latency is; with ``calibrate``, from the first episodes only, until it
+    stands (``command_latency_episodes`` of them)."""
     from tinker_cli._compose import bundle_modules, policy_env_for_bundle, wire_commanded
     from tinker_core.evaluate import evaluate
+    from tinker_sim.latency_probe import CommandLatencyProbe
 
     mods = bundle_modules(bundle, latency_compensation=latency_compensation)
     env = policy_env_for_bundle(mods, env_id, dynamics=str(dynamics), latency_compensation=latency_compensation)
     wire_commanded(mods, env)
+    env = probe = CommandLatencyProbe(env, until_known=calibrate)
     try:
         res = evaluate(env, mods.policy, episodes, seed=seed, control_period=float(env.unwrapped.control_period),
                        perception=mods.perception)
     finally:
         env.close()
     return {**res.to_dict(), "policy_version": mods.version, "seeds": [seed, seed + episodes - 1],
-            "hold_estimate": mods.held, "latency_compensation": latency_compensation}
+            "hold_estimate": mods.held, "latency_compensation": latency_compensation,
+            "command_latency": probe.estimate().to_dict(), "command_latency_episodes": probe.episodes_fed}
 
 
 def _rate(x: dict | None) -> str:
@@ -206,7 +227,7 @@ def loop_summary(rep: dict) -> dict:
 
 
 def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundle: Any, checkpoint: Any, out: Any,
-              seed: int, learner: dict, demonstrations: Any) -> tuple[dict | None, dict]:
+              seed: int, learner: dict, demonstrations: Any, compensation: int) -> tuple[dict | None, dict]:
     """Stages 2 and 3 for one variant and run: the demo's ROS loop fine-tunes (``learner``: LearnerConfig overrides),
     then the newest bundle is evaluated. A learner that made no update changed nothing: no "after" is scored (None),
     and the row says why."""
@@ -217,7 +238,7 @@ def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundl
                               env_id=args.env, demonstrations=str(demonstrations) if demonstrations else None,
                               episodes_before=1, finetune_episodes=args.finetune_episodes, episodes_after=1,
                               seed=run_idx, reward=args.reward, learner=dict(learner),
-                              latency_compensation=args.latency_compensation),
+                              latency_compensation=compensation),
                    progress=lambda s: print("   " + s) if s.startswith(("phase", "  final")) else None)
     loop = loop_summary(rep)
     published = loop["published_version"]
@@ -226,9 +247,21 @@ def _finetune(args: argparse.Namespace, name: str, run_idx: int, dyn: Any, bundl
         return None, loop
     tuned_bundle = demo_out / "bundles" / f"v{published:06d}" if published else bundle
     print(f"== {name} run {run_idx}: evaluation after fine-tuning (bundle {tuned_bundle.name})")
-    after = _evaluate(tuned_bundle, dyn, args.eval_episodes, args.env, seed, args.latency_compensation)
+    after = _evaluate(tuned_bundle, dyn, args.eval_episodes, args.env, seed, compensation)
     print(f"   success {after['success_rate'] * 100:.1f}%")
     return after, loop
+
+
+def measured_compensation(before: dict) -> int:
+    """The compensation a run goes on with under --latency-compensation auto: the latency its zero-shot episodes
+    measured (0, and why, where they could not tell)."""
+    est, n = before["command_latency"], before["command_latency_episodes"]
+    if est["periods"] is None:
+        print(f"   command latency not measured in {n} episodes ({est['why']}): the loop runs uncompensated")
+        return 0
+    print(f"   command latency measured from the first {n} episode(s)' commands and joint states: {est['periods']} "
+          f"control periods (R² {est['fit']:.3f}, next best lag {est['runner_up']:.3f}); compensated from here on")
+    return int(est["periods"])
 
 
 def table(rows: list[dict], env_id: str) -> str:
@@ -243,6 +276,8 @@ def table(rows: list[dict], env_id: str) -> str:
     for r in rows:
         b, a = r["zero_shot"], r["fine_tuned"]
         seeds = f"{r['run']} ({b['seeds'][0]}–{b['seeds'][1]})"
+        if r.get("latency_compensation"):  # the fine-tuning loop and the evaluation after it
+            seeds += f"; loop and after compensate {r['latency_compensation']} periods"
         if a is None:  # the loop ran and its learner made no update
             lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | fine-tune: "
                          f"{r['fine_tune']} | {t(b)} | — | 0 | {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
@@ -313,10 +348,15 @@ def run(args: argparse.Namespace) -> int:
             seed = args.seed + r * args.eval_episodes
             print(f"\n== {name} run {r}: zero-shot evaluation ({args.eval_episodes} episodes, seeds {seed}–"
                   f"{seed + args.eval_episodes - 1})")
-            before = _evaluate(bundle, dyn, args.eval_episodes, args.env, seed, args.latency_compensation)
+            auto = args.latency_compensation == "auto"
+            before = _evaluate(bundle, dyn, args.eval_episodes, args.env, seed, 0 if auto else args.latency_compensation,
+                               calibrate=auto)
             print(f"   success {_rate(before)}")
-            row: dict[str, Any] = {"variant": name, "run": r, "dynamics": str(dyn), "zero_shot": before}
-            after, loop = _finetune(args, name, r, dyn, bundle, checkpoint, out, seed, learner, demonstrations)
+            compensation = measured_compensation(before) if auto else args.latency_compensation
+            row: dict[str, Any] = {"variant": name, "run": r, "dynamics": str(dyn), "zero_shot": before,
+                                   "latency_compensation": compensation}
+            after, loop = _finetune(args, name, r, dyn, bundle, checkpoint, out, seed, learner, demonstrations,
+                                    compensation)
             row.update(fine_tuned=after, **loop)
             rows.append(row)
     md = table(rows, args.env)

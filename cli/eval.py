@@ -123,6 +123,9 @@ def run(args: argparse.Namespace) -> int:
         env = policy_env_for_bundle(policy, env_id, dynamics=args.dynamics, safety=not args.no_safety,
                                     safety_yaml=_safety_yaml(args), latency_compensation=args.latency_compensation)
         wire_commanded(policy, env)
+        from tinker_sim.latency_probe import CommandLatencyProbe
+
+        env = CommandLatencyProbe(env)  # what the robot's commands and joint states say its latency is
         period = float(env.unwrapped.control_period)
         safety = not args.no_safety
     else:
@@ -136,6 +139,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 DEFAULT_ENV = "tinker/ArmReach-v0"
+
+
+def latency_line(est: Any, compensated: int) -> str:
+    """What the joint states said of the robot's command latency, and whether the setting agrees."""
+    if est.periods is None:
+        return f"command latency: not measured ({est.why})"
+    line = (f"command latency measured from the commands and joint states: {est.periods} control periods (R² "
+            f"{est.fit:.3f}, next best lag {est.runner_up:.3f}); compensated: {compensated}")
+    if est.periods != compensated:
+        line += f". To act ahead of it: --latency-compensation {est.periods}"
+    return line
 
 
 def _no_guard(args: argparse.Namespace, why: str) -> None:
@@ -385,6 +399,9 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
              calibration_deadband_m=held.deadband_m if calibrated else None,
              safety_config=(getattr(args, "safety_config", None) or "default") if safety else None,
              std_return=float(np.std(rets)), curriculum=args.curriculum or None)
+    probe = env.estimate() if hasattr(env, "estimate") else None  # `CommandLatencyProbe`
+    if probe is not None:
+        d["command_latency"] = probe.to_dict()
     if args.plot:
         d.update(write_figure(args.plot, res.per_episode, timer, marks, env_id=env_id, version=version,
                               name="/".join(Path(name).parts[-2:]) or name,
@@ -399,6 +416,8 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
         print(res.format() + f"; return std {d['std_return']:.2f}")
         print("edges (the evaluation's pipeline; p50/p99: the receiving module's time per message):")
         print(format_flow(res.flow))
+        if probe is not None:
+            print(latency_line(probe, d["latency_compensation"]))
         if "plot" in d:
             timed = (("perception + " if perception is not None else "") + "policy"
                      + (" + SafetyWrapper" if safety else ""))

@@ -1,0 +1,133 @@
+"""`LatencyEstimator`: a robot's command latency, in control periods, from its own commands and joint states (no ROS).
+
+`tinker_core.loop.latency_compensation` needs to know how many periods pass between a command and the motors. A
+robot's data tells: a position-controlled joint moves each period a fraction of the way from where it is to the
+target its motors hold, and with ``k`` periods of dead time that target is the command sent ``k`` states ago. So the
+estimator fits, for every candidate ``k`` (0..`MAX_STEPS`), the first-order model with dead time
+
+    q[t+1] - q[t] = a_j * (c[t-k] - q[t])      (per joint j; c[s] the command that answered state s)
+
+by least squares, and the ``k`` whose model explains most of the measured motion (its R²) is the latency. Only the
+two streams every arm has go in (the commands the safety stage sent, the joint states it received), so the same
+class runs in the safety stage on the robot, in ``tinker eval`` and in the sim-to-real protocol.
+
+A period with no state or no command breaks the sequence (nothing across it is fitted), as does an episode's start
+(the arm may have been moved home by something else). Old cycles fade with ``window``, so a latency that changes
+(a loaded network) is followed. There is no estimate until the arm has moved enough for one lag to stand out:
+`LatencyEstimate.periods` is None and ``why`` says what is missing.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+from tinker_core.errors import ConfigError
+from tinker_core.loop.edges import joint_vector
+from tinker_core.loop.latency_compensation import MAX_STEPS
+
+MIN_CYCLES = 40
+"""fitted periods before an estimate is given (2 s at 50 ms)"""
+MIN_FIT = 0.5
+"""the best lag's model must explain at least this share of the measured motion (R²)"""
+MIN_MARGIN = 0.05
+"""... and this much more than any other lag's"""
+MIN_MOTION_RAD = 1e-3
+"""RMS joint motion per period below which the arm is taken as still (nothing to fit)"""
+
+
+@dataclass(frozen=True)
+class LatencyEstimate:
+    """``periods``: control periods from a command to the motors (None: cannot tell yet, ``why``); ``fit``: R² of
+    that lag's model; ``runner_up``: the best R² of any other lag; ``cycles``: periods fitted (faded weight)."""
+
+    periods: int | None
+    fit: float
+    runner_up: float
+    cycles: float
+    why: str = ""
+
+    def to_dict(self) -> dict[str, object]:
+        return {"periods": self.periods, "fit": round(self.fit, 4), "runner_up": round(self.runner_up, 4),
+                "cycles": round(self.cycles, 1), "why": self.why}
+
+
+class LatencyEstimator:
+    """Feed it in order: `state` (each measured joint position vector), then `command` (the joint target sent in
+    answer to that state, if any); `estimate` at any time. ``dof`` joints; lags 0..``max_steps``; ``window``:
+    periods after which an old cycle's weight has faded to 1/e; ``where`` names the stage in errors."""
+
+    def __init__(self, dof: int, max_steps: int = MAX_STEPS, window: float = 2000.0, where: str = "latency_estimate"):
+        if not 0 <= int(max_steps) <= MAX_STEPS:
+            raise ConfigError(f"{where}: max_steps must be 0..{MAX_STEPS}, got {max_steps}")
+        if not window >= 1:
+            raise ConfigError(f"{where}: window must be >= 1 period, got {window}")
+        self.dof, self.where, self.lags = int(dof), where, int(max_steps) + 1
+        self.keep = 1.0 - 1.0 / float(window)
+        self.sxx = np.zeros((self.lags, self.dof))
+        self.sxy = np.zeros((self.lags, self.dof))
+        self.syy = np.zeros((self.lags, self.dof))
+        self.n = np.zeros(self.lags)
+        self.break_sequence()
+
+    def break_sequence(self, rest: np.ndarray | None = None) -> None:
+        """Nothing before this is joined to what follows (a gap); the fit so far is kept. ``rest``: the arm rested
+        at this pose, commanded there, for longer than any lag (an episode's start after a reset), so the commands
+        before the next state are known: all ``rest``."""
+        self._q: np.ndarray | None = None
+        self._sent: deque[np.ndarray | None] = deque(maxlen=self.lags)
+        if rest is not None:
+            rest = joint_vector(rest, self.dof, f"{self.where}.rest", "finite joint positions (rad)")
+            self._sent.extend([rest] * self.lags)
+
+    def state(self, q: np.ndarray) -> None:
+        """A measured joint position vector (rad), one control period after the previous one."""
+        q = joint_vector(q, self.dof, f"{self.where}.state", "finite joint positions (rad)")
+        if self._q is not None and self._sent:
+            y = q - self._q
+            ok = np.array([c is not None for c in self._sent] + [False] * (self.lags - len(self._sent)))
+            x = np.zeros((self.lags, self.dof))
+            for k, c in enumerate(self._sent):
+                if c is not None:
+                    x[k] = c - self._q
+            for s in (self.sxx, self.sxy, self.syy):
+                s *= self.keep
+            self.n *= self.keep
+            self.sxx[ok] += x[ok] ** 2
+            self.sxy[ok] += x[ok] * y
+            self.syy[ok] += y ** 2
+            self.n[ok] += 1.0
+        self._q = q
+        self._sent.appendleft(None)
+
+    def command(self, c: np.ndarray) -> None:
+        """The joint target (rad) sent in answer to the newest state (a second one for the same state replaces it)."""
+        c = joint_vector(c, self.dof, f"{self.where}.command", "finite joint targets (rad)")
+        if self._sent:
+            self._sent[0] = c
+
+    def estimate(self) -> LatencyEstimate:
+        """The lag whose model explains most of the motion, when it stands out (else ``periods`` None, and why)."""
+        fits = np.full(self.lags, -np.inf)
+        moving = self.n >= MIN_CYCLES  # fewer samples than that fit any lag (a gain per joint)
+        res = self.syy - np.divide(self.sxy ** 2, self.sxx, out=np.zeros_like(self.sxx), where=self.sxx > 0)
+        total = self.syy.sum(axis=1)
+        fits[moving] = 1.0 - res[moving].sum(axis=1) / np.maximum(total[moving], 1e-300)
+        best = int(np.argmax(fits))
+        fit = float(fits[best]) if np.isfinite(fits[best]) else 0.0
+        others = np.delete(fits, best)
+        runner_up = float(others.max()) if others.size and np.isfinite(others.max()) else 0.0
+        cycles = float(self.n[best]) if moving.any() else float(self.n.max())
+        if not moving.any():
+            why = f"{cycles:.0f} of {MIN_CYCLES} periods with a state and the commands before it"
+        elif np.sqrt(total[best] / cycles / self.dof) < MIN_MOTION_RAD:
+            why = f"the arm has hardly moved (RMS under {MIN_MOTION_RAD * 1e3:.0f} mrad a period)"
+        elif fit < MIN_FIT:
+            why = f"no lag explains the motion (best R² {fit:.2f} < {MIN_FIT})"
+        elif fit - runner_up < MIN_MARGIN:
+            why = f"two lags explain it about as well (R² {fit:.3f} and {runner_up:.3f})"
+        else:
+            return LatencyEstimate(best, fit, runner_up, cycles)
+        return LatencyEstimate(None, fit, runner_up, cycles, why)
