@@ -247,6 +247,8 @@ def _run_loop(args: argparse.Namespace) -> int:
             bar.close()
         hold = loop.stages["perception"].cycle.hold
         held = hold is not None
+        latency = loop.stages["safety"].latency  # the safety stage's, from the states it heard and commands it sent
+        probe = latency.estimate() if latency is not None else None
         calibrated = held and loop.stages["perception"].cycle.hand is not None
     k, n = out["successes"], out["episodes"]
     lo, hi = wilson_interval(k, n)
@@ -258,6 +260,7 @@ def _run_loop(args: argparse.Namespace) -> int:
          "flow": out["flow"], "hold_estimate": held, "camera_calibrated": calibrated,
          "calibration_deadband_m": args.calibration_deadband if calibrated else None,
          "latency_compensation": args.latency_compensation, "wall_s": time.perf_counter() - t0,
+         "command_latency": probe.to_dict() if probe is not None else None,
          **(objects_summary(out["objects_sorted"], out["objects_total"]) if out["objects_total"] else {})}
     if args.json:
         print(json.dumps(d))
@@ -272,6 +275,8 @@ def _run_loop(args: argparse.Namespace) -> int:
               f"{out['estops']} (each cleared at the next episode); holds {out['holds']}; largest command step "
               f"{out['max_command_step']:.2f} of the velocity limit; {out['cycles']} cycles, {out['transitions']} "
               f"transitions, {d['wall_s']:.1f} s")
+        if probe is not None:
+            print(latency_line(probe, args.latency_compensation) + " (the safety stage's estimate)")
     return 0
 
 

@@ -18,6 +18,7 @@ import numpy as np
 
 from tinker_core.errors import ValidationError
 from tinker_core.loop.edges import Action, EstopState, Intervened, RobotState, SafeCommand, joint_vector
+from tinker_core.loop.latency_estimate import LatencyEstimator
 from tinker_core.loop.stage import LoopStage
 from tinker_safety.guard_cycle import Command
 from tinker_safety.guard_session import GuardSession
@@ -59,6 +60,9 @@ class SafetyStage(LoopStage):
         self.last_command: Command | None = None
         self.on_estop: Callable[[str], None] | None = None
         """the host's note of each change of the latched e-stop ('' = cleared)"""
+        self.latency: LatencyEstimator | None = None
+        """the robot's command latency, from the states heard and the commands sent (`command_latency` values)"""
+        self._latency_episode: int | None = None
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
         return {"joint_states": self.on_state, "joint_target": self.on_target, "intervention": self.on_teleop}
@@ -67,6 +71,28 @@ class SafetyStage(LoopStage):
     def on_state(self, s: RobotState) -> None:
         self.cycle.state(s.q, s.qd, s.stamp_ns, s.cycle, s.episode, self.state_publishers(), self.wall_ns(),
                          self.mono_ns())
+        self._measure_latency(s)
+
+    def _measure_latency(self, s: RobotState) -> None:
+        """Feed the latency estimate; a state it cannot use (another arm's length, not finite) breaks its sequence."""
+        try:
+            if self.latency is None:
+                self.latency = LatencyEstimator(len(s.q), where="safety.command_latency")
+            if s.episode != self._latency_episode:  # a reset moved the arm and holds it there
+                self._latency_episode = s.episode
+                self.latency.break_sequence(rest=s.q)
+            self.latency.state(s.q)
+        except (ValidationError, ValueError, TypeError):
+            if self.latency is not None:
+                self.latency.break_sequence()
+
+    def latency_values(self) -> dict[str, object]:
+        """The command latency the robot's own data shows, for /diagnostics."""
+        if self.latency is None:
+            return {"command_latency_periods": "unknown: no state yet"}
+        est = self.latency.estimate()
+        return {"command_latency_periods": est.periods if est.periods is not None else f"unknown: {est.why}",
+                "command_latency_fit": f"{est.fit:.3f} (next {est.runner_up:.3f})"}
 
     def on_target(self, a: Action) -> Action | None:
         """The policy's target for a state: the cycle's command (a target that cannot be one is held and counted).
@@ -134,6 +160,11 @@ class SafetyStage(LoopStage):
     # --- GuardCycle's ports -------------------------------------------------------------------------
     def send(self, command: Command) -> None:
         self.last_command = command
+        if self.latency is not None:  # the newest command sent since the newest state is what the motors hold
+            try:
+                self.latency.command(command.q)
+            except ValidationError:
+                self.latency.break_sequence()
         recorded = self.session.intervened(command)
         if recorded is not None:  # served from a person's target: recorded for the learner
             self.emit("intervened", Intervened(command.stamp, command.cycle, recorded))

@@ -4,7 +4,8 @@ late (far_latency_sort), with ``latency_compensation: 4`` set once in the launch
 Real processes over real DDS, on a domain of their own, at the bundle's 50 ms. Perception and the policy hear the
 safe command (the pose in flight), and the robot takes the suction the policy sends, 4 cycles after it was chosen,
 from ``policy/tool_command``. The same seeds through the loop's stages in one process (`tinker eval --runtime loop
---episodes 6 --seed 1000`): 2 of 6 episodes fully sorted without the compensation, 6 of 6 with it.
+--episodes 6 --seed 1000`): 2 of 6 episodes fully sorted without the compensation, 6 of 6 with it. The safety
+node's /diagnostics report the latency its own states and commands show (`tinker_core.loop.latency_estimate`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ EPISODES = 4
 
 
 def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensates(ros2, tmp_path):
+    from diagnostic_msgs.msg import DiagnosticArray
     from std_msgs.msg import Float64MultiArray
 
     from tinker.bringup import Graph
@@ -28,6 +30,7 @@ def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensate
     probe = ros2.Probe(domain, "latency")
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
     tools = probe.collect(Float64MultiArray, "/policy/tool_command", RECORD_QOS)
+    probe.diag = probe.collect(DiagnosticArray, "/diagnostics", RECORD_QOS)
     g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], run_dir=tmp_path / "logs",
               env=ros2.graph_env(domain),
               overrides={"/**": {"latency_compensation": 4},
@@ -39,5 +42,8 @@ def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensate
     done = ros2.run_episodes(g, probe, task, EPISODES, 180)
     assert sorted(done) == list(range(EPISODES)) and sum(done.values()) >= EPISODES - 1, done
     assert len(tools) > 50 and all(len(m.data) == 1 for _, m in list(tools))  # the suction alone, every cycle
+    # the safety node measured the latency it compensates from the states it heard and the commands it sent
+    measured = [st.get("command_latency_periods") for st in probe.statuses("/safety")]
+    assert measured and measured[-1] == "4", measured[-5:]
     log = g.log("perception")
     assert "pose in flight (4 periods of command latency)" in log and "input refused" not in log, log[-2000:]

@@ -32,8 +32,9 @@ MIN_CYCLES = 40
 """fitted periods before an estimate is given (2 s at 50 ms)"""
 MIN_FIT = 0.5
 """the best lag's model must explain at least this share of the measured motion (R²)"""
-MIN_MARGIN = 0.05
-"""... and this much more than any other lag's"""
+MIN_RESIDUAL_RATIO = 2.0
+"""... and every other lag's must leave at least this many times as much of it unexplained (1 - R²): a smooth
+command stream makes neighbouring lags explain nearly as much, so the unexplained part is what tells them apart"""
 MIN_MOTION_RAD = 1e-3
 """RMS joint motion per period below which the arm is taken as still (nothing to fit)"""
 
@@ -126,8 +127,8 @@ class LatencyEstimator:
             why = f"the arm has hardly moved (RMS under {MIN_MOTION_RAD * 1e3:.0f} mrad a period)"
         elif fit < MIN_FIT:
             why = f"no lag explains the motion (best R² {fit:.2f} < {MIN_FIT})"
-        elif fit - runner_up < MIN_MARGIN:
-            why = f"two lags explain it about as well (R² {fit:.3f} and {runner_up:.3f})"
+        elif 1.0 - runner_up < MIN_RESIDUAL_RATIO * max(1.0 - fit, 0.0):
+            why = f"two lags explain it about as well (R² {fit:.4f} and {runner_up:.4f})"
         else:
             return LatencyEstimate(best, fit, runner_up, cycles)
         return LatencyEstimate(None, fit, runner_up, cycles, why)

@@ -95,7 +95,7 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
             self.inputs.expect(self.edge_subscriptions["joint_target"].topic_name, expected, arrived)
 
     def diagnostic_values(self) -> dict[str, object]:
-        return self.session.values(self.namesake)
+        return {**self.session.values(self.namesake), **self.stage.latency_values()}
 
     def diagnostic_level(self):
         return self.session.level(self.namesake)
