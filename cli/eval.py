@@ -73,8 +73,9 @@ def register(sub: Any) -> None:
                    help="the robot's command latency in control periods, compensated: the policy acts on the pose "
                         "the newest command in flight brings the arm to, takes its deltas from there, and a task's "
                         "extra actions (the suction) are held back as long (default 0: off; the launch YAML's "
-                        "latency_compensation). Measure it on the robot: the periods from a command to the first "
-                        "motion in joint_states")
+                        "latency_compensation). Every evaluation measures it from the commands and joint states and "
+                        "prints it (command_latency in --json); on the robot the safety node's /diagnostics show "
+                        "command_latency_periods")
     p.add_argument("--curriculum", metavar="PARAM=VALUE", help="an env parameter set as a curriculum level before the "
                    "first episode, e.g. num_objects=3 (a policy trained with a curriculum records its first level)")
     p.add_argument("--runtime", choices=("env", "loop"), default="env",
@@ -230,7 +231,7 @@ def _run_loop(args: argparse.Namespace) -> int:
     overrides = {"sim_robot": sim, "perception": {"estimate": args.estimate,
                                                   "calibration_deadband": args.calibration_deadband, **latency},
                  "policy": latency,
-                 **({"safety": {"config": _safety_yaml(args)}} if args.safety_config else {})}
+                 "safety": {**latency, **({"config": _safety_yaml(args)} if args.safety_config else {})}}
     bar = tqdm(total=args.episodes, desc="eval (loop)", unit="ep", disable=args.json)
     t0 = time.perf_counter()
     # an e-stop is cleared at the next episode start (as an operator's /safety/reset; --runtime env resets its guard

@@ -18,6 +18,7 @@ import numpy as np
 
 from tinker_core.errors import ValidationError
 from tinker_core.loop.edges import Action, EstopState, Intervened, RobotState, SafeCommand, joint_vector
+from tinker_core.loop.input_ages import Level
 from tinker_core.loop.latency_estimate import LatencyEstimator
 from tinker_core.loop.stage import LoopStage
 from tinker_safety.guard_cycle import Command
@@ -63,6 +64,8 @@ class SafetyStage(LoopStage):
         self.latency: LatencyEstimator | None = None
         """the robot's command latency, from the states heard and the commands sent (`command_latency` values)"""
         self._latency_episode: int | None = None
+        self.compensated = 0
+        """the latency perception and the policy compensate (the graph's ``latency_compensation``)"""
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
         return {"joint_states": self.on_state, "joint_target": self.on_target, "intervention": self.on_teleop}
@@ -89,10 +92,28 @@ class SafetyStage(LoopStage):
     def latency_values(self) -> dict[str, object]:
         """The command latency the robot's own data shows, for /diagnostics."""
         if self.latency is None:
-            return {"command_latency_periods": "unknown: no state yet"}
+            return {"command_latency_periods": "unknown: no state yet", "latency_compensation": self.compensated}
         est = self.latency.estimate()
         return {"command_latency_periods": est.periods if est.periods is not None else f"unknown: {est.why}",
-                "command_latency_fit": f"{est.fit:.3f} (next {est.runner_up:.3f})"}
+                "command_latency_fit": f"{est.fit:.3f} (next {est.runner_up:.3f})",
+                "latency_compensation": self.compensated}
+
+    def latency_mismatch(self) -> str:
+        """Why the compensated latency is not the measured one ('' when it is, or nothing is measured yet)."""
+        est = self.latency.estimate() if self.latency is not None else None
+        if est is None or est.periods is None or est.periods == self.compensated:
+            return ""
+        return (f"command latency measured {est.periods} control periods, compensated {self.compensated}: set "
+                f"latency_compensation: {est.periods} in the launch YAML's /** section")
+
+    def level(self, namesake: str = "") -> tuple[Level, str]:
+        """The node's level and why: the session's, or a warning that the compensated latency is not the robot's."""
+        level, why = self.session.level(namesake)
+        if level == Level.OK:
+            mismatch = self.latency_mismatch()
+            if mismatch:
+                return Level.WARN, mismatch
+        return level, why
 
     def on_target(self, a: Action) -> Action | None:
         """The policy's target for a state: the cycle's command (a target that cannot be one is held and counted).

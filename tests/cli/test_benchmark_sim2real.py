@@ -50,6 +50,9 @@ def test_bad_arguments_are_refused(tmp_path):
     p = tinker("benchmark", "sim2real", "--variants", "laggy", "--learner-set", "warmup", "--out", str(tmp_path / "d"))
     assert p.returncode == 2 and "--learner-set: expected NAME=VALUE, got 'warmup'" in p.stderr
     assert not (tmp_path / "d").exists()  # refused before the zero-shot stage
+    for bad in ("-1", "soon", "21"):
+        p = tinker("benchmark", "sim2real", "--latency-compensation", bad, "--out", str(tmp_path / "e"))
+        assert p.returncode == 2 and "--latency-compensation" in p.stderr, p.stderr[-500:]
 
 
 def test_another_bundle_and_the_sensor_reward_are_refused_where_they_cannot_run(tmp_path):
@@ -88,6 +91,19 @@ def test_a_camera_bundle_is_scored_with_the_estimate_its_loop_holds():
     state = _evaluate(REPO / "pretrained" / "arm_reach" / "bundle", dyn, episodes=2)
     assert vision["hold_estimate"] is True and state["hold_estimate"] is False
     assert vision["episodes"] == state["episodes"] == 2 and vision["seeds"] == [1000, 1001]
+
+
+def test_auto_compensation_measures_the_latency_from_the_first_zero_shot_episodes():
+    """``--latency-compensation auto``: the zero-shot evaluation runs uncompensated and its first episodes' commands and
+    joint states give the latency the rest of the run compensates (far_latency_sort: 4 periods, from one episode)."""
+    from tinker_cli.benchmark import _evaluate, measured_compensation
+
+    dyn = REPO / "sim" / "config" / "dynamics" / "far_latency_sort.yaml"
+    before = _evaluate(REPO / "pretrained" / "arm_sort" / "bundle", dyn, episodes=2, env_id=SORT, calibrate=True)
+    assert before["latency_compensation"] == 0 and before["command_latency_episodes"] == 1
+    assert measured_compensation(before) == 4
+    unknown = {"command_latency": {"periods": None, "why": "the arm has hardly moved"}, "command_latency_episodes": 3}
+    assert measured_compensation(unknown) == 0  # nothing measured: nothing compensated
 
 
 def test_a_loop_whose_learner_made_no_update_or_published_nothing_is_not_scored_as_fine_tuned():

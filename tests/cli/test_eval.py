@@ -145,6 +145,8 @@ def test_latency_compensation_lets_the_sorter_work_on_a_robot_four_periods_late(
         assert p.returncode == 0, p.stderr[-2000:]
         runs[steps] = json.loads(p.stdout.strip().splitlines()[-1])
     assert runs["4"]["latency_compensation"] == 4 and runs["0"]["latency_compensation"] == 0
+    # both measured the robot's latency from its commands and joint states, compensated or not
+    assert runs["0"]["command_latency"]["periods"] == runs["4"]["command_latency"]["periods"] == 4, runs["0"]
     assert runs["4"]["objects_sorted"] >= 36 and runs["0"]["objects_sorted"] <= 32, \
         (runs["0"]["objects_sorted"], runs["4"]["objects_sorted"])
     assert runs["4"]["safety_violations"] == 0
@@ -158,4 +160,5 @@ def test_latency_compensation_lets_the_sorter_work_on_a_robot_four_periods_late(
     assert p.returncode == 0, p.stderr[-2000:]
     loop = json.loads(p.stdout.strip().splitlines()[-1])
     assert loop["latency_compensation"] == 4 and loop["objects_sorted"] >= 36, loop["objects_sorted"]
+    assert loop["command_latency"]["periods"] == 4, loop["command_latency"]  # the safety stage's estimate
     assert sum(loop["unsafe_states"].values()) == 0

@@ -78,6 +78,9 @@ def test_perception_and_the_policy_compensate_the_same_latency_over_a_safe_comma
     check_params_file(default_params_file(), ALL, {"/**": {"latency_compensation": 4}})  # set once: both agree
     with pytest.raises(ConfigError, match="latency_compensation: perception 4, policy 0"):
         check_params_file(default_params_file(), ALL, {"perception": {"latency_compensation": 4}})
+    with pytest.raises(ConfigError, match="perception and policy 4, safety 0"):  # it compares with what it measures
+        check_params_file(default_params_file(), ALL, {"perception": {"latency_compensation": 4},
+                                                       "policy": {"latency_compensation": 4}})
     with pytest.raises(ConfigError, match="needs safety.command_type float64_array"):
         check_params_file(default_params_file(), ALL, {"/**": {"latency_compensation": 4},
                                                        "safety": {"command_type": "joint_trajectory"}})

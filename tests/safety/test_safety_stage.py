@@ -133,3 +133,31 @@ def test_the_safety_stages_life_is_the_same_on_every_runtime(stage):
     assert stage.cycle.guard is None and "test" in stage.session.estop_carry
     stage.session.configure(None, None, 0.05, "/joint_states", GATE, "/intervention", (0.2, 0.1))
     assert stage.session.estop_reason()  # still latched: only reset from a measured pose clears it
+
+
+def test_it_measures_the_command_latency_and_warns_while_the_compensation_differs(stage):
+    """A servo that takes its target 2 periods after the stage sent it (a few lines of numpy standing in for the
+    robot); the policy's targets wander. The stage's own commands and the states it hears are all it reads."""
+    from tinker_core.loop.input_ages import Level
+
+    wall = [NOW]
+    stage.wall_ns = lambda: wall[0]
+    q, sent = HOME.copy(), [HOME.copy()] * 3
+    goal = HOME.copy()
+    rng = np.random.default_rng(0)
+    for t in range(1, 121):
+        wall[0] += 50_000_000
+        stage.mono[0] += 50_000_000
+        stage.on_state(RobotState(wall[0], q.copy(), np.zeros(7), t, 1))
+        if t % 15 == 1:
+            goal = HOME + rng.uniform(-0.3, 0.3, 7)
+        target = stage.last_command.q + np.clip(goal - stage.last_command.q, -0.02, 0.02) if t > 1 else HOME
+        stage.on_target(Action(wall[0], t, target, 1))
+        sent.append(stage.last_command.q.copy())
+        q = q + 0.6 * (sent[-3] - q)  # the motors hold what was sent 2 periods ago
+    values = stage.latency_values()
+    assert values["command_latency_periods"] == 2, values
+    level, why = stage.level()
+    assert level == Level.WARN and "measured 2 control periods, compensated 0" in why, why
+    stage.compensated = 2
+    assert stage.level()[0] == Level.OK and stage.latency_mismatch() == ""

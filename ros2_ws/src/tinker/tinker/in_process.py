@@ -141,7 +141,7 @@ class InProcessLoop:
         self._mono_ns = time.monotonic_ns()
         self._deadline_armed = self._latched = False
         self.estops = self.estop_resets = 0
-        check_latency_pairing(lambda node, name: p[node].get(name, 0), ("perception", "policy"))
+        check_latency_pairing(lambda node, name: p[node].get(name, 0), ("perception", "policy", "safety"))
         self.model, cycle, _ = open_perception(bundle, synced=True, sync_frames=True,
                                                estimate=str(p["perception"].get("estimate", "auto")),
                                                deadband_m=float(p["perception"].get("calibration_deadband",
@@ -155,6 +155,7 @@ class InProcessLoop:
         self.stages["safety"] = safety = SafetyStage(self, "float64_array", clock=lambda: self._mono_ns / 1e9,
                                                      mono_ns=lambda: self._mono_ns)
         safety.on_estop = self._estop_changed
+        safety.compensated = int(p["safety"].get("latency_compensation", 0))
         self.session = safety.session
         s = p["safety"]
         fields = SimRobotConfig.__dataclass_fields__

@@ -18,14 +18,19 @@ LATENCY_PARAMS = {
                                      "puts the arm's terms at the pose the newest safe command brings it to, the "
                                      "policy's chain steps from there and its tool command (the suction) goes that "
                                      "many cycles late (tinker_core.loop.latency_compensation). Set it once, in "
-                                     "the launch YAML's /** section: perception and policy must agree. Measure it: "
-                                     "the periods from a command to the first motion in joint_states." + _FIXED,
+                                     "the launch YAML's /** section: perception, policy and safety must agree. The "
+                                     "safety node measures it (command_latency_periods in /diagnostics)." + _FIXED,
                                   (0, MAX_STEPS), True),
     **topic_params(safe_command_topic="command"),
 }
 """what perception and the policy both read to compensate a robot's command latency"""
 
 SAFETY_PARAMS = {
+    "latency_compensation": Param(0, "the command latency perception and the policy compensate (the launch YAML's /** "
+                                     "value; the parameter check refuses another). This node measures the latency "
+                                     "from the states it hears and the commands it sends (command_latency_periods in "
+                                     "/diagnostics) and warns while the two differ." + _FIXED,
+                                  (0, MAX_STEPS), True),
     "urdf": Param("", "Robot URDF path; '' = kuka_iiwa/model.urdf from pybullet_data." + _RECONF),
     "config": Param("", "Safety YAML (safety.config.SafetyConfig); '' = safety/config/kuka_iiwa.yaml. Its "
                         "watchdog_misses_to_estop is the number of missed cycles in a row that latch the e-stop." + _RECONF),

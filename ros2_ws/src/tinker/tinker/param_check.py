@@ -126,6 +126,10 @@ def check_latency_pairing(value: Any, nodes: Any) -> None:
     if seen != acts:
         raise ConfigError(f"latency_compensation: perception {seen}, policy {acts}; the two must compensate the same "
                           f"latency (set it once, in the launch YAML's /** section)")
+    if "safety" in set(nodes) and value("safety", "latency_compensation") != seen:
+        raise ConfigError(f"latency_compensation: perception and policy {seen}, safety "
+                          f"{value('safety', 'latency_compensation')}; safety compares it with the latency it "
+                          f"measures (set it once, in the launch YAML's /** section)")
     if seen and "safety" in set(nodes) and value("safety", "command_type") != "float64_array":
         raise ConfigError(f"latency_compensation: {seen} periods needs safety.command_type float64_array (perception "
                           f"and the policy hear the safe command as Float64MultiArray); it is "

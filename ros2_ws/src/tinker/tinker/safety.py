@@ -32,6 +32,7 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         self._init_runtime("safety", SAFETY_PARAMS)
         self.stage = SafetyStage(self, self.param("command_type"),  # this node hosts its deadline, log, input watch
                                  wall_ns=lambda: self.get_clock().now().nanoseconds)
+        self.stage.compensated = int(self.param("latency_compensation"))
         self.session, self.cycle, self.command_type = self.stage.session, self.stage.cycle, self.stage.session.command_type
         self.on_param_set(self.session.param_refusal)
         self.add_post_set_parameters_callback(self._after_set_parameters)
@@ -98,7 +99,7 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         return {**self.session.values(self.namesake), **self.stage.latency_values()}
 
     def diagnostic_level(self):
-        return self.session.level(self.namesake)
+        return self.stage.level(self.namesake)
 
     def on_exit(self) -> None:
         """SIGINT/SIGTERM: the hold goes out (none when this node refused to run: the topic may be another graph's)."""
