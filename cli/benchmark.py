@@ -20,7 +20,8 @@ protocol (per held-out dynamics variant, --runs times with different seeds):
 --bundle runs another policy of the task through the same protocol, e.g. the camera reach policy
 (pretrained/arm_reach_vision: its locator stays, the learner fine-tunes the actor behind it, each published
 bundle keeps the locator), with --reward sensors: the learner's rewards from the success sensor (the target the
-camera found, the measured joints), never the simulator's target; the simulator only scores.
+camera found, the measured joints; for the camera sorter pretrained/arm_sort_vision, the objects the camera sees in
+their bins and the suction cup's vacuum state), never the simulator's; the simulator only scores.
 
 run r (0-based) evaluates episode seeds --seed + r * --eval-episodes onwards and seeds the robot's loop with r.
 A variant with a key that cannot act on the env and policy (sim/dynamics_check.py) is refused when named;
@@ -36,6 +37,8 @@ examples:
   tinker benchmark sim2real --env tinker/ArmSort-v0 --variants far_latency_sort --runs 3 --eval-episodes 50
   tinker benchmark sim2real --env tinker/ArmSort-v0 --variants far_latency_sort --runs 5 --latency-compensation auto
   tinker benchmark sim2real --bundle pretrained/arm_reach_vision --reward sensors --variants far_latency_reach --runs 5
+  tinker benchmark sim2real --env tinker/ArmSort-v0 --bundle pretrained/arm_sort_vision --reward sensors \
+      --variants far_latency_sort --runs 5 --latency-compensation auto
 """
 
 ENVS = ("tinker/ArmReach-v0", "tinker/ArmSort-v0")
@@ -63,7 +66,8 @@ def register(sub: Any) -> None:
                         "which also serves the vision bundle's actor; the sorter's RL prior)")
     p.add_argument("--reward", default="sim", choices=["sim", "sensors"],
                    help="the learner's rewards while fine-tuning: 'sim' (the simulator's true target, an oracle) "
-                        "or 'sensors' (the success sensor; a vision bundle); the simulator scores either way")
+                        "or 'sensors' (the success sensor; a vision bundle: the camera reach or the camera sorter); "
+                        "the simulator scores either way")
     p.add_argument("--eval-episodes", type=int, default=50, help="simulation episodes per evaluation (default 50)")
     p.add_argument("--finetune-episodes", type=int, default=50, help="ROS-loop episodes of fine-tuning (default 50)")
     p.add_argument("--learner-set", nargs="*", default=[], metavar="NAME=VALUE",

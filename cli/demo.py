@@ -65,7 +65,8 @@ def register(sub: Any) -> None:
     p.add_argument("--reward", choices=("sim", "sensors"), default="sim",
                    help="the learner's rewards: sim = the simulator's true target (default); sensors = the success "
                         "sensor, from the target the camera finds and the measured joints (needs a vision bundle, "
-                        "e.g. --bundle pretrained/arm_reach_vision)")
+                        "e.g. --bundle pretrained/arm_reach_vision; the camera sorter --env tinker/ArmSort-v0 "
+                        "--bundle pretrained/arm_sort_vision: the objects the camera sees in their bins)")
     p.add_argument("--operator", choices=("none", "scripted"), default="none",
                    help="scripted = a STAND-IN for a person at a teleop device (a script, not a person; it looks at "
                         "the simulator's ground truth as a person looks at the scene): during fine-tuning it takes "

@@ -42,8 +42,24 @@ OBJECT_HALF = 0.025
 """half the size of an object at object_size_scale = 1, m"""
 OBJECT_MASS = 0.1
 SUCTION_REACH_M = 0.01
+PER_SORTED = 2.0
+"""reward per sorted object (``sorted_reward`` "per_step"; "remaining": minus this per object not yet sorted)"""
+WRONG_BIN_PENALTY = 1.0
+"""reward taken per object in a bin not of its kind"""
+SUCCESS_BONUS = 5.0
+"""reward added when every object is sorted"""
 KIND_COLORS = [(0.85, 0.15, 0.1, 1.0), (0.1, 0.3, 0.9, 1.0)]
 NUM_KINDS = 2
+
+
+def sensor_rule(task_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The reward rule and the cell's geometry a `SortTask` made with ``task_kwargs`` uses, for the live loop's
+    success sensor (`tinker_core.loop.sort_sensor`): one rule for the env and the robot."""
+    kw = task_kwargs or {}
+    return {"sorted_reward": str(kw.get("sorted_reward", "per_step")), "per_sorted": PER_SORTED,
+            "wrong_bin_penalty": WRONG_BIN_PENALTY, "success_bonus": SUCCESS_BONUS,
+            "bins": [tuple(float(v) for v in c) for c in BIN_CENTERS], "bin_inner_half": BIN_INNER_HALF,
+            "rim_z": TABLE_TOP + BIN_WALL_HEIGHT + OBJECT_HALF}
 
 
 def sort_fixtures() -> list[tuple[str, tuple, tuple, tuple]]:
@@ -242,9 +258,9 @@ class SortTask(Task):
         n_sorted = int(self.sorted.sum())
         success = n_sorted == self.num_objects
         sorted_term = n_sorted if self.sorted_reward == "per_step" else n_sorted - self.num_objects
-        reward = 2.0 * sorted_term - 1.0 * int(self.wrong.sum())
+        reward = PER_SORTED * sorted_term - WRONG_BIN_PENALTY * int(self.wrong.sum())
         if success:
-            reward += 5.0
+            reward += SUCCESS_BONUS
         else:
             i = int(np.flatnonzero(~self.sorted)[0])
             if self.held is not None:

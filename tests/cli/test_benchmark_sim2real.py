@@ -57,11 +57,12 @@ def test_bad_arguments_are_refused(tmp_path):
 
 def test_another_bundle_and_the_sensor_reward_are_refused_where_they_cannot_run(tmp_path):
     """Before anything runs: a sensor reward needs a target the camera finds (the state bundle's comes from the
-    simulator), and the sorter has no success sensor yet, --train makes its own bundle, a bundle must exist."""
+    simulator), and objects the camera sees (the state sorter's come from the simulator), --train makes its own
+    bundle, a bundle must exist."""
     p = tinker("benchmark", "sim2real", "--reward", "sensors", "--out", str(tmp_path / "a"))
     assert p.returncode == 2 and "a sensor reward needs a target the robot perceives" in p.stderr
     p = tinker("benchmark", "sim2real", "--env", SORT, "--reward", "sensors", "--out", str(tmp_path / "b"))
-    assert p.returncode == 2 and "the success sensor is written for the reach task" in p.stderr
+    assert p.returncode == 2 and "a sensor reward needs objects the robot perceives" in p.stderr
     p = tinker("benchmark", "sim2real", "--train", "--bundle", "pretrained/arm_reach_vision", "--out", str(tmp_path / "c"))
     assert p.returncode == 2 and "leave out --bundle and --checkpoint" in p.stderr
     p = tinker("benchmark", "sim2real", "--bundle", str(tmp_path / "none"), "--out", str(tmp_path / "d"))

@@ -28,3 +28,14 @@ def test_a_source_or_bundle_it_cannot_use_is_refused_with_why(tmp_path):
         reward_source("sensors", "")
     with pytest.raises(ConfigError, match="does not exist"):
         reward_source("sensors", str(tmp_path))
+
+
+def test_the_camera_sorter_gets_the_sorting_sensor_of_its_own_env():
+    """No env named: the bundle's manifest says which task's rule applies (the camera sorter: ArmSort's, 200 cycles)."""
+    sorter = Path(__file__).resolve().parents[2] / "pretrained"
+    out = reward_source("sensors", str(sorter / "arm_sort_vision"))
+    assert out.sensor.config.name == "sort_objects_seen_in_bins" and out.sensor.config.time_limit_cycles == 200
+    with pytest.raises(ConfigError, match="needs objects the robot perceives"):
+        reward_source("sensors", str(sorter / "arm_sort" / "bundle"))  # the state sorter is told its objects
+    with pytest.raises(ConfigError, match="the sorter's objects move"):
+        reward_source("sensors", str(sorter / "arm_sort_vision"), hold_target=True)

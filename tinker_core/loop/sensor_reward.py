@@ -33,7 +33,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -149,10 +149,19 @@ class Outcome:
     truncated: bool
 
 
+class SuccessSensor(Protocol):
+    """What `SensorOutcome` reads: `ReachSensor`, `tinker_core.loop.sort_sensor.SortSensor`."""
+
+    config: Any
+    """its ``name``, ``time_limit_cycles`` and ``hold_target``"""
+
+    def read(self, features: np.ndarray, target: np.ndarray | None = None) -> SensorReading: ...
+
+
 class SensorOutcome:
     """Pairs a state's counters and its features by stamp; gives each state's `Outcome` from the sensor."""
 
-    def __init__(self, sensor: ReachSensor, keep: int = 64):
+    def __init__(self, sensor: SuccessSensor, keep: int = 64):
         self.sensor, self.keep = sensor, int(keep)
         self._counters: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._features: OrderedDict[int, np.ndarray] = OrderedDict()

@@ -250,7 +250,7 @@ def graph_overrides(cfg: DemoConfig, out: Path, lconf: dict) -> dict:
         # over the frames that show it (estimate: auto), which the sensor reads as it is (sensor_hold_target: false)
         "perception": {"bundle": bundle},
         "policy": {"bundle": bundle},
-        "experience_bridge": {"reward_source": cfg.reward, "sensor_bundle": bundle,
+        "experience_bridge": {"reward_source": cfg.reward, "sensor_bundle": bundle, "sensor_env": cfg.env_id,
                               "learner_endpoint": lconf["transitions_endpoint"],
                               "weights_endpoint": lconf["weights_endpoint"],
                               "bundle_dir": str(out / "received")},

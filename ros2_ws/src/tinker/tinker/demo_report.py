@@ -126,7 +126,8 @@ def format_report(r: dict) -> str:
 
 
 REWARD_SOURCES = {"sim": "the simulator's task topic (its ground truth: the true target, the objects' true places)",
-                  "sensors": "the success sensor (the target the camera found, FK of the measured joints)"}
+                  "sensors": "the success sensor (the target the camera found, FK of the measured joints; for the "
+                             "sorter the objects the camera sees in their bins and the suction's vacuum state)"}
 
 
 def write_report(report: dict, interventions: Any, out: Path, progress: Callable[[str], None] = print) -> dict:

@@ -112,9 +112,11 @@ BRIDGE_PARAMS = {
                                   "each state's features (target found by the camera, FK of the measured joints), the "
                                   "task topic giving only cycle/episode counters", read_only=True),
     "sensor_bundle": Param("", "reward_source 'sensors': the bundle whose features the sensor reads (its obs_terms; "
-                               "target_pos must be one of its image_terms)", read_only=True),
-    "sensor_env": Param("tinker/ArmReach-v0", "reward_source 'sensors': the env whose task gives the success rule "
-                                              "(success distance, bonus) and the time limit", read_only=True),
+                               "what the sensor reads must be among its image_terms: the reach's target_pos, the "
+                               "sorter's object terms)", read_only=True),
+    "sensor_env": Param("", "reward_source 'sensors': the env whose task gives the success rule (the reach's success "
+                            "distance and bonus, the sorter's reward and bins) and the time limit; '' = the sensor "
+                            "bundle's own env (its manifest's env_id)", read_only=True),
     "sensor_hold_target": Param(False, "reward_source 'sensors': hold the target of each episode's first state; "
                                        "false (default) reads each state's, which carries perception's held "
                                        "estimate (perception.estimate auto or held); true where perception "

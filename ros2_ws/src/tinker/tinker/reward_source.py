@@ -3,7 +3,8 @@
 ``reward_source: sim``: the simulated robot's reward and success (its true target): what the demo always used,
 an oracle a real robot does not have. ``reward_source: sensors``: `tinker_core.loop.sensor_reward` computes
 them from the cycle's features (the target the camera found, the measured joints through the URDF's forward
-kinematics) with the env's own success rule and time limit; the ``task`` topic then gives only the state's
+kinematics) with the env's own success rule and time limit; for the sorter `tinker_core.loop.sort_sensor` (the
+objects the camera sees, in their bins or not, and the suction cup's vacuum sensor) with the task's reward rule; the ``task`` topic then gives only the state's
 cycle and episode counters (a real driver gives them with its state: the simulated one in the JointState's
 ``frame_id``).
 """
@@ -19,10 +20,10 @@ SOURCES = ("sim", "sensors")
 """the bridge's ``reward_source`` values"""
 
 
-def sensor_outcome(bundle: str, env_id: str = "tinker/ArmReach-v0", urdf: str = "",
+def sensor_outcome(bundle: str, env_id: str = "", urdf: str = "",
                    hold_target: bool = False) -> SensorOutcome:
-    """The success sensor for the features of ``bundle`` (its terms and image_terms) on ``env_id``'s task;
-    ``hold_target``: `SensorConfig.hold_target`."""
+    """The success sensor for the features of ``bundle`` (its terms and image_terms) on ``env_id``'s task ('': the
+    bundle's own env, its manifest's env_id); ``hold_target``: `SensorConfig.hold_target`."""
     from tinker_deploy.manifest import Manifest
     from tinker_core.loop.kinematics import ForwardKinematics
     from tinker_sim.registration import ENV_IDS
@@ -34,18 +35,29 @@ def sensor_outcome(bundle: str, env_id: str = "tinker/ArmReach-v0", urdf: str = 
     path = Path(bundle) / "manifest.json"
     if not path.is_file():
         raise ConfigError(f"experience_bridge.sensor_bundle: {path} does not exist")
-    reg = ENV_IDS.get(env_id)
-    if reg is None or reg.get("kwargs", {}).get("task") != "reach":
-        raise ConfigError(f"experience_bridge.sensor_env: the success sensor is written for the reach task "
-                          f"(tinker/ArmReach-v0); {env_id!r} has none yet")
     m = Manifest.from_json(path.read_text(), str(path))
-    cfg = SensorConfig(**success_rule(reg["kwargs"].get("task_kwargs")),
-                       time_limit_cycles=int(reg["max_episode_steps"]), hold_target=bool(hold_target))
+    env_id = env_id or m.env_id or (m.env or {}).get("id") or ""
+    reg = ENV_IDS.get(env_id)
+    task = (reg or {}).get("kwargs", {}).get("task")
+    if task not in ("reach", "sort"):
+        raise ConfigError(f"experience_bridge.sensor_env: the success sensors are written for the reach and sort "
+                          f"tasks (tinker/ArmReach-v0, tinker/ArmSort-v0); {env_id!r} has none")
     fk = ForwardKinematics.from_urdf(urdf or None, m.joint_names).ee_position
+    task_kwargs = reg["kwargs"].get("task_kwargs")
+    if task == "sort":
+        from tinker_core.loop.sort_sensor import SortSensor, SortSensorConfig
+        from tinker_sim.tasks.sort import sensor_rule
+
+        if hold_target:
+            raise ConfigError("experience_bridge.sensor_hold_target: the sorter's objects move; nothing is held")
+        return SensorOutcome(SortSensor(SortSensorConfig(time_limit_cycles=int(reg["max_episode_steps"]),
+                                                         **sensor_rule(task_kwargs)), m.obs_terms, m.image_terms, fk))
+    cfg = SensorConfig(**success_rule(task_kwargs),
+                       time_limit_cycles=int(reg["max_episode_steps"]), hold_target=bool(hold_target))
     return SensorOutcome(ReachSensor(cfg, m.obs_terms, m.image_terms, fk))
 
 
-def reward_source(source: str, bundle: str = "", env_id: str = "tinker/ArmReach-v0", urdf: str = "",
+def reward_source(source: str, bundle: str = "", env_id: str = "", urdf: str = "",
                   hold_target: bool = False) -> SensorOutcome | None:
     """The bridge's rewards for ``reward_source`` ``source``: None for the simulator's, the success sensor
     (`sensor_outcome` of ``bundle``) for ``sensors``."""
