@@ -128,6 +128,11 @@ class GuardCycle:
         self.ports.cancel_deadline()
 
     # --- inputs -----------------------------------------------------------------------------------
+    @property
+    def states_trusted(self) -> int:
+        """Trusted states so far (each one a cycle; a refused state does not count)."""
+        return self._state_seq
+
     def state(self, q: np.ndarray, qd: np.ndarray, stamp: int, cycle: int | None, episode: int | None,
               publishers: int, now_ns: int, mono_ns: int) -> None:
         """A measured state from the state topic (``now_ns``: the stamp clock; ``mono_ns``: monotonic)."""

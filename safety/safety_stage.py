@@ -72,22 +72,20 @@ class SafetyStage(LoopStage):
 
     # --- edges in ---------------------------------------------------------------------------------
     def on_state(self, s: RobotState) -> None:
+        trusted = self.cycle.states_trusted
         self.cycle.state(s.q, s.qd, s.stamp_ns, s.cycle, s.episode, self.state_publishers(), self.wall_ns(),
                          self.mono_ns())
-        self._measure_latency(s)
+        if self.cycle.states_trusted != trusted:  # a refused state (a second publisher, a stale stamp) tells nothing
+            self._measure_latency(s)
 
     def _measure_latency(self, s: RobotState) -> None:
-        """Feed the latency estimate; a state it cannot use (another arm's length, not finite) breaks its sequence."""
-        try:
-            if self.latency is None:
-                self.latency = LatencyEstimator(len(s.q), where="safety.command_latency")
-            if s.episode != self._latency_episode:  # a reset moved the arm and holds it there
-                self._latency_episode = s.episode
-                self.latency.break_sequence(rest=s.q)
-            self.latency.state(s.q)
-        except (ValidationError, ValueError, TypeError):
-            if self.latency is not None:
-                self.latency.break_sequence()
+        """Feed a trusted state to the latency estimate (a new episode: the reset moved the arm and holds it there)."""
+        if self.latency is None:
+            self.latency = LatencyEstimator(len(self.session.names), where="safety.command_latency")
+        if s.episode != self._latency_episode:
+            self._latency_episode = s.episode
+            self.latency.break_sequence(rest=s.q)
+        self.latency.state(s.q)
 
     def latency_values(self) -> dict[str, object]:
         """The command latency the robot's own data shows, for /diagnostics."""
@@ -182,10 +180,7 @@ class SafetyStage(LoopStage):
     def send(self, command: Command) -> None:
         self.last_command = command
         if self.latency is not None:  # the newest command sent since the newest state is what the motors hold
-            try:
-                self.latency.command(command.q)
-            except ValidationError:
-                self.latency.break_sequence()
+            self.latency.command(command.q)
         recorded = self.session.intervened(command)
         if recorded is not None:  # served from a person's target: recorded for the learner
             self.emit("intervened", Intervened(command.stamp, command.cycle, recorded))

@@ -161,3 +161,12 @@ def test_it_measures_the_command_latency_and_warns_while_the_compensation_differ
     assert level == Level.WARN and "measured 2 control periods, compensated 0" in why, why
     stage.compensated = 2
     assert stage.level()[0] == Level.OK and stage.latency_mismatch() == ""
+
+
+def test_a_refused_state_does_not_feed_the_latency_estimate(stage):
+    """A stamp from the future (a second publisher, a clock that jumped) is refused by the gate, and tells the
+    latency estimate nothing; a trusted one does."""
+    stage.on_state(RobotState(NOW + 60_000_000_000, HOME, np.zeros(7), 1, 1))
+    assert stage.cycle.untrusted and stage.latency is None
+    stage.on_state(RobotState(NOW, HOME, np.zeros(7), 2, 1))
+    assert stage.latency is not None and stage.latency_values()["command_latency_periods"].startswith("unknown")

@@ -19,7 +19,6 @@ A period with no state or no command breaks the sequence (nothing across it is f
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -78,36 +77,38 @@ class LatencyEstimator:
         at this pose, commanded there, for longer than any lag (an episode's start after a reset), so the commands
         before the next state are known: all ``rest``."""
         self._q: np.ndarray | None = None
-        self._sent: deque[np.ndarray | None] = deque(maxlen=self.lags)
+        self._sent = np.zeros((self.lags, self.dof))  # row k: the command that answered the state k states back
+        self._known = np.zeros(self.lags, dtype=bool)
         if rest is not None:
-            rest = joint_vector(rest, self.dof, f"{self.where}.rest", "finite joint positions (rad)")
-            self._sent.extend([rest] * self.lags)
+            self._sent[:] = joint_vector(rest, self.dof, f"{self.where}.rest", "finite joint positions (rad)")
+            self._known[:] = True
+        self._fresh = True  # no state since the break: a command has nothing to answer
 
     def state(self, q: np.ndarray) -> None:
         """A measured joint position vector (rad), one control period after the previous one."""
         q = joint_vector(q, self.dof, f"{self.where}.state", "finite joint positions (rad)")
-        if self._q is not None and self._sent:
+        if self._q is not None and self._known.any():
+            ok = self._known
+            x = self._sent[ok] - self._q
             y = q - self._q
-            ok = np.array([c is not None for c in self._sent] + [False] * (self.lags - len(self._sent)))
-            x = np.zeros((self.lags, self.dof))
-            for k, c in enumerate(self._sent):
-                if c is not None:
-                    x[k] = c - self._q
-            for s in (self.sxx, self.sxy, self.syy):
-                s *= self.keep
-            self.n *= self.keep
-            self.sxx[ok] += x[ok] ** 2
-            self.sxy[ok] += x[ok] * y
-            self.syy[ok] += y ** 2
+            for acc in (self.sxx, self.sxy, self.syy, self.n):
+                acc *= self.keep
+            self.sxx[ok] += x * x
+            self.sxy[ok] += x * y
+            self.syy[ok] += y * y
             self.n[ok] += 1.0
         self._q = q
-        self._sent.appendleft(None)
+        self._sent[1:] = self._sent[:-1]  # every command is one state older now
+        self._known[1:] = self._known[:-1]
+        self._known[0] = False  # the command answering this state is yet to come
+        self._fresh = False
 
     def command(self, c: np.ndarray) -> None:
         """The joint target (rad) sent in answer to the newest state (a second one for the same state replaces it)."""
         c = joint_vector(c, self.dof, f"{self.where}.command", "finite joint targets (rad)")
-        if self._sent:
+        if not self._fresh:
             self._sent[0] = c
+            self._known[0] = True
 
     def estimate(self) -> LatencyEstimate:
         """The lag whose model explains most of the motion, when it stands out (else ``periods`` None, and why)."""
