@@ -39,3 +39,15 @@ def test_a_reaching_run_has_no_objects_column():
     assert "objects_total" not in r["before"]
     text = format_report(r)
     assert "objects sorted" not in text and "| before fine-tuning | 1 | 100.0% | " in text
+
+
+def test_the_report_says_what_latency_the_safety_node_measured_and_what_to_set():
+    r = _report([_row("before", True, (2, 2))])
+    r["command_latency"] = {"measured": "4", "fit": "1.000 (next 0.822)", "compensated": 0}
+    text = format_report(r)
+    assert "command latency measured by the safety node from its states and commands: 4 control periods" in text
+    assert "tinker demo --latency-compensation 4" in text
+    r["command_latency"] = {"measured": "4", "fit": "1.000 (next 0.822)", "compensated": 4}
+    assert "compensated: 4" in format_report(r) and "--latency-compensation 4" not in format_report(r)
+    r["command_latency"] = {"measured": "unknown: the arm has hardly moved", "fit": "", "compensated": 0}
+    assert "not measured by the safety node (unknown: the arm has hardly moved)" in format_report(r)

@@ -401,6 +401,10 @@ def collect_report(cfg: DemoConfig, out: Path, run: DemoPhases) -> dict:
         # from the physics in sim_robot, independently of the safety node
         "unsafe_states": {k.split(".", 1)[1]: int(v) for k, v in robot.items() if k.startswith("unsafe_states.")},
         "safety_counters": {k: v for k, v in safety.items() if k.startswith("interventions.")},
+        # what the safety node measured from its states and commands, and what the graph compensated
+        "command_latency": {"measured": safety.get("command_latency_periods", "not reported"),
+                            "fit": safety.get("command_latency_fit", ""),
+                            "compensated": int(cfg.latency_compensation)},
         "estops": run.resets,
         "policy_reloads": int(policy.get("reloads", "0") or 0), "bridge": bridge,
         "operator": cfg.operator, "operator_counts": run.operator_counts,

@@ -108,6 +108,7 @@ def format_report(r: dict) -> str:
         "",
         f"cycle latency (state publish → safe command at the robot): p50 {p50}, p99 {p99} over {lat['cycles']} cycles",
         f"deadline misses: {r['deadline_misses']}",
+        *latency_line(r.get("command_latency")),
         f"safety: {sum(unsafe.values())} unsafe states reached by the robot{' ' + str(unsafe) if unsafe else ''}; "
         f"{r['safety_interventions']} commands adjusted by the SafetyWrapper (clipped, rate-limited, held); "
         f"e-stops: {', '.join(r['estops']) or 'none'}",
@@ -123,6 +124,21 @@ def format_report(r: dict) -> str:
           f"{json.dumps(r.get('operator_counts'))}; learner ingested {r['learner'].get('ingested')}, "
           f"sampled {r['learner'].get('sampled')}"] if r.get("operator", "none") != "none" else []) + ([f"figure: {Path(r['plot']).name} (success per episode with the policy versions, the SafetyWrapper's "
           "interventions per second, the cycle latency histogram)"] if r.get("plot") else []))
+
+
+def latency_line(lat: dict | None) -> list[str]:
+    """The report's line on the robot's command latency (the safety node's measure) against the compensation."""
+    if not lat:
+        return []
+    if not str(lat["measured"]).isdigit():
+        return [f"command latency: not measured by the safety node ({lat['measured']}); compensated: "
+                f"{lat['compensated']}"]
+    fit = f", R² {lat['fit']}" if lat.get("fit") else ""
+    line = (f"command latency measured by the safety node from its states and commands: {lat['measured']} control "
+            f"periods{fit}; compensated: {lat['compensated']}")
+    if int(lat["measured"]) != int(lat["compensated"]):
+        line += f" (set latency_compensation: {lat['measured']}; tinker demo --latency-compensation {lat['measured']})"
+    return [line]
 
 
 REWARD_SOURCES = {"sim": "the simulator's task topic (its ground truth: the true target, the objects' true places)",
