@@ -64,6 +64,7 @@ class SafetyStage(LoopStage):
         self.latency: LatencyEstimator | None = None
         """the robot's command latency, from the states heard and the commands sent (`command_latency` values)"""
         self._latency_episode: int | None = None
+        self._latency_last: tuple[int | None, int] | None = None  # the last trusted state's (cycle, stamp)
         self.compensated = 0
         """the latency perception and the policy compensate (the graph's ``latency_compensation``)"""
 
@@ -79,12 +80,24 @@ class SafetyStage(LoopStage):
             self._measure_latency(s)
 
     def _measure_latency(self, s: RobotState) -> None:
-        """Feed a trusted state to the latency estimate (a new episode: the reset moved the arm and holds it there)."""
+        """Feed a trusted state to the latency estimate. A new episode: the reset moved the arm and holds it there.
+        States that went unheard (the cycle counter skipped, or the stamps are more than 1.5 periods apart) are
+        skipped: the model is one period's motion. A counter that went back starts a new sequence."""
         if self.latency is None:
             self.latency = LatencyEstimator(len(self.session.names), where="safety.command_latency")
+        last, self._latency_last = self._latency_last, (s.cycle, int(s.stamp_ns))
         if s.episode != self._latency_episode:
             self._latency_episode = s.episode
             self.latency.break_sequence(rest=s.q)
+        elif last is not None:
+            if s.cycle is not None and last[0] is not None:
+                periods = s.cycle - last[0]
+            else:
+                periods = round((s.stamp_ns - last[1]) / (self.cycle.guard.config.control_period * 1e9))
+            if periods < 1:
+                self.latency.break_sequence()
+            elif periods > 1:
+                self.latency.skip(periods - 1)
         self.latency.state(s.q)
 
     def latency_values(self) -> dict[str, object]:

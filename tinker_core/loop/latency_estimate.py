@@ -103,6 +103,14 @@ class LatencyEstimator:
         self._known[0] = False  # the command answering this state is yet to come
         self._fresh = False
 
+    def skip(self, periods: int) -> None:
+        """``periods`` states went unheard (dropped on the way): no command answered them, so the motors kept the
+        newest one through them; no motion is fitted across the gap."""
+        for _ in range(min(int(periods), self.lags)):
+            self._sent[1:] = self._sent[:-1]
+            self._known[1:] = self._known[:-1]  # row 0 keeps the newest command: what the motors still hold
+        self._q = None
+
     def command(self, c: np.ndarray) -> None:
         """The joint target (rad) sent in answer to the newest state (a second one for the same state replaces it)."""
         c = joint_vector(c, self.dof, f"{self.where}.command", "finite joint targets (rad)")
@@ -114,6 +122,10 @@ class LatencyEstimator:
         """The lag whose model explains most of the motion, when it stands out (else ``periods`` None, and why)."""
         fits = np.full(self.lags, -np.inf)
         moving = self.n >= MIN_CYCLES  # fewer samples than that fit any lag (a gain per joint)
+        if moving.any() and not moving.all():  # a lag not yet tried cannot be ruled out
+            k = int(np.argmin(self.n))
+            return LatencyEstimate(None, 0.0, 0.0, float(self.n.max()),
+                                   f"lag {k} has {self.n[k]:.0f} of {MIN_CYCLES} periods with the commands before it")
         res = self.syy - np.divide(self.sxy ** 2, self.sxx, out=np.zeros_like(self.sxx), where=self.sxx > 0)
         total = self.syy.sum(axis=1)
         fits[moving] = 1.0 - res[moving].sum(axis=1) / np.maximum(total[moving], 1e-300)

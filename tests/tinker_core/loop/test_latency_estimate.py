@@ -101,3 +101,37 @@ def test_bad_input_is_refused_naming_where():
         LatencyEstimator(DOF, max_steps=99)
     with pytest.raises(ConfigError, match="window"):
         LatencyEstimator(DOF, window=0)
+
+
+def test_a_lag_it_could_not_try_is_not_ruled_out():
+    """Sequences of 10 periods (broken without a known rest) never show lags above 9: no estimate, and it says which
+    lag it lacks, instead of the best of the lags it could try."""
+    rng = np.random.default_rng(11)
+    est = LatencyEstimator(DOF)
+    for _ in range(30):
+        est.break_sequence()
+        drive(est, 2, 10, rng)
+    got = est.estimate()
+    assert got.periods is None and got.why.startswith("lag ") and "of 40 periods" in got.why, got
+
+
+def test_unheard_states_are_skipped_with_the_motors_holding_the_last_command():
+    rng = np.random.default_rng(12)
+    est = LatencyEstimator(DOF)
+    q, sent, c = np.zeros(DOF), [np.zeros(DOF)] * 4, np.zeros(DOF)
+    goal = rng.uniform(-1, 1, DOF)
+    est.state(q)
+    for t in range(300):
+        if t % 15 == 0:
+            goal = rng.uniform(-1, 1, DOF)
+        heard = t % 9 != 4
+        if heard:
+            c = c + np.clip(goal - c, -0.05, 0.05)
+            est.command(c)
+        sent.append(c.copy())  # unheard: no new command, the motors keep the last
+        q = q + 0.6 * (sent[-1 - 3] - q)
+        if (t + 1) % 9 == 4:
+            est.skip(1)  # the next state is lost on the way
+        else:
+            est.state(q)
+    assert est.estimate().periods == 3
