@@ -108,32 +108,33 @@ class SortSensor:
                                   f"{f.shape[0]} values")
         c = self.config
         ee = np.asarray(self.fk(self._raw(f, c.joint_term)), dtype=np.float64)
-        present, pos, goal, kind, seen_sorted = [], [], [], [], []
+        seen = []  # (position, bin position, kind, seen sorted) of each object present
         for i in range(self.slots):
             onehot = self._raw(f, f"obj{i}_kind")
             if onehot.max() < 0.5:
                 continue  # an empty slot: no object there
             p = self._raw(f, f"obj{i}_pos")
-            present.append(i), pos.append(p), goal.append(p + self._raw(f, f"obj{i}_bin_minus_obj"))
-            kind.append(int(np.argmax(onehot))), seen_sorted.append(self._raw(f, f"obj{i}_sorted")[0] > 0.5)
-        if not present:
+            seen.append((p, p + self._raw(f, f"obj{i}_bin_minus_obj"), int(np.argmax(onehot)),
+                         bool(self._raw(f, f"obj{i}_sorted")[0] > 0.5)))
+        if not seen:
             return SensorReading(c.success_bonus, True, 0.0, ee, ee)
-        pos_a = np.array(pos)
+        pos = np.array([o[0] for o in seen])
         held = None
         if self._raw(f, c.suction_term)[0] > 0.5:  # the cup holds: the object nearest the hand
-            held = int(np.argmin(np.linalg.norm(pos_a - ee, axis=1)))
-        is_sorted = np.array(seen_sorted) & (np.arange(len(present)) != held)
-        inside = np.all(np.abs(pos_a[:, None, :2] - self._bins[None]) < c.bin_inner_half, axis=2) \
-            & (pos_a[:, 2:3] < c.rim_z)
-        wrong = np.array([inside[j, [b for b in range(len(self._bins)) if b != kind[j]]].any() for j in
-                          range(len(present))]) & (np.arange(len(present)) != held) & ~is_sorted
+            held = int(np.argmin(np.linalg.norm(pos - ee, axis=1)))
+        free = np.arange(len(seen)) != held
+        is_sorted = np.array([o[3] for o in seen]) & free
+        inside = (np.all(np.abs(pos[:, None, :2] - self._bins[None]) < c.bin_inner_half, axis=2)
+                  & (pos[:, 2:3] < c.rim_z))  # object x bin: resting inside it
+        for j, o in enumerate(seen):
+            inside[j, o[2]] = False  # its own bin is not a wrong one
+        wrong = inside.any(axis=1) & free & ~is_sorted
         n = int(is_sorted.sum())
-        success = n == len(present)
-        sorted_term = n if c.sorted_reward == "per_step" else n - len(present)
+        sorted_term = n if c.sorted_reward == "per_step" else n - len(seen)
         reward = c.per_sorted * sorted_term - c.wrong_bin_penalty * int(wrong.sum())
-        if success:
+        if n == len(seen):
             return SensorReading(reward + c.success_bonus, True, 0.0, ee, ee)
         j = held if held is not None else int(np.flatnonzero(~is_sorted)[0])
-        d = float(np.linalg.norm(pos_a[j] - ee))
-        reward -= d + float(np.linalg.norm(goal[j] - pos_a[j]))
-        return SensorReading(reward, False, d, ee, pos_a[j])
+        d = float(np.linalg.norm(pos[j] - ee))
+        reward -= d + float(np.linalg.norm(seen[j][1] - pos[j]))
+        return SensorReading(reward, False, d, ee, pos[j])
