@@ -271,8 +271,9 @@ def measured_compensation(before: dict) -> int:
 def table(rows: list[dict], env_id: str) -> str:
     """The markdown table of a protocol's rows (one per variant and run)."""
     lines = ["| variant | run (episode seeds) | zero-shot success | unsafe states / e-stops (zero-shot) | after fine-tuning "
-             "| mean time to success (before → after) | bundle | learner updates | unsafe states / e-stops in the loop |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| unsafe states / e-stops (after) | mean time to success (before → after) | bundle | learner updates "
+             "| unsafe states / e-stops in the loop |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
 
     def t(x: dict | None) -> str:
         return "n/a" if x is None or x["mean_time_to_success_s"] is None else f"{x['mean_time_to_success_s']:.2f} s"
@@ -284,9 +285,10 @@ def table(rows: list[dict], env_id: str) -> str:
             seeds += f"; loop and after compensate {r['latency_compensation']} periods"
         if a is None:  # the loop ran and its learner made no update
             lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | fine-tune: "
-                         f"{r['fine_tune']} | {t(b)} | — | 0 | {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
+                         f"{r['fine_tune']} | — | {t(b)} | — | 0 | {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
         else:
             lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | {_rate(a)} "
+                         f"| {a['safety_violations']} / {a['safety_estops']} "
                          f"| {t(b)} → {t(a)} | v{r['published_version']} | {r['learner_updates']} "
                          f"| {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
     return "\n".join(lines)

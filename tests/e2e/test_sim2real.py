@@ -41,12 +41,14 @@ def test_sim2real_protocol_writes_table_json_and_plot(tmp_path):
 @pytest.mark.timeout(600)
 def test_the_sorter_fine_tunes_from_its_rl_prior_with_the_demonstrations(tmp_path):
     """The sorter's row through the whole protocol: its RL prior fine-tuned in the ROS loop on the variant where it
-    falls apart, the expert's demonstrations in the learner's replay, objects counted before and after."""
+    falls apart, the expert's demonstrations in the learner's replay, objects counted before and after; the latency
+    measured from the zero-shot episodes (``--latency-compensation auto``) and compensated in the loop and after."""
     out = tmp_path / "s2r"
     env = dict(os.environ, ROS_DOMAIN_ID=str(random.randint(1, 200)), ROS_AUTOMATIC_DISCOVERY_RANGE="LOCALHOST")
     p = subprocess.run([sys.executable, "-m", "tinker_cli", "benchmark", "sim2real", "--env", "tinker/ArmSort-v0",
                         "--variants", "far_latency_sort", "--finetune-episodes", "2", "--eval-episodes", "2",
-                        "--out", str(out), "--learner-set", "warmup=1", "batch_size=16", "gate_episodes=1",
+                        "--out", str(out), "--latency-compensation", "auto",
+                        "--learner-set", "warmup=1", "batch_size=16", "gate_episodes=1",
                         "gate_max_estops=1"],  # the gate passes any candidate: this row always has an "after"
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=580)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
@@ -60,4 +62,10 @@ def test_the_sorter_fine_tunes_from_its_rl_prior_with_the_demonstrations(tmp_pat
     # the ROS loop's phases count the objects too, from the robot's task topic (two objects an episode)
     loop = row["ros_loop"]["finetune"]
     assert loop["objects_total"] == 2 * loop["episodes"] and 0 <= loop["objects_sorted"] <= loop["objects_total"], loop
-    assert "objects sorted" in (out / "finetune_far_latency_sort" / "run0" / "report.md").read_text()
+    report = (out / "finetune_far_latency_sort" / "run0" / "report.md").read_text()
+    assert "objects sorted" in report
+    # measured from the first zero-shot episode, then compensated; the safety node measured it in the loop too
+    assert row["zero_shot"]["command_latency"]["periods"] == 4 and row["zero_shot"]["latency_compensation"] == 0
+    assert row["latency_compensation"] == row["fine_tuned"]["latency_compensation"] == 4
+    assert "loop and after compensate 4 periods" in (out / "sim2real.md").read_text()
+    assert "command latency measured by the safety node" in report and "compensated: 4" in report
