@@ -76,7 +76,10 @@ def instrument(env: Any, policy: Any, perception: Any = None) -> tuple[Any, Any,
     stays a module with its own specs, so the evaluation's pipeline checks its edges."""
     timer = StepTimer()
     u = env.unwrapped
-    guard = getattr(env, "guard", None)
+    try:  # the SafetyWrapper's env wrapper, under whatever wraps it (gymnasium forwards no attributes)
+        guard = env.get_wrapper_attr("guard") if hasattr(env, "get_wrapper_attr") else getattr(env, "guard", None)
+    except AttributeError:
+        guard = None
     if getattr(u, "command_filter", None) is not None:
         u.command_filter = timer.filter(u.command_filter)
     return (None if perception is None else timer.module(perception, "perception", ends_step=False),
