@@ -249,7 +249,7 @@ def _run_loop(args: argparse.Namespace) -> int:
         hold = loop.stages["perception"].cycle.hold
         held = hold is not None
         latency = loop.stages["safety"].latency  # the safety stage's, from the states it heard and commands it sent
-        probe = latency.estimate() if latency is not None else None
+        measured = latency.estimate() if latency is not None else None
         calibrated = held and loop.stages["perception"].cycle.hand is not None
     k, n = out["successes"], out["episodes"]
     lo, hi = wilson_interval(k, n)
@@ -261,7 +261,7 @@ def _run_loop(args: argparse.Namespace) -> int:
          "flow": out["flow"], "hold_estimate": held, "camera_calibrated": calibrated,
          "calibration_deadband_m": args.calibration_deadband if calibrated else None,
          "latency_compensation": args.latency_compensation, "wall_s": time.perf_counter() - t0,
-         "command_latency": probe.to_dict() if probe is not None else None,
+         "command_latency": measured.to_dict() if measured is not None else None,
          **(objects_summary(out["objects_sorted"], out["objects_total"]) if out["objects_total"] else {})}
     if args.json:
         print(json.dumps(d))
@@ -276,8 +276,8 @@ def _run_loop(args: argparse.Namespace) -> int:
               f"{out['estops']} (each cleared at the next episode); holds {out['holds']}; largest command step "
               f"{out['max_command_step']:.2f} of the velocity limit; {out['cycles']} cycles, {out['transitions']} "
               f"transitions, {d['wall_s']:.1f} s")
-        if probe is not None:
-            print(latency_line(probe, args.latency_compensation) + " (the safety stage's estimate)")
+        if measured is not None:
+            print(latency_line(measured, args.latency_compensation) + " (the safety stage's estimate)")
     return 0
 
 
@@ -405,9 +405,9 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
              calibration_deadband_m=held.deadband_m if calibrated else None,
              safety_config=(getattr(args, "safety_config", None) or "default") if safety else None,
              std_return=float(np.std(rets)), curriculum=args.curriculum or None)
-    probe = env.estimate() if hasattr(env, "estimate") else None  # `CommandLatencyProbe`
-    if probe is not None:
-        d["command_latency"] = probe.to_dict()
+    measured = env.estimate() if hasattr(env, "estimate") else None  # `CommandLatencyProbe`
+    if measured is not None:
+        d["command_latency"] = measured.to_dict()
     if args.plot:
         d.update(write_figure(args.plot, res.per_episode, timer, marks, env_id=env_id, version=version,
                               name="/".join(Path(name).parts[-2:]) or name,
@@ -422,8 +422,8 @@ def _evaluate(args: argparse.Namespace, env: Any, policy: Any, name: str, env_id
         print(res.format() + f"; return std {d['std_return']:.2f}")
         print("edges (the evaluation's pipeline; p50/p99: the receiving module's time per message):")
         print(format_flow(res.flow))
-        if probe is not None:
-            print(latency_line(probe, d["latency_compensation"]))
+        if measured is not None:
+            print(latency_line(measured, d["latency_compensation"]))
         if "plot" in d:
             timed = (("perception + " if perception is not None else "") + "policy"
                      + (" + SafetyWrapper" if safety else ""))

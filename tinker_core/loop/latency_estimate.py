@@ -82,7 +82,6 @@ class LatencyEstimator:
         if rest is not None:
             self._sent[:] = joint_vector(rest, self.dof, f"{self.where}.rest", "finite joint positions (rad)")
             self._known[:] = True
-        self._fresh = True  # no state since the break: a command has nothing to answer
 
     def state(self, q: np.ndarray) -> None:
         """A measured joint position vector (rad), one control period after the previous one."""
@@ -101,7 +100,6 @@ class LatencyEstimator:
         self._sent[1:] = self._sent[:-1]  # every command is one state older now
         self._known[1:] = self._known[:-1]
         self._known[0] = False  # the command answering this state is yet to come
-        self._fresh = False
 
     def skip(self, periods: int) -> None:
         """``periods`` states went unheard (dropped on the way): no command answered them, so the motors kept the
@@ -114,29 +112,27 @@ class LatencyEstimator:
     def command(self, c: np.ndarray) -> None:
         """The joint target (rad) sent in answer to the newest state (a second one for the same state replaces it)."""
         c = joint_vector(c, self.dof, f"{self.where}.command", "finite joint targets (rad)")
-        if not self._fresh:
+        if self._q is not None:  # no state heard since a break or a gap: nothing for it to answer
             self._sent[0] = c
             self._known[0] = True
 
     def estimate(self) -> LatencyEstimate:
         """The lag whose model explains most of the motion, when it stands out (else ``periods`` None, and why)."""
-        fits = np.full(self.lags, -np.inf)
-        moving = self.n >= MIN_CYCLES  # fewer samples than that fit any lag (a gain per joint)
-        if moving.any() and not moving.all():  # a lag not yet tried cannot be ruled out
-            k = int(np.argmin(self.n))
-            return LatencyEstimate(None, 0.0, 0.0, float(self.n.max()),
-                                   f"lag {k} has {self.n[k]:.0f} of {MIN_CYCLES} periods with the commands before it")
+        if not (self.n >= MIN_CYCLES).all():  # fewer samples than that fit any lag (a gain per joint)
+            if (self.n >= MIN_CYCLES).any():  # a lag not yet tried cannot be ruled out
+                k = int(np.argmin(self.n))
+                why = f"lag {k} has {self.n[k]:.0f} of {MIN_CYCLES} periods with the commands before it"
+            else:
+                why = f"{self.n.max():.0f} of {MIN_CYCLES} periods with a state and the commands before it"
+            return LatencyEstimate(None, 0.0, 0.0, float(self.n.max()), why)
         res = self.syy - np.divide(self.sxy ** 2, self.sxx, out=np.zeros_like(self.sxx), where=self.sxx > 0)
         total = self.syy.sum(axis=1)
-        fits[moving] = 1.0 - res[moving].sum(axis=1) / np.maximum(total[moving], 1e-300)
+        fits = 1.0 - res.sum(axis=1) / np.maximum(total, 1e-300)
         best = int(np.argmax(fits))
-        fit = float(fits[best]) if np.isfinite(fits[best]) else 0.0
-        others = np.delete(fits, best)
-        runner_up = float(others.max()) if others.size and np.isfinite(others.max()) else 0.0
-        cycles = float(self.n[best]) if moving.any() else float(self.n.max())
-        if not moving.any():
-            why = f"{cycles:.0f} of {MIN_CYCLES} periods with a state and the commands before it"
-        elif np.sqrt(total[best] / cycles / self.dof) < MIN_MOTION_RAD:
+        fit = float(fits[best])
+        runner_up = float(np.delete(fits, best).max()) if self.lags > 1 else 0.0
+        cycles = float(self.n[best])
+        if np.sqrt(total[best] / cycles / self.dof) < MIN_MOTION_RAD:
             why = f"the arm has hardly moved (RMS under {MIN_MOTION_RAD * 1e3:.0f} mrad a period)"
         elif fit < MIN_FIT:
             why = f"no lag explains the motion (best R² {fit:.2f} < {MIN_FIT})"

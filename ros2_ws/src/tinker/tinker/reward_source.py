@@ -4,9 +4,9 @@
 an oracle a real robot does not have. ``reward_source: sensors``: `tinker_core.loop.sensor_reward` computes
 them from the cycle's features (the target the camera found, the measured joints through the URDF's forward
 kinematics) with the env's own success rule and time limit; for the sorter `tinker_core.loop.sort_sensor` (the
-objects the camera sees, in their bins or not, and the suction cup's vacuum sensor) with the task's reward rule; the ``task`` topic then gives only the state's
-cycle and episode counters (a real driver gives them with its state: the simulated one in the JointState's
-``frame_id``).
+objects the camera sees, in their bins or not, and the suction cup's vacuum sensor) with the task's reward rule.
+The ``task`` topic then gives only the state's cycle and episode counters (a real driver gives them with its
+state: the simulated one in the JointState's ``frame_id``).
 """
 
 from __future__ import annotations
