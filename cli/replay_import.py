@@ -25,8 +25,12 @@ def register(sub: Any) -> None:
                           description="Read the cycle records of RUN.mcap (written by 'tinker record' or the "
                                       "experience_bridge's 'record' parameter) with the standard mcap reader, make "
                                       "transitions (features, raw action, next reward/done, next features; held "
-                                      "cycles skipped; a person's episode labels applied as live) and save them as a tinker_core.replay.ReplayBuffer.")
+                                      "cycles skipped, a stop's cycle costing --estop-reward; a person's episode "
+                                      "labels applied as live) and save them as a tinker_core.replay.ReplayBuffer.")
     imp.add_argument("mcap", metavar="RUN.mcap")
+    imp.add_argument("--estop-reward", type=float, default=None, metavar="R",
+                     help="cost (<= 0) of the transition whose command the safety guard stopped (default: the "
+                          "experience_bridge's estop_reward in the launch YAML)")
     imp.add_argument("-o", "--out", metavar="DIR", help="replay directory (default: RUN.replay next to the file)")
     imp.set_defaults(func=run)
     p.set_defaults(func=lambda a: (p.print_help(), 0)[1])
@@ -44,10 +48,17 @@ def run(args: argparse.Namespace) -> int:
     src = Path(args.mcap)
     if not src.is_file():
         raise ConfigError(f"replay import: file not found: {src}")
+    cost = args.estop_reward
+    if cost is None:
+        from tinker.bringup import default_params_file, node_parameters
+
+        cost = float(node_parameters(default_params_file(), "experience_bridge")["estop_reward"])
+    if not cost <= 0.0:
+        raise ConfigError(f"replay import: --estop-reward must be <= 0 (a cost), got {cost}")
     records = list(read_cycles(src))
     labels = read_labels(src)
     # the experience bridge's joining rule, then the person's labels as the bridge applied them live
-    ts = apply_labels(transitions(records), labels, {int(r["cycle"]): int(r["episode"]) for r in records})
+    ts = apply_labels(transitions(records, estop_reward=cost), labels, {int(r["cycle"]): int(r["episode"]) for r in records})
     if not ts:
         raise ConfigError(f"replay import: {src} holds {len(records)} cycle(s) but no complete transition "
                           f"(every cycle held, or the run was shorter than two cycles)")

@@ -125,3 +125,35 @@ def test_a_hot_swapped_bundle_goes_live_between_two_cycles_and_a_damaged_one_is_
     assert set(versions[:swap]) == {"1"} and set(versions[swap:]) == {"2"} and swap >= 20, versions
     assert all(st in ("passed", "rate_limited", "clipped") for _, _, st in served), served
     assert out["deadline_misses"] == 0 and not out["estopped"]
+
+
+def test_the_learner_gets_a_stop_as_a_cost_and_never_the_cycles_the_guard_held():
+    """The shipped sorter under 4 periods of uncompensated command latency (`far_latency_sort`) steers link 7 at the
+    table twice in 10 episodes (seed 1000, measured): the guard stops it, latching the e-stop, and the policy goes on
+    acting while the robot holds (reset at the next episode, as an operator would). The learner must get each stop
+    as one transition that costs ``estop_reward``, and none of the held cycles, whose actions never ran. The same run
+    with a cost of 0 tells what the stop added."""
+    from tinker.in_process import InProcessConfig, InProcessLoop
+
+    def run(cost: float):
+        cfg = InProcessConfig(bundle="pretrained/arm_sort/bundle", reset_estop=True,
+                              overrides={"sim_robot": {"seed": 1000, "episode_cycles": 200,
+                                                       "dynamics": "sim/config/dynamics/far_latency_sort.yaml"},
+                                         "experience_bridge": {"estop_reward": cost}})
+        with InProcessLoop(cfg) as loop:
+            out = loop.run_episodes(10)
+            collisions = [m for lvl, m in loop.messages if lvl == "error" and "collision predicted" in m]
+        return out, collisions, loop.bridge.values(), loop.transitions
+
+    out, collisions, counts, ts = run(-7.0)
+    assert out["estops"] >= 1 and len(collisions) == out["estops"], collisions  # the run this test is about
+    stops = [t for t in ts if t.info.get("safety_stop")]
+    assert len(stops) == counts["stop_transitions"] == out["estops"]
+    assert all(t.info["safety_status"] == "collision" for t in stops)
+    assert not [t for t in ts if t.info["safety_status"] in ("held", "estopped")]
+    assert counts["held_cycles_skipped"] > 0  # the policy did act while the robot held
+    assert not any(out["unsafe_states"].values())
+    _, _, _, free = run(0.0)
+    assert [t.info["cycle"] for t in free] == [t.info["cycle"] for t in ts]
+    assert [round(a.reward - b.reward, 6) for a, b in zip(ts, free)] == \
+           [-7.0 if t.info.get("safety_stop") else 0.0 for t in ts]

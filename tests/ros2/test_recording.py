@@ -161,7 +161,8 @@ def test_episode_labels_are_recorded_and_replay_import_applies_them_as_the_bridg
     got_labels = read_labels(tmp_path / "run.mcap")
     assert [(lb.episode, lb.cycle, lb.success, lb.reward, lb.labelled_ns) for lb in got_labels] == \
         [(0, 4, False, -0.1 - 2.0, 123), (1, 9, True, 7.0, 456)]  # a failure: the penalty on the step's own reward
-    replay_import.run(argparse.Namespace(mcap=str(tmp_path / "run.mcap"), out=str(tmp_path / "run.replay")))
+    replay_import.run(argparse.Namespace(mcap=str(tmp_path / "run.mcap"), out=str(tmp_path / "run.replay"),
+                                         estop_reward=None))
     buf = ReplayBuffer.load(tmp_path / "run.replay")
     imported = buf.storage.get(np.arange(len(buf)), with_info=True)
 

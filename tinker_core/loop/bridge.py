@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tinker_core.errors import TinkerError, ValidationError
-from tinker_core.loop.cycle_join import CycleJoiner
+from tinker_core.loop.cycle_join import ESTOP_REWARD, CycleJoiner
 from tinker_core.loop.episode_label import EpisodeLabels, Labelled, LabelRecord
 from tinker_core.loop.sensor_reward import Outcome, SensorOutcome
 
@@ -29,12 +29,14 @@ from tinker_core.loop.sensor_reward import Outcome, SensorOutcome
 class ExperienceBridge:
     """The bridge's state and rules; ``sender`` (``send(t)``, ``sent``, ``dropped``), ``recorder`` (``write(record,
     t_ns)``, ``write_label(label, t_ns)``, ``count``) and ``sensed`` (a `SensorOutcome`, None: the simulator's
-    rewards) are optional. ``wall_ns``: receive times for the records."""
+    rewards) are optional. ``wall_ns``: receive times for the records. ``estop_reward``: the cost of a stop the
+    policy's command caused (`tinker_core.loop.cycle_join`; cycles the guard held give no transition)."""
 
     def __init__(self, labels: EpisodeLabels, sender: Any = None, recorder: Any = None,
                  sensed: SensorOutcome | None = None, info: dict[str, Any] | None = None,
-                 wall_ns: Callable[[], int] | None = None):
-        self.join = CycleJoiner(info={**(info or {}), **({"reward_source": "sensors"} if sensed is not None else {})})
+                 wall_ns: Callable[[], int] | None = None, estop_reward: float = ESTOP_REWARD):
+        self.join = CycleJoiner(info={**(info or {}), **({"reward_source": "sensors"} if sensed is not None else {})},
+                                estop_reward=estop_reward)
         self.labels, self.sender, self.recorder, self.sensed = labels, sender, recorder, sensed
         self.wall_ns = wall_ns or time.time_ns
         self.chain: Any = None
@@ -132,7 +134,8 @@ class ExperienceBridge:
         """The counters, as the node's /diagnostics shows them."""
         s, j, lab = self.sender, self.join, self.labels
         return {"transitions": self.transitions, "sent": s.sent if s else 0, "dropped": s.dropped if s else 0,
-                "incomplete_cycles": j.incomplete, "recorded_cycles": self.recorder.count if self.recorder else 0,
+                "incomplete_cycles": j.incomplete, "held_cycles_skipped": j.not_executed, "stop_transitions": j.stops,
+                "recorded_cycles": self.recorder.count if self.recorder else 0,
                 "last_error": self.last_error, "interventions": self.interventions,
                 "intervention_transitions": self.intervention_transitions,
                 "interventions_without_action": j.interventions_without_action,

@@ -9,10 +9,18 @@ each message here as it comes; ``tinker replay import`` joins recorded cycles wi
 The rule: cycle k and cycle k+1 make ``Transition(features_k, raw_action_k, reward_{k+1},
 terminated_{k+1}, truncated_{k+1}, next_obs=features_{k+1})`` only when both are of the same episode,
 k+1 directly follows k (no cycle lost in between), k has a raw action (a held cycle has none) and both
-have features, and k did not end its episode (a robot left at the goal without a reset reports the end on every
+have features, the robot ran k's command (not the safety guard's hold: ``safety_status`` held or estopped, the
+action had no effect), and k did not end its episode (a robot left at the goal without a reset reports the end on every
 later state: none of those starts a transition until one no longer reports it; a recording marks them
 ``after_end``). An episode's last state is never joined to the next episode's first (the robot reset in
 between), and a reward is always the one of the state that ``next_obs`` shows.
+
+The cycle whose command the safety guard stopped, latching the e-stop on a collision it predicted (``safety_status``
+collision), gives its transition with ``estop_reward`` added to the reward and ``info["safety_stop"] = True``: a
+cost the learner pays for steering there (bootstrapped: the robot goes on after a reset, so a stop is not an
+absorbing state, and a task whose rewards are negative must not see one as an escape). The held cycles after it give
+none: without both, a fine-tuned policy learns nothing from the stops it causes, and learns from actions the robot
+never ran as if it had.
 
 A cycle a person took over (``intervention``: the safety node served it from a teleop target) gives a transition
 whose action is ``intervention_action`` (the raw action that maps to the person's target; the policy's raw action
@@ -38,6 +46,15 @@ FIELDS = ("cycle", "episode", "state_stamp_ns", "features_recv_ns", "action_recv
 """the fields of one cycle record (the MCAP recording's ``CycleRecord`` schema has the same)"""
 
 
+HELD_STATUSES = ("held", "estopped")
+"""safety statuses of a cycle whose command the robot never got (the guard sent its hold instead)"""
+STOP_STATUS = "collision"
+"""the safety status of the cycle whose command the guard stopped, latching the e-stop"""
+ESTOP_REWARD = -5.0
+"""the default cost of a stop: the sort task's success bonus (`tinker_sim.tasks.sort.SUCCESS_BONUS`), five times the
+reach's"""
+
+
 def new_cycle(stamp_ns: int = 0) -> dict[str, Any]:
     """An empty cycle record for the state stamped ``stamp_ns``."""
     return {"cycle": 0, "episode": 0, "state_stamp_ns": int(stamp_ns), "features_recv_ns": 0, "action_recv_ns": 0,
@@ -50,6 +67,8 @@ def no_transition(cur: Mapping[str, Any], nxt: Mapping[str, Any]) -> str | None:
     """Why the rule above gives no transition from cycle record ``cur`` to ``nxt`` (None: it gives one)."""
     if len(cur["raw_action"]) == 0:
         return "no_action"
+    if cur.get("safety_status", "") in HELD_STATUSES:
+        return "not_executed"
     if len(cur["policy_input"]) == 0 or len(nxt["policy_input"]) == 0:
         return "no_features"
     if int(nxt["episode"]) != int(cur["episode"]):
@@ -63,27 +82,31 @@ def no_transition(cur: Mapping[str, Any], nxt: Mapping[str, Any]) -> str | None:
     return None
 
 
-def transition(cur: Mapping[str, Any], nxt: Mapping[str, Any], info: Mapping[str, Any] | None = None) -> Transition | None:
+def transition(cur: Mapping[str, Any], nxt: Mapping[str, Any], info: Mapping[str, Any] | None = None,
+               estop_reward: float = ESTOP_REWARD) -> Transition | None:
     """The transition from cycle record ``cur`` to ``nxt`` (both with their outcome), or None when the rule
-    above gives none."""
+    above gives none; ``estop_reward`` is added where ``cur``'s command was stopped."""
     if no_transition(cur, nxt) is not None:
         return None
-    action, extra = np.asarray(cur["raw_action"], dtype=np.float32), {}
+    action, extra, reward = np.asarray(cur["raw_action"], dtype=np.float32), {}, float(nxt["reward"])
+    if cur.get("safety_status", "") == STOP_STATUS:
+        reward, extra = reward + float(estop_reward), {"safety_stop": True}
     if cur.get("intervention"):
         person = np.asarray(cur["intervention_action"], dtype=np.float32).reshape(-1)
-        action, extra = np.concatenate([person, action[person.shape[0]:]]), {"intervention": True}
+        action, extra = np.concatenate([person, action[person.shape[0]:]]), {**extra, "intervention": True}
     return Transition(obs=np.asarray(cur["policy_input"], dtype=np.float32), action=action,
-                      reward=float(nxt["reward"]), terminated=bool(nxt["terminated"]), truncated=bool(nxt["truncated"]),
+                      reward=reward, terminated=bool(nxt["terminated"]), truncated=bool(nxt["truncated"]),
                       info={"policy_version": cur["policy_version"], "safety_status": cur["safety_status"],
                             "cycle": int(cur["cycle"]), "stamp_ns": int(nxt.get("state_stamp_ns", 0)), **(info or {}),
                             **extra},
                       next_obs=np.asarray(nxt["policy_input"], dtype=np.float32))
 
 
-def transitions(records: Iterable[Mapping[str, Any]], info: Mapping[str, Any] | None = None) -> list[Transition]:
+def transitions(records: Iterable[Mapping[str, Any]], info: Mapping[str, Any] | None = None,
+                estop_reward: float = ESTOP_REWARD) -> list[Transition]:
     """The transitions of consecutive recorded cycles (each record holds its outcome)."""
     recs = list(records)
-    return [t for t in (transition(a, b, info) for a, b in zip(recs, recs[1:])) if t is not None]
+    return [t for t in (transition(a, b, info, estop_reward) for a, b in zip(recs, recs[1:])) if t is not None]
 
 
 @dataclass
@@ -102,9 +125,13 @@ class CycleJoiner:
     """Open cycles by state stamp; a cycle closes once ``window`` later cycles are open (cycle k is final
     once k+1's features and k+2's outcome are in), or on `flush`. Messages of a closed cycle are ignored."""
 
-    def __init__(self, window: int = 3, info: Mapping[str, Any] | None = None):
+    def __init__(self, window: int = 3, info: Mapping[str, Any] | None = None, estop_reward: float = ESTOP_REWARD):
         self.window = int(window)
         self.info = dict(info or {})
+        self.estop_reward = float(estop_reward)
+        """added to the reward of the transition whose command the guard stopped (`transition`)"""
+        self.not_executed = self.stops = 0
+        """cycles with an action the guard held instead of running (no transition); transitions of a stop"""
         self._open: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._outcome: set[int] = set()
         self._closed_upto = -1
@@ -205,7 +232,10 @@ class CycleJoiner:
             self.interventions_without_action += 1
         nxt_stamp = next(iter(self._open), None)
         nxt = self._open.get(nxt_stamp) if nxt_stamp in self._outcome else None
-        t = transition(rec, nxt, self.info) if nxt is not None else None
+        t = transition(rec, nxt, self.info, self.estop_reward) if nxt is not None else None
+        if len(rec["raw_action"]) and rec["safety_status"] in HELD_STATUSES:
+            self.not_executed += 1
+        self.stops += t is not None and bool(t.info.get("safety_stop"))
         if rec["intervention"] and t is None:  # why, for a person's cycle (the rule runs again only then)
             why = "no_next" if nxt is None else no_transition(rec, nxt)
             self.interventions_lost[why] = self.interventions_lost.get(why, 0) + 1

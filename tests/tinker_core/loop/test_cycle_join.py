@@ -11,21 +11,22 @@ import numpy as np
 from tinker_core.loop.cycle_join import FIELDS, CycleJoiner, new_cycle, transitions
 
 
-def _feed(j: CycleJoiner, cycle: int, episode: int, done: bool = False, drop: tuple[str, ...] = ()):
+def _feed(j: CycleJoiner, cycle: int, episode: int, done: bool = False, drop: tuple[str, ...] = (),
+          status: str = "passed"):
     stamp = 1_000_000 * cycle
     if "features" not in drop:
         j.features(stamp, np.full(5, cycle, np.float32))
     if "action" not in drop:
         j.action(stamp, np.full(7, 0.1 * cycle), "1")
     j.target(stamp, np.zeros(7))
-    j.command(stamp, np.zeros(7), "passed")
+    j.command(stamp, np.zeros(7), status)
     if "outcome" in drop:
         return []
     return j.outcome(stamp, cycle, episode, -0.1 * cycle, terminated=done, truncated=False)
 
 
-def _run(plan) -> list:
-    j = CycleJoiner()
+def _run(plan, j: CycleJoiner | None = None) -> list:
+    j = j or CycleJoiner()
     closed = []
     for args in plan:
         closed += _feed(j, *args)
@@ -120,3 +121,22 @@ def test_a_persons_cycle_that_gives_no_transition_is_counted_by_reason():
         _feed(j, k, 1)
     j.flush()
     assert j.interventions_lost == {"no_features": 1}
+
+
+def test_cycles_the_guard_held_give_no_transition_and_its_stop_costs_the_estop_reward():
+    """The policy still acts while the e-stop is latched (its actions never reach the robot): those cycles would teach
+    that an action does nothing. The cycle whose command the guard stopped gives its transition, costing the stop."""
+    statuses = {3: "collision", 4: "estopped", 5: "estopped", 6: "held", 7: "rate_limited"}
+    j = CycleJoiner(estop_reward=-5.0)
+    closed = _run([(c, 0, False, (), statuses.get(c, "passed")) for c in range(1, 10)], j)
+    ts = [c.transition for c in closed if c.transition is not None]
+    assert [(int(t.obs[0]), int(t.next_obs[0])) for t in ts] == [(1, 2), (2, 3), (3, 4), (7, 8), (8, 9)]
+    stop = ts[2]
+    assert stop.info["safety_stop"] is True and stop.info["safety_status"] == "collision"
+    assert np.isclose(stop.reward, -0.1 * 4 - 5.0) and not stop.terminated  # bootstrapped: the robot goes on
+    assert [bool(t.info.get("safety_stop")) for t in ts] == [False, False, True, False, False]
+    assert np.isclose(ts[3].reward, -0.8)  # a shortened command was still run: its transition stays as it is
+    assert (j.not_executed, j.stops) == (3, 1)
+    assert len(closed) == 9  # every cycle is still recorded, held ones too
+    replayed = transitions([dict(c.record) for c in closed], estop_reward=-5.0)
+    assert [(int(t.obs[0]), t.reward) for t in replayed] == [(int(t.obs[0]), t.reward) for t in ts]

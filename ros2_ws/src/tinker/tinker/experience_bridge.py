@@ -48,9 +48,9 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.bridge = ExperienceBridge(EpisodeLabels(*(g(n) for n in LABEL_PARAMS)), sender, recorder,
                                        reward_source(g("reward_source"), g("sensor_bundle"), g("sensor_env"), g("urdf"),
                                                      g("sensor_hold_target")),
-                                       info={"namespace": self.get_namespace(), "source": "real"})
-        self.add_post_set_parameters_callback(
-            lambda _: self.bridge.labels.configure(*(self.param(n) for n in LABEL_PARAMS)))
+                                       info={"namespace": self.get_namespace(), "source": "real"},
+                                       estop_reward=g("estop_reward"))
+        self.add_post_set_parameters_callback(self._rewards_set)
         self.handover = BundleHandover(self, self.bridge, g("urdf"), {r: g(f"{r}_node") for r in ("policy", "perception")},
                                        g("weights_endpoint"), g("bundle_dir"))
         self.stage = BridgeStage(self.bridge)
@@ -58,6 +58,10 @@ class ExperienceBridgeNode(NodeRuntime, Node):
                    stale={"intervened": None, "estop_state": None}, qos={p: RECORD_QOS for p in STREAMS})
         self.create_service(SetBool, "~/label_episode", self._on_label)
         self.create_timer(0.2, self._tick)
+
+    def _rewards_set(self, _) -> None:
+        self.bridge.labels.configure(*(self.param(n) for n in LABEL_PARAMS))
+        self.bridge.join.estop_reward = float(self.param("estop_reward"))
 
     def _on_label(self, request, response):
         done = self.bridge.label(bool(request.data), time.monotonic())

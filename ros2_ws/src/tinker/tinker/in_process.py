@@ -187,7 +187,7 @@ class InProcessLoop:
             self.sent = _Collector()
             self.bridge = ExperienceBridge(EpisodeLabels(float(b["label_window"]), float(b["label_success_reward"]),
                                                          float(b["label_failure_reward"])), self.sent,
-                                           info={"source": "in_process"})
+                                           info={"source": "in_process"}, estop_reward=float(b["estop_reward"]))
             self.stages["experience_bridge"] = BridgeStage(self.bridge, now=lambda: self._mono_ns / 1e9)
         self._wire()
         for name in ("policy", "safety"):  # as their lifecycle nodes' activate

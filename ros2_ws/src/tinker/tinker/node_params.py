@@ -7,6 +7,7 @@ from __future__ import annotations
 from tinker.channel_io import CHANNEL_PARAMS
 from tinker.runtime import Param
 from tinker.wire import topic_params
+from tinker_core.loop.cycle_join import ESTOP_REWARD
 from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, CALIBRATION_DEADBAND_RANGE_M
 from tinker_core.loop.latency_compensation import MAX_STEPS
 
@@ -132,6 +133,9 @@ BRIDGE_PARAMS = {
     "label_success_reward": Param(1.0, "reward of an episode's last transition labelled success", (-1e3, 1e3)),
     "label_failure_reward": Param(-1.0, "penalty (<= 0) added to the reward of an episode's last transition "
                                   "labelled failure; that transition stays bootstrapped", (-1e3, 0.0)),
+    "estop_reward": Param(ESTOP_REWARD, "cost (<= 0) added to the reward of the transition whose command the safety "
+                                        "guard stopped (a predicted collision: the e-stop latched); it stays "
+                                        "bootstrapped. Cycles the guard held give no transition", (-1e3, 0.0)),
 }
 """`tinker.experience_bridge.ExperienceBridgeNode`"""
 
