@@ -327,12 +327,12 @@ def run_export(args: argparse.Namespace) -> int:
     u = env.unwrapped
     if sort:
         from tinker_core.nn.located_objects import LocatedObjects
-        from tinker_sim.tasks.sort import BIN_CENTERS, BIN_INNER_HALF, BIN_WALL_HEIGHT, OBJECT_HALF, TABLE_TOP
+        from tinker_sim.tasks.sort import BIN_CENTERS, BIN_INNER_HALF, REST_Z, RIM_Z
 
-        perception = LocatedObjects(locator, u.obs_terms, BIN_CENTERS.tolist(), rest_z=TABLE_TOP + OBJECT_HALF,
-                                    bin_inner_half=BIN_INNER_HALF, rim_z=TABLE_TOP + BIN_WALL_HEIGHT + OBJECT_HALF)
+        perception = LocatedObjects(locator, u.obs_terms, BIN_CENTERS.tolist(), rest_z=REST_Z,
+                                    bin_inner_half=BIN_INNER_HALF, rim_z=RIM_Z)
         if c.projections is not None:  # what a measured camera offset corrects through (RestingGeometry)
-            meta["located_geometry"] = {"projections": c.projections, "rest_z": TABLE_TOP + OBJECT_HALF,
+            meta["located_geometry"] = {"projections": c.projections, "rest_z": REST_Z,
                                         "bin_inner_half": BIN_INNER_HALF}
         image_terms = [t["name"] for t in u.obs_terms if t["name"].startswith("obj")]
         actor = nn.Sequential(parts["perception"], parts["actor"])  # the state's normalization, then the actor

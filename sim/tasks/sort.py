@@ -40,6 +40,10 @@ BIN_INNER_HALF = 0.08
 BIN_WALL_HEIGHT = 0.04
 OBJECT_HALF = 0.025
 """half the size of an object at object_size_scale = 1, m"""
+REST_Z = TABLE_TOP + OBJECT_HALF
+"""height of an object's centre resting on the table (at object_size_scale = 1), m"""
+RIM_Z = TABLE_TOP + BIN_WALL_HEIGHT + OBJECT_HALF
+"""an object's centre below this, inside a bin, rests in it (at object_size_scale = 1), m"""
 OBJECT_MASS = 0.1
 SUCTION_REACH_M = 0.01
 PER_SORTED = 2.0
@@ -59,7 +63,7 @@ def sensor_rule(task_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"sorted_reward": str(kw.get("sorted_reward", "per_step")), "per_sorted": PER_SORTED,
             "wrong_bin_penalty": WRONG_BIN_PENALTY, "success_bonus": SUCCESS_BONUS,
             "bins": [tuple(float(v) for v in c) for c in BIN_CENTERS], "bin_inner_half": BIN_INNER_HALF,
-            "rim_z": TABLE_TOP + BIN_WALL_HEIGHT + OBJECT_HALF}
+            "rim_z": RIM_Z}
 
 
 def sort_fixtures() -> list[tuple[str, tuple, tuple, tuple]]:

@@ -24,10 +24,9 @@ class SeenPositions(nn.Module):
 
 
 def _geometry():
-    from tinker_sim.tasks.sort import BIN_CENTERS, BIN_INNER_HALF, BIN_WALL_HEIGHT, OBJECT_HALF, TABLE_TOP
+    from tinker_sim.tasks.sort import BIN_CENTERS, BIN_INNER_HALF, REST_Z, RIM_Z
 
-    return dict(bins=BIN_CENTERS.tolist(), rest_z=TABLE_TOP + OBJECT_HALF, bin_inner_half=BIN_INNER_HALF,
-                rim_z=TABLE_TOP + BIN_WALL_HEIGHT + OBJECT_HALF)
+    return dict(bins=BIN_CENTERS.tolist(), rest_z=REST_Z, bin_inner_half=BIN_INNER_HALF, rim_z=RIM_Z)
 
 
 def test_true_positions_give_the_terms_the_env_computes_through_whole_sorting_episodes():
