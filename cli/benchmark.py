@@ -37,7 +37,7 @@ examples:
   tinker benchmark sim2real --env tinker/ArmSort-v0 --variants far_latency_sort --runs 3 --eval-episodes 50
   tinker benchmark sim2real --env tinker/ArmSort-v0 --variants far_latency_sort --runs 5 --latency-compensation auto
   tinker benchmark sim2real --bundle pretrained/arm_reach_vision --reward sensors --variants far_latency_reach --runs 5
-  tinker benchmark sim2real --env tinker/ArmSort-v0 --bundle pretrained/arm_sort_vision --reward sensors \
+  tinker benchmark sim2real --bundle pretrained/arm_sort_vision --reward sensors \
       --variants far_latency_sort --runs 5 --latency-compensation auto
 """
 
@@ -50,7 +50,8 @@ def register(sub: Any) -> None:
                        description="Run a whole benchmark protocol across tinker's layers.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("protocol", choices=["sim2real"], help="which protocol to run")
-    p.add_argument("--env", default=ENVS[0], choices=ENVS, help=f"the task (default {ENVS[0]})")
+    p.add_argument("--env", default=None, choices=ENVS,
+                   help=f"the task (default: --bundle's own, as its manifest records it; else {ENVS[0]})")
     p.add_argument("--variants", nargs="*", default=None,
                    help="dynamics variant names in sim/config/dynamics or YAML paths (default: every shipped one "
                         "whose keys all act on the env and policy)")
@@ -93,6 +94,22 @@ def _compensation(text: str) -> int | str:
         return check_steps(int(text), "--latency-compensation")
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number of control periods or 'auto', got {text!r}")
+
+
+def env_for(env: str | None, bundle: str | None) -> str:
+    """The task the protocol runs: ``--env``, else the bundle's own (its manifest's env_id), else ArmReach.
+    `ConfigError` when ``--env`` names another task than the bundle's, or the bundle's is not one of `ENVS`."""
+    from tinker.bundle_io import top_manifest
+    from tinker_core.errors import ConfigError
+
+    own = top_manifest(bundle).env_id if bundle else None
+    if env and own and env != own:
+        raise ConfigError(f"--env {env}, but --bundle {bundle} is a policy of {own}: leave --env out, or give a "
+                          f"bundle of {env}")
+    chosen = env or own or ENVS[0]
+    if chosen not in ENVS:
+        raise ConfigError(f"--bundle {bundle}: its task {chosen} is none the protocol runs ({', '.join(ENVS)})")
+    return chosen
 
 
 def _variant_path(name: str, repo: Any) -> Any:
@@ -308,6 +325,9 @@ def run(args: argparse.Namespace) -> int:
     for k in ("runs", "eval_episodes"):
         if getattr(args, k) < 1:
             raise ConfigError(f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}")
+    if args.bundle and not Path(args.bundle).exists():
+        raise ConfigError(f"--bundle: {Path(args.bundle).resolve()} does not exist")
+    args.env = env_for(args.env, args.bundle)
     if args.train and args.env != ENVS[0]:
         raise ConfigError(f"--train: the protocol retrains only the ArmReach policy (configs/sac_arm_reach.yaml); "
                           f"for {args.env} run 'tinker train' and 'tinker export' yourself")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from tinker_cli.benchmark import ENVS
+from tinker_cli.benchmark import ENVS, env_for
 
 ORDER = 1
 
@@ -40,8 +40,8 @@ def register(sub: Any) -> None:
                                    "PyBullet arm with shifted dynamics, run the pretrained policy, fine-tune it "
                                    "online from the live loop, hot-reload improved policies, and report.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--env", default=ENVS[0], choices=ENVS,
-                   help="the task (default tinker/ArmReach-v0). tinker/ArmSort-v0 fine-tunes the shipped sorter from "
+    p.add_argument("--env", default=None, choices=ENVS,
+                   help="the task (default: --bundle's own, else tinker/ArmReach-v0). tinker/ArmSort-v0 fine-tunes the shipped sorter from "
                         "its RL prior (pretrained/arm_sort/rl_prior: SAC started from the imitation policy, with the "
                         "expert's demonstrations sampled beside the live data) on far_latency_sort.yaml")
     p.add_argument("--dynamics", default=None,
@@ -108,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     from tinker.demo import DemoConfig, default_dynamics, run_demo
 
+    args.env = env_for(args.env, args.bundle)
     bundle = args.bundle or str(pretrained_dir(args.env) / "bundle")
     checkpoint, demonstrations = finetune_start(args.env) if not args.checkpoint else (args.checkpoint, None)
     overrides = learner_overrides(args.learner_set)

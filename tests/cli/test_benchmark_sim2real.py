@@ -73,6 +73,21 @@ def test_another_bundle_and_the_sensor_reward_are_refused_where_they_cannot_run(
     assert not any((tmp_path / k).exists() for k in "abcde")
 
 
+def test_the_task_is_the_bundles_own_and_another_is_refused(tmp_path):
+    """A user who names the camera sorter runs the sort task (before, the protocol ran ArmReach's success sensor on
+    the sorter's features and failed on a missing 'target_pos')."""
+    from tinker_cli.benchmark import env_for
+
+    assert env_for(None, "pretrained/arm_sort_vision") == SORT
+    assert env_for(None, "pretrained/arm_reach_vision") == "tinker/ArmReach-v0"
+    assert env_for(None, None) == "tinker/ArmReach-v0" and env_for(SORT, None) == SORT
+    p = tinker("benchmark", "sim2real", "--env", "tinker/ArmReach-v0", "--bundle", "pretrained/arm_sort_vision",
+               "--reward", "sensors", "--out", str(tmp_path / "a"))
+    assert p.returncode == 2 and ("--env tinker/ArmReach-v0, but --bundle pretrained/arm_sort_vision is a policy of "
+                                  "tinker/ArmSort-v0") in p.stderr, p.stderr[-500:]
+    assert not (tmp_path / "a").exists()
+
+
 def test_the_demo_refuses_a_dynamics_key_its_robot_cannot_act_on_before_it_starts_anything(tmp_path):
     out = tmp_path / "demo"
     p = tinker("demo", "--dynamics", "sim/config/dynamics/worn_robot.yaml", "--out", str(out))
