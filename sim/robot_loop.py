@@ -53,6 +53,8 @@ class SimRobotConfig:
     episode_cycles: int = 0
     """> 0: a new episode after this many cycles or on success; 0 = never"""
     end_on_success: bool = True
+    end_on_sensor: bool = True
+    """an ``episode_end`` (the success sensor saw the task done) ends that episode at the next cycle"""
     num_objects: int = 0
     max_objects: int = 0
     command_type: str = "float64_array"
@@ -175,6 +177,8 @@ class SimRobotLoop:
         self.objects_sorted = self.objects_total = 0  # a sorting task's objects at its episodes' ends
         self._success_episode = -1
         self._last_tick_ns = 0
+        self._end_episode = -1  # an episode the success sensor ended (`end_episode`)
+        self.sensor_ends = 0  # episodes ended so
 
     # --- commands ----------------------------------------------------------------------------
     def accept(self, q: np.ndarray) -> None:
@@ -259,10 +263,22 @@ class SimRobotLoop:
         img = self.arm.image() if self.cfg.camera and self.frames is None else None  # in line: with its state
         ee = self.env.ee_position
         reward, success, info = self.env.task.evaluate(ee)
-        done = (bool(success) and self.cfg.end_on_success) or (0 < self.episode_cycles <= self.episode_step)
+        done = ((bool(success) and self.cfg.end_on_success) or (0 < self.episode_cycles <= self.episode_step)
+                or self._end_episode == self.episode)
         values = np.concatenate([[float(reward), float(done), float(success), float(info.get("distance", 0.0))],
                                  ee, self.env.task.observe(ee)])
         return SimState(q, qd, stamp, self.cycle, self.episode, values, img, done, bool(success)), missed
+
+    def end_episode(self, episode: str, stamp: int) -> bool:
+        """The success sensor saw episode ``episode`` done in its state ``stamp``: it ends at the next cycle (a reset,
+        as a cell's reset routine would). Another episode's, or an older state's (before the last reset), is
+        ignored; so is every one with ``end_on_sensor`` false. Whether it was taken."""
+        if not self.cfg.end_on_sensor or episode != str(self.episode) or stamp < self._reset_at_ns \
+                or self._end_episode == self.episode:
+            return False
+        self._end_episode = self.episode
+        self.sensor_ends += 1
+        return True
 
     def report(self, s: SimState) -> TaskReport:
         """State ``s``'s outcome and task terms by name, as the ``task`` topic carries them
@@ -322,7 +338,7 @@ class SimRobotLoop:
                 "max_command_step": f"{self.step_max:.4f}", "max_command_step_window": f"{window:.4f}",
                 "commands_over_velocity_limit": self.steps_over_limit,
                 "rejected_commands": self.rejections.count, "stale_commands": self.stale, "sim_misses": self.arm.misses,
-                "episode": self.episode, "successes": self.successes, "suction_switches": self.suction_switches,
+                "episode": self.episode, "successes": self.successes, "sensor_ends": self.sensor_ends, "suction_switches": self.suction_switches,
                 "last_error": self.rejections.last,
                 **({"objects_sorted": self.objects_sorted, "objects_total": self.objects_total}
                    if self.objects_total else {}),

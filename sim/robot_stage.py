@@ -4,7 +4,7 @@ Its cycle is a tick of the host's clock (a timer in the node, one call per cycle
 out as ``task`` (its outcome and terms, first: perception has this state's terms when its state arrives),
 ``joint_states`` and, rendered in line, ``image``. The safe ``command`` and the policy's ``tool_command`` (the
 suction) come back as edges into `tinker_sim.robot_loop.SimRobotLoop`, which executes them, holds on stale and
-foreign commands and keeps the episodes.
+foreign commands and keeps the episodes; ``episode_end`` (the success sensor saw the task done) ends one.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from tinker_core.loop.edges import Action, Frame, SafeCommand, joint_vector
+from tinker_core.loop.edges import Action, EpisodeEnd, Frame, SafeCommand, joint_vector
 from tinker_core.loop.graph import ROBOT
 from tinker_core.loop.stage import LoopStage
 from tinker_sim.robot_loop import SimRobotLoop, SimState
@@ -30,7 +30,7 @@ class SimRobotStage(LoopStage):
         self.loop, self.answered, self.wall_ns = loop, answered, wall_ns
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
-        return {"command": self.on_command, "tool_command": self.on_tool_command}
+        return {"command": self.on_command, "tool_command": self.on_tool_command, "episode_end": self.on_episode_end}
 
     def tick(self, t0: int) -> tuple[SimState, bool]:
         """One cycle at ``t0`` (monotonic ns): the state out; (the state, whether the cycle began late). The host
@@ -57,6 +57,9 @@ class SimRobotStage(LoopStage):
 
     def on_tool_command(self, a: Action) -> None:
         self.loop.tool_command(a.values, {"stamp_ns": str(a.stamp_ns)})
+
+    def on_episode_end(self, e: EpisodeEnd) -> None:
+        self.loop.end_episode(e.episode, e.stamp_ns)
 
     def refuse(self, err: Exception) -> None:
         super().refuse(err)

@@ -157,3 +157,28 @@ def test_the_learner_gets_a_stop_as_a_cost_and_never_the_cycles_the_guard_held()
     assert [t.info["cycle"] for t in free] == [t.info["cycle"] for t in ts]
     assert [round(a.reward - b.reward, 6) for a, b in zip(ts, free)] == \
            [-7.0 if t.info.get("safety_stop") else 0.0 for t in ts]
+
+
+def test_an_episode_ends_where_the_success_sensor_sees_the_objects_sorted():
+    """From sensors the simulator's own success ends nothing (``end_on_success: false``, as ``tinker demo --reward
+    sensors`` runs it): the experience bridge's sorting sensor sends ``episode_end`` once it has seen every object
+    in its bin for ``settle_cycles`` states, and the robot resets there, as a cell's reset routine would. Without it
+    the arm went on acting in a finished task until the time limit. The camera sorter at nominal, 3 episodes."""
+    from tinker.in_process import InProcessConfig, InProcessLoop
+
+    def run(end_on_sensor: bool):
+        cfg = InProcessConfig(bundle="pretrained/arm_sort_vision", reset_estop=True,
+                              overrides={"sim_robot": {"seed": 1000, "episode_cycles": 200, "end_on_success": False,
+                                                       "end_on_sensor": end_on_sensor},
+                                         "experience_bridge": {"reward_source": "sensors"}})
+        with InProcessLoop(cfg) as loop:
+            out = loop.run_episodes(3)
+            return out, loop.robot.sensor_ends, loop.bridge.values(), loop.transitions
+
+    out, ends, bridge, ts = run(True)
+    assert ends == bridge["sensor_successes"] >= 2, (ends, bridge)
+    assert out["successes"] >= ends  # the simulator agrees: no episode ended before its objects were sorted
+    assert out["cycles"] < 3 * 200 and not any(out["unsafe_states"].values())
+    assert sum(t.terminated for t in ts) == ends
+    full, none, _, _ = run(False)
+    assert none == 0 and full["cycles"] == 3 * 200

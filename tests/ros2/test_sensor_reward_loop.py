@@ -5,7 +5,8 @@ the simulator's reward (its true target) never reaches the learner.
 Real processes over real DDS, on a domain of their own: sim_robot renders the vision bundle's two views with the
 camera moved 8 cm (``shifted_camera.yaml``, not re-aimed), so the perceived target is off the true one (perception
 corrects most of the move on the hand it sees, not all of it, nor the locator's own error) and the two rewards differ; a real ZeroMQ receiver stands in for the learner. The simulator ends episodes only
-at the time limit (``end_on_success: false``), as ``tinker demo --reward sensors`` runs it. The graph runs at the bundle's 50 ms
+at the time limit (``end_on_success: false``, ``end_on_sensor: false``; ``tinker demo --reward sensors`` also ends
+them where the sensor sees success, tests/ros2/test_in_process.py). The graph runs at the bundle's 50 ms
 with a patient watchdog latch (as test_vision_loop).
 """
 
@@ -53,8 +54,9 @@ def test_transitions_carry_the_sensor_reward_not_the_simulators(ros2, tmp_path):
               # perception per frame and the sensor holding each episode's first target: the bridge's own hold
               overrides={"perception": {"bundle": str(VISION), "estimate": "per_frame"},
                          "policy": {"bundle": str(VISION)},
+                         # fixed 50-cycle episodes: neither the simulator's success nor the sensor's ends one
                          "sim_robot": {"episode_cycles": 50, "seed": 1000, "dynamics": str(SHIFTED_CAMERA),
-                                       "end_on_success": False},
+                                       "end_on_success": False, "end_on_sensor": False},
                          "safety": {"config": str(tmp_path / "safety.yaml")},
                          "experience_bridge": {"learner_endpoint": learner.endpoint, "reward_source": "sensors",
                                                "sensor_hold_target": True}})

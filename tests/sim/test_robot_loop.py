@@ -72,6 +72,24 @@ def test_a_cycle_gives_the_state_and_its_task_terms_and_an_episode_ends_after_it
     assert states[0].image is None  # no camera
 
 
+def test_the_success_sensor_ends_its_episode_at_the_next_cycle_and_nothing_else_does(make_loop):
+    """``episode_end`` (the experience bridge's sensor saw the task done): that episode ends at the next state; one
+    for another episode, or for a state before the last reset, changes nothing; ``end_on_sensor`` false ignores it."""
+    loop = make_loop(episode_cycles=10, end_on_success=False)
+    s1, _ = _cycle(loop, 50 * MS)
+    assert not loop.end_episode("1", s1.stamp)  # not the running episode
+    assert loop.end_episode("0", s1.stamp) and not loop.end_episode("0", s1.stamp)  # once
+    s2, _ = _cycle(loop, 100 * MS)
+    assert s2.done and s2.episode == 0 and not s2.success and loop.sensor_ends == 1
+    s3, _ = _cycle(loop, 150 * MS)
+    assert s3.episode == 1 and not s3.done
+    assert not loop.end_episode("1", s1.stamp)  # a state of the episode before the reset
+    assert not _cycle(loop, 200 * MS)[0].done
+    off = make_loop(episode_cycles=10, end_on_success=False, end_on_sensor=False)
+    t1, _ = _cycle(off, 50 * MS)
+    assert not off.end_episode("0", t1.stamp) and not _cycle(off, 100 * MS)[0].done
+
+
 def test_a_cycle_later_than_one_and_a_half_periods_is_a_deadline_miss(make_loop):
     loop = make_loop()
     assert _cycle(loop, 100 * MS)[1] is False  # the first has no predecessor

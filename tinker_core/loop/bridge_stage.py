@@ -2,7 +2,11 @@
 
 Each edge into the bridge (the state's outcome, features, raw action, joint target, safe command, a person's
 cycles, the e-stop state) becomes one call of `tinker_core.loop.bridge.ExperienceBridge`, which joins, labels and
-sends. ``now``: the host's monotonic clock in s (the label window's).
+sends. Where a success sensor rewards, the first state of an episode it sees done goes out as ``episode_end``: the
+episode ends there on the robot too (the simulated robot resets on it), not only for the learner. Without it the
+robot would go on acting in a task already done, in states its policy never met in training (the camera sorter,
+fine-tuned from its sensor, latched all its e-stops there: 36 in 15 episodes measured). ``now``: the host's
+monotonic clock in s (the label window's).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from typing import Any, Callable
 
 from tinker_core.errors import TinkerError
 from tinker_core.loop.bridge import ExperienceBridge
-from tinker_core.loop.edges import Action, EstopState, Features, Intervened, SafeCommand, TaskReport
+from tinker_core.loop.edges import Action, EpisodeEnd, EstopState, Features, Intervened, SafeCommand, TaskReport
 from tinker_core.loop.stage import LoopStage
 
 
@@ -23,6 +27,9 @@ class BridgeStage(LoopStage):
         super().__init__()
         self.bridge, self.now = bridge, now
         self.estopped = False
+        self.ended_episode: int | None = None
+        """the newest episode the success sensor ended (`episode_end` sent once per episode)"""
+        bridge.on_success = self._success
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
         return {"task": self.on_task, "features": self.on_features, "raw_action": self.on_action,
@@ -49,6 +56,11 @@ class BridgeStage(LoopStage):
             self.bridge.intervened(i.stamp_ns, i.values)
         except TinkerError as e:  # no action chain known yet, or a target it cannot invert: no transition
             self.refuse(e)
+
+    def _success(self, stamp: int, episode: int) -> None:
+        if episode != self.ended_episode:
+            self.ended_episode = episode
+            self.emit("episode_end", EpisodeEnd(int(stamp), str(episode)))
 
     def on_estop(self, e: EstopState) -> None:
         self.estopped = e.estopped

@@ -166,6 +166,15 @@ class Intervened:
 
 
 @dataclass(slots=True)
+class EpisodeEnd:
+    """``episode_end``: the success sensor saw the task done in the state stamped ``stamp_ns`` of ``episode``; that
+    episode ends there (the simulated robot resets, as a real cell's reset routine would)."""
+
+    stamp_ns: int
+    episode: str
+
+
+@dataclass(slots=True)
 class EstopState:
     """``estop_state``: whether the safety guard's e-stop is latched, and why ('' = clear)."""
 

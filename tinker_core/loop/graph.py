@@ -210,6 +210,8 @@ ROBOT_LOOP = (
     .connect(OUTSIDE, "intervention", "safety", does="a person's teleop targets")
     .connect("safety", "intervened", "experience_bridge")
     .connect("safety", "estop_state", "experience_bridge")
+    .connect("experience_bridge", "episode_end", ROBOT,
+             does="the success sensor saw the task done: that episode ends (the simulated robot resets on it)")
     .connect("experience_bridge", "transitions", "learner", transport="zmq",
              does="each joined cycle as a Transition (TransitionSender -> TransitionReceiver)")
     .connect("learner", "bundles", "experience_bridge", transport="zmq",

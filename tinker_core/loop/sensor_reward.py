@@ -60,6 +60,8 @@ class SensorConfig:
     """the features' term holding the perceived target (base frame, m); must be one of the bundle's image_terms"""
     joint_term: str = "joint_pos"
     """the features' term holding the measured joint positions (rad, the manifest's joint order)"""
+    settle_cycles: int = 1
+    """states in a row the target must be reached before the episode ends (`SensorOutcome`; 1: at once)"""
     hold_target: bool = False
     """True: read the target on an episode's first state and hold it for the episode (`SensorOutcome`), for
     perception that estimates per frame: the reach target does not move within an episode, and near it the arm
@@ -73,6 +75,8 @@ class SensorConfig:
             raise ConfigError(f"SensorConfig.success_distance: expected > 0 m, got {self.success_distance!r}")
         if int(self.time_limit_cycles) < 1:
             raise ConfigError(f"SensorConfig.time_limit_cycles: expected >= 1, got {self.time_limit_cycles!r}")
+        if int(self.settle_cycles) < 1:
+            raise ConfigError(f"SensorConfig.settle_cycles: expected >= 1, got {self.settle_cycles!r}")
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ class SuccessSensor(Protocol):
     """What `SensorOutcome` reads: `ReachSensor`, `tinker_core.loop.sort_sensor.SortSensor`."""
 
     config: Any
-    """its ``name``, ``time_limit_cycles`` and ``hold_target``"""
+    """its ``name``, ``time_limit_cycles``, ``settle_cycles``, ``success_bonus`` and ``hold_target``"""
 
     def read(self, features: np.ndarray, target: np.ndarray | None = None) -> SensorReading: ...
 
@@ -166,6 +170,7 @@ class SensorOutcome:
         self._counters: OrderedDict[int, tuple[int, int]] = OrderedDict()
         self._features: OrderedDict[int, np.ndarray] = OrderedDict()
         self._episode, self._first_cycle, self._ended = None, 0, None  # ended: (terminated, truncated)
+        self._seen_done = 0  # states in a row the sensor has seen the task done
         self._held: np.ndarray | None = None  # the episode's target, with config.hold_target
         self.successes = 0
         """episodes the sensor declared successful"""
@@ -193,18 +198,24 @@ class SensorOutcome:
             d.popitem(last=False)  # the other half never came: that state has no outcome
 
     def _outcome(self, stamp: int, cycle: int, episode: int, features: np.ndarray) -> Outcome:
+        c = self.sensor.config
         if episode != self._episode:
             self._episode, self._first_cycle, self._ended, self._held = episode, cycle, None, None
+            self._seen_done = 0
         r = self.last = self.sensor.read(features, self._held)
-        if self.sensor.config.hold_target and self._held is None:
+        if c.hold_target and self._held is None:
             self._held = r.target  # the episode's first state with features: the arm at its start pose
+        reward = r.reward
         if self._ended is None:
-            if r.success:
+            self._seen_done = self._seen_done + 1 if r.success else 0
+            if r.success and self._seen_done >= c.settle_cycles:
                 self._ended = (True, False)
                 self.successes += 1
-            elif cycle - self._first_cycle + 1 >= self.sensor.config.time_limit_cycles:
+            elif r.success:  # done as seen, not yet settled: the success bonus is paid once, where it ends
+                reward -= c.success_bonus
+            if self._ended is None and cycle - self._first_cycle + 1 >= c.time_limit_cycles:
                 self._ended = (False, True)
             terminated, truncated = self._ended or (False, False)
         else:
             terminated, truncated = self._ended  # the episode ended: every later state says so
-        return Outcome(stamp, cycle, episode, r.reward, terminated, truncated)
+        return Outcome(stamp, cycle, episode, reward, terminated, truncated)

@@ -52,6 +52,8 @@ class SortSensorConfig:
     success_bonus: float = 5.0
     sorted_reward: str = "per_step"
     """"per_step": +per_sorted per sorted object; "remaining": -per_sorted per object not yet sorted"""
+    settle_cycles: int = 1
+    """states in a row every object must be seen sorted before the episode ends (`SensorOutcome`)"""
     name: str = "sort_objects_seen_in_bins"
     """the sensor's declared name (in the bridge's diagnostics and the transitions' info)"""
     joint_term: str = "joint_pos"
@@ -62,6 +64,8 @@ class SortSensorConfig:
     def __post_init__(self) -> None:
         if int(self.time_limit_cycles) < 1:
             raise ConfigError(f"SortSensorConfig.time_limit_cycles: expected >= 1, got {self.time_limit_cycles!r}")
+        if int(self.settle_cycles) < 1:
+            raise ConfigError(f"SortSensorConfig.settle_cycles: expected >= 1, got {self.settle_cycles!r}")
         if self.sorted_reward not in ("per_step", "remaining"):
             raise ConfigError(f"SortSensorConfig.sorted_reward: expected 'per_step' or 'remaining', got "
                               f"{self.sorted_reward!r}")

@@ -24,9 +24,10 @@ from tinker_core.loop.sort_sensor import SortSensor, SortSensorConfig
 LIMIT = ENV_IDS["tinker/ArmSort-v0"]["max_episode_steps"]
 
 
-def _sensor(env: ArmEnv, image_terms=None) -> SortSensor:
+def _sensor(env: ArmEnv, image_terms=None, settle: int | None = None) -> SortSensor:
     seen = image_terms if image_terms is not None else [t["name"] for t in env.obs_terms if t["name"].startswith("obj")]
-    return SortSensor(SortSensorConfig(time_limit_cycles=LIMIT, **sensor_rule()), env.obs_terms, seen,
+    rule = {**sensor_rule(), **({} if settle is None else {"settle_cycles": settle})}
+    return SortSensor(SortSensorConfig(time_limit_cycles=LIMIT, **rule), env.obs_terms, seen,
                       ForwardKinematics.from_urdf(None, env.joint_names).ee_position)
 
 
@@ -93,8 +94,9 @@ def test_objects_the_simulator_tells_are_refused_and_bad_features_are_named(env)
 
 
 def test_the_outcome_ends_an_episode_where_the_camera_sees_every_object_sorted(env):
-    """The bridge's `SensorOutcome` with the sorting sensor: terminated at the first state it reads as sorted."""
-    outcome = SensorOutcome(_sensor(env))
+    """The bridge's `SensorOutcome` with the sorting sensor, given the simulator's own terms (nothing falls unseen),
+    settling 1 state: terminated at the first state it reads as sorted, as the env."""
+    outcome = SensorOutcome(_sensor(env, settle=1))
     ctl = ScriptedSortController(env)
     try:
         obs, _ = env.reset(seed=41)
@@ -109,3 +111,34 @@ def test_the_outcome_ends_an_episode_where_the_camera_sees_every_object_sorted(e
     finally:
         ctl.close()
     assert outcome.successes == 1
+
+
+class _Seen:
+    """A sensor that reads what the test says it sees (a stand-in for the camera's estimates: what matters here is
+    `SensorOutcome`'s rule over a sequence of readings)."""
+
+    def __init__(self, done: list[bool]):
+        self.config = SortSensorConfig(time_limit_cycles=LIMIT, **sensor_rule())
+        self.done = done
+
+    def read(self, features, target=None):
+        from tinker_core.loop.sensor_reward import SensorReading
+
+        ok = self.done[int(features[0])]
+        return SensorReading(4.0 + (self.config.success_bonus if ok else 0.0), ok, 0.0, np.zeros(3), np.zeros(3))
+
+
+def test_the_sorter_ends_an_episode_once_every_object_has_stayed_sorted_for_its_settle_cycles():
+    """An object let go above its bin reads as sorted while it falls (the camera puts what is not held at its resting
+    height): the episode ends only after the sorted reading held for ``settle_cycles`` states in a row, and the
+    success bonus is paid once, where it ends."""
+    settle = sensor_rule()["settle_cycles"]
+    assert settle == 5
+    done = [False, False, True, True, False] + [True] * settle + [True]
+    outcome = SensorOutcome(_Seen(done))
+    outs = [outcome.counters(k, k, 0) or outcome.features(k, np.array([k])) for k in range(len(done))]
+    ends = [k for k, o in enumerate(outs) if o.terminated]
+    assert ends[0] == 4 + settle and outcome.successes == 1
+    bonus = sensor_rule()["success_bonus"]
+    assert [o.reward for o in outs[:ends[0]]] == [4.0] * ends[0]  # seen done, not yet settled: no bonus
+    assert outs[ends[0]].reward == 4.0 + bonus

@@ -54,7 +54,8 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.handover = BundleHandover(self, self.bridge, g("urdf"), {r: g(f"{r}_node") for r in ("policy", "perception")},
                                        g("weights_endpoint"), g("bundle_dir"))
         self.stage = BridgeStage(self.bridge)
-        self.serve(self.stage, Reader("experience_bridge"), {p: f"{p}_topic" for p in (*STREAMS, "estop_state")},
+        self.serve(self.stage, Reader("experience_bridge"),
+                   {p: f"{p}_topic" for p in (*STREAMS, "estop_state", "episode_end")},
                    stale={"intervened": None, "estop_state": None}, qos={p: RECORD_QOS for p in STREAMS})
         self.create_service(SetBool, "~/label_episode", self._on_label)
         self.create_timer(0.2, self._tick)

@@ -183,10 +183,15 @@ class InProcessLoop:
             from tinker_core.loop.bridge_stage import BridgeStage
             from tinker_core.loop.episode_label import EpisodeLabels
 
+            from tinker.reward_source import reward_source
+
             b = p["experience_bridge"]
             self.sent = _Collector()
+            # the node's own composition: '' sensor_bundle is perception's bundle, as tinker bringup fills it in
+            sensed = reward_source(str(b["reward_source"]), str(b["sensor_bundle"] or bundle), str(b["sensor_env"]),
+                                   str(b["urdf"]), bool(b["sensor_hold_target"]))
             self.bridge = ExperienceBridge(EpisodeLabels(float(b["label_window"]), float(b["label_success_reward"]),
-                                                         float(b["label_failure_reward"])), self.sent,
+                                                         float(b["label_failure_reward"])), self.sent, sensed=sensed,
                                            info={"source": "in_process"}, estop_reward=float(b["estop_reward"]))
             self.stages["experience_bridge"] = BridgeStage(self.bridge, now=lambda: self._mono_ns / 1e9)
         self._wire()

@@ -86,6 +86,9 @@ SIM_ROBOT_PARAMS = {
     "end_on_success": Param(True, "true: an episode also ends (reset) on the simulator's own success; false: only "
                                   "after episode_cycles (a learner rewarded by a success sensor then learns nothing "
                                   "from when the simulator resets)." + _FIXED, read_only=True),
+    "end_on_sensor": Param(True, "true: an episode also ends (reset) where the experience bridge's success sensor "
+                                 "saw the task done (episode_end), as a cell's reset routine would; false: it "
+                                 "ignores episode_end." + _FIXED, read_only=True),
     "command_type": Param("float64_array", "Command input: float64_array (Float64MultiArray in joint order) or "
                                            "joint_trajectory (JointTrajectory, first point, by joint name)." + _FIXED,
                           read_only=True),
@@ -97,7 +100,7 @@ SIM_ROBOT_PARAMS = {
     "num_objects": Param(0, "Sort task: objects per episode (0: the task's default)." + _FIXED, (0, 16), True),
     "max_objects": Param(0, "Sort task: object slots in the task terms (0: num_objects); a policy trained "
                             "with slots needs the same." + _FIXED, (0, 16), True),
-    **topic_params(tool_command_topic="tool_command"),
+    **topic_params(tool_command_topic="tool_command", episode_end_topic="episode_end"),
 }
 """`tinker.sim_robot.SimRobotNode` (`tinker_sim.robot_loop.SimRobotConfig` takes the robot's own)"""
 
@@ -124,7 +127,7 @@ BRIDGE_PARAMS = {
                                        "estimates per frame", read_only=True),
     **topic_params(task_topic="task", features_topic="features", raw_action_topic="raw_action",
                    joint_target_topic="joint_target", command_topic="command", estop_state_topic="estop_state",
-                   intervened_topic="intervened"),
+                   intervened_topic="intervened", episode_end_topic="episode_end"),
     "urdf": Param("", "robot model: forward kinematics for reward_source 'sensors', joint limits of the action chain a "
                       "person's target is inverted through (empty: the KUKA iiwa, kuka_iiwa/model.urdf)", read_only=True),
     "label_window": Param(3.0, "s: a label_episode call applies to the episode that ended within this time, else to "

@@ -26,7 +26,7 @@ from tinker_core.loop.edges import Frame, SafeCommand
 from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
 from tinker_sim.robot_stage import SimRobotStage
 
-TOPICS = {p: f"{p}_topic" for p in ("joint_states", "image", "task", "command", "tool_command")}
+TOPICS = {p: f"{p}_topic" for p in ("joint_states", "image", "task", "command", "tool_command", "episode_end")}
 
 
 class SimRobotNode(NodeRuntime, Node):
@@ -49,7 +49,7 @@ class SimRobotNode(NodeRuntime, Node):
             cfg, self.period, self.loop.seed, self._publish_frame, int(self.param("realtime_priority")))
         trajectory = cfg.command_type == "joint_trajectory"
         self.jmap, self.reader = JointMap(self.names, "sim_robot.command"), Reader("sim_robot")
-        self.serve_inputs(self.stage, self.reader, topics, stale={"tool_command": None},
+        self.serve_inputs(self.stage, self.reader, topics, stale={"tool_command": None, "episode_end": None},
                           read={"command": self._read_trajectory if trajectory else self._read_command},
                           msg_types={"command": JointTrajectory if trajectory else Float64MultiArray})
         self.loop.publishers = self.edge_subscriptions["command"].get_publisher_count

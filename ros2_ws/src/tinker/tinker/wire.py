@@ -30,11 +30,11 @@ from diagnostic_msgs.msg import DiagnosticStatus
 from geometry_msgs.msg import PointStamped
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy)
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Float32MultiArray, Float64MultiArray, MultiArrayDimension
+from std_msgs.msg import Float32MultiArray, Float64MultiArray, Header, MultiArrayDimension
 
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.edges import TASK_FIELDS  # noqa: F401  (the task message's head: part of its wire format)
-from tinker_core.loop.edges import (Action, EstopState, Features, Frame, Goal, Intervened, RobotState, SafeCommand,
+from tinker_core.loop.edges import (Action, EpisodeEnd, EstopState, Features, Frame, Goal, Intervened, RobotState, SafeCommand,
                                    TaskReport, task_report)
 
 SENSOR_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT,
@@ -104,6 +104,9 @@ TOPICS: dict[str, Topic] = {
                         "learner's action)"),
     "estop_state": Topic("safety/estop_state", DiagnosticStatus, LATCHED_QOS, (),
                          "the latched e-stop state (diagnostic_msgs/DiagnosticStatus, key 'estopped')"),
+    "episode_end": Topic("experience_bridge/episode_end", Header, COMMAND_QOS, (),
+                         "the success sensor saw the task done (std_msgs/Header: stamp = the state's, frame_id = its "
+                         "episode); the simulated robot resets, a real cell's reset routine may listen"),
 }
 """every topic of the graph, by its role"""
 
@@ -403,6 +406,9 @@ class Reader:
         v, meta = read_array(msg, None, f"{self.stage}.intervened")
         return Intervened(_int(meta, "stamp_ns"), _int(meta, "cycle"), v)
 
+    def episode_end(self, msg: Header) -> EpisodeEnd:
+        return EpisodeEnd(stamp_ns(msg), str(msg.frame_id))
+
     def estop_state(self, msg: DiagnosticStatus) -> EstopState:
         return EstopState(any(kv.key == "estopped" and kv.value == "true" for kv in msg.values),
                           msg.message if msg.level != DiagnosticStatus.OK else "")
@@ -476,6 +482,12 @@ def task_report_msg(t: TaskReport) -> Float64MultiArray:
     return _task_array(t.vector, t.stamp_ns, t.cycle, t.episode, list(t.terms.items()))
 
 
+def episode_end_msg(e: EpisodeEnd) -> Header:
+    h = Header(frame_id=str(e.episode))
+    set_stamp(h, e.stamp_ns)
+    return h
+
+
 WRITERS = {"features": features_msg, "joint_target": action_msg, "raw_action": action_msg, "tool_command": action_msg,
-           "command": command_msg, "intervened": intervened_msg}
+           "command": command_msg, "intervened": intervened_msg, "episode_end": episode_end_msg}
 """edge value -> message, for the edges a `tinker.runtime.NodeRuntime.serve`d stage emits"""
