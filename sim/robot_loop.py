@@ -338,7 +338,8 @@ class SimRobotLoop:
                 "max_command_step": f"{self.step_max:.4f}", "max_command_step_window": f"{window:.4f}",
                 "commands_over_velocity_limit": self.steps_over_limit,
                 "rejected_commands": self.rejections.count, "stale_commands": self.stale, "sim_misses": self.arm.misses,
-                "episode": self.episode, "successes": self.successes, "sensor_ends": self.sensor_ends, "suction_switches": self.suction_switches,
+                "episode": self.episode, "successes": self.successes, "sensor_ends": self.sensor_ends,
+                "suction_switches": self.suction_switches,
                 "last_error": self.rejections.last,
                 **({"objects_sorted": self.objects_sorted, "objects_total": self.objects_total}
                    if self.objects_total else {}),
