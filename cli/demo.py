@@ -41,7 +41,8 @@ def register(sub: Any) -> None:
                                    "online from the live loop, hot-reload improved policies, and report.",
                        epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--env", default=None, choices=ENVS,
-                   help="the task (default: --bundle's own, else tinker/ArmReach-v0). tinker/ArmSort-v0 fine-tunes the shipped sorter from "
+                   help="the task (default: --bundle's own, else tinker/ArmReach-v0). tinker/ArmSort-v0 fine-tunes "
+                        "the shipped sorter from "
                         "its RL prior (pretrained/arm_sort/rl_prior: SAC started from the imitation policy, with the "
                         "expert's demonstrations sampled beside the live data) on far_latency_sort.yaml")
     p.add_argument("--dynamics", default=None,

@@ -58,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
     records = list(read_cycles(src))
     labels = read_labels(src)
     # the experience bridge's joining rule, then the person's labels as the bridge applied them live
-    ts = apply_labels(transitions(records, estop_reward=cost), labels, {int(r["cycle"]): int(r["episode"]) for r in records})
+    ts = apply_labels(transitions(records, estop_reward=cost), labels,
+                      {int(r["cycle"]): int(r["episode"]) for r in records})
     if not ts:
         raise ConfigError(f"replay import: {src} holds {len(records)} cycle(s) but no complete transition "
                           f"(every cycle held, or the run was shorter than two cycles)")

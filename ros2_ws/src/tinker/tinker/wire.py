@@ -34,8 +34,8 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, Header, MultiArra
 
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.edges import TASK_FIELDS  # noqa: F401  (the task message's head: part of its wire format)
-from tinker_core.loop.edges import (Action, EpisodeEnd, EstopState, Features, Frame, Goal, Intervened, RobotState, SafeCommand,
-                                   TaskReport, task_report)
+from tinker_core.loop.edges import (Action, EpisodeEnd, EstopState, Features, Frame, Goal, Intervened, RobotState,
+                                   SafeCommand, TaskReport, task_report)
 
 SENSOR_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT,
                         durability=DurabilityPolicy.VOLATILE)
