@@ -19,7 +19,7 @@ import numpy as np
 from tinker_core.errors import ValidationError
 from tinker_core.loop.edges import Action, EstopState, Intervened, RobotState, SafeCommand, joint_vector
 from tinker_core.loop.input_ages import Level
-from tinker_core.loop.latency_estimate import LatencyEstimate, LatencyEstimator
+from tinker_core.loop.latency_estimate import LatencyEstimator
 from tinker_core.loop.stage import LoopStage
 from tinker_safety.guard_cycle import Command
 from tinker_safety.guard_session import GuardSession
@@ -65,8 +65,6 @@ class SafetyStage(LoopStage):
         """the robot's command latency, from the states heard and the commands sent (`command_latency` values)"""
         self._latency_episode: int | None = None
         self._latency_last: tuple[int | None, int] | None = None  # the last trusted state's (cycle, stamp)
-        self._latency_states = 0
-        self._latency_estimate: tuple[int, LatencyEstimate] | None = None  # (states fed, its estimate)
         self.compensated = 0
         """the latency perception and the policy compensate (the graph's ``latency_compensation``)"""
 
@@ -101,28 +99,19 @@ class SafetyStage(LoopStage):
             elif periods > 1:
                 self.latency.skip(periods - 1)
         self.latency.state(s.q)
-        self._latency_states += 1
-
-    def latency_estimate(self) -> LatencyEstimate | None:
-        """The estimate (None before any state), computed once per state fed: /diagnostics reads it twice a tick."""
-        if self.latency is None:
-            return None
-        if self._latency_estimate is None or self._latency_estimate[0] != self._latency_states:
-            self._latency_estimate = (self._latency_states, self.latency.estimate())
-        return self._latency_estimate[1]
 
     def latency_values(self) -> dict[str, object]:
         """The command latency the robot's own data shows, for /diagnostics."""
-        est = self.latency_estimate()
-        if est is None:
+        if self.latency is None:
             return {"command_latency_periods": "unknown: no state yet", "latency_compensation": self.compensated}
+        est = self.latency.estimate()
         return {"command_latency_periods": est.periods if est.periods is not None else f"unknown: {est.why}",
                 "command_latency_fit": f"{est.fit:.3f} (next {est.runner_up:.3f})",
                 "latency_compensation": self.compensated}
 
     def latency_mismatch(self) -> str:
         """Why the compensated latency is not the measured one ('' when it is, or nothing is measured yet)."""
-        est = self.latency_estimate()
+        est = self.latency.estimate() if self.latency is not None else None
         if est is None or est.periods is None or est.periods == self.compensated:
             return ""
         return (f"command latency measured {est.periods} control periods, compensated {self.compensated}: set "

@@ -70,6 +70,7 @@ class LatencyEstimator:
         self.sxy = np.zeros((self.lags, self.dof))
         self.syy = np.zeros((self.lags, self.dof))
         self.n = np.zeros(self.lags)
+        self._estimate: LatencyEstimate | None = None  # `estimate` of the sums as they are (None: not yet made)
         self.break_sequence()
 
     def break_sequence(self, rest: np.ndarray | None = None) -> None:
@@ -96,6 +97,7 @@ class LatencyEstimator:
             self.sxy[ok] += x * y
             self.syy[ok] += y * y
             self.n[ok] += 1.0
+            self._estimate = None  # only a fitted period changes the sums
         self._q = q
         self._sent[1:] = self._sent[:-1]  # every command is one state older now
         self._known[1:] = self._known[:-1]
@@ -117,7 +119,13 @@ class LatencyEstimator:
             self._known[0] = True
 
     def estimate(self) -> LatencyEstimate:
-        """The lag whose model explains most of the motion, when it stands out (else ``periods`` None, and why)."""
+        """The lag whose model explains most of the motion, when it stands out (else ``periods`` None, and why);
+        made once per fitted period (a node's /diagnostics reads it twice a tick)."""
+        if self._estimate is None:
+            self._estimate = self._fit()
+        return self._estimate
+
+    def _fit(self) -> LatencyEstimate:
         if not (self.n >= MIN_CYCLES).all():  # fewer samples than that fit any lag (a gain per joint)
             if (self.n >= MIN_CYCLES).any():  # a lag not yet tried cannot be ruled out
                 k = int(np.argmin(self.n))
