@@ -47,8 +47,8 @@ class ExperienceBridge:
         self.last_labelled = None
         """the transition the newest label applied to (None: that label found no episode)"""
         self.on_success: Callable[[int, int], None] | None = None
-        """called with (state stamp, episode) where the success sensor sees the task done (`tinker_core.loop.
-        bridge_stage.BridgeStage` ends that episode: the ``episode_end`` edge)"""
+        """called with (state stamp, episode) at the state where the success sensor ended an episode done, once per
+        episode (`tinker_core.loop.bridge_stage.BridgeStage` ends it on the robot: the ``episode_end`` edge)"""
 
     # --- the streams ------------------------------------------------------------------------------
     def task(self, stamp: int, cycle: int, episode: int, reward: float, success: bool, done: bool, now: float) -> None:
@@ -112,7 +112,7 @@ class ExperienceBridge:
     # --- out ----------------------------------------------------------------------------------------
     def _sensed(self, o: Outcome | None, now: float) -> None:
         if o is not None:
-            if o.terminated and self.on_success is not None:
+            if o.ends_here and o.terminated and self.on_success is not None:
                 self.on_success(o.stamp, o.episode)
             self._emit(self.join.outcome(o.stamp, o.cycle, o.episode, o.reward, o.terminated, o.truncated), now)
 

@@ -27,9 +27,7 @@ class BridgeStage(LoopStage):
         super().__init__()
         self.bridge, self.now = bridge, now
         self.estopped = False
-        self.ended_episode: int | None = None
-        """the newest episode the success sensor ended (`episode_end` sent once per episode)"""
-        bridge.on_success = self._success
+        bridge.on_success = lambda stamp, episode: self.emit("episode_end", EpisodeEnd(int(stamp), str(episode)))
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
         return {"task": self.on_task, "features": self.on_features, "raw_action": self.on_action,
@@ -56,11 +54,6 @@ class BridgeStage(LoopStage):
             self.bridge.intervened(i.stamp_ns, i.values)
         except TinkerError as e:  # no action chain known yet, or a target it cannot invert: no transition
             self.refuse(e)
-
-    def _success(self, stamp: int, episode: int) -> None:
-        if episode != self.ended_episode:
-            self.ended_episode = episode
-            self.emit("episode_end", EpisodeEnd(int(stamp), str(episode)))
 
     def on_estop(self, e: EstopState) -> None:
         self.estopped = e.estopped

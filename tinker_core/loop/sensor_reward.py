@@ -151,6 +151,8 @@ class Outcome:
     reward: float
     terminated: bool
     truncated: bool
+    ends_here: bool = False
+    """the sensor ended the episode at this state (the later states of it repeat ``terminated``/``truncated``)"""
 
 
 class SuccessSensor(Protocol):
@@ -205,7 +207,7 @@ class SensorOutcome:
         r = self.last = self.sensor.read(features, self._held)
         if c.hold_target and self._held is None:
             self._held = r.target  # the episode's first state with features: the arm at its start pose
-        reward = r.reward
+        reward, ends_here = r.reward, False
         if self._ended is None:
             self._seen_done = self._seen_done + 1 if r.success else 0
             if r.success and self._seen_done >= c.settle_cycles:
@@ -216,6 +218,7 @@ class SensorOutcome:
             if self._ended is None and cycle - self._first_cycle + 1 >= c.time_limit_cycles:
                 self._ended = (False, True)
             terminated, truncated = self._ended or (False, False)
+            ends_here = self._ended is not None
         else:
             terminated, truncated = self._ended  # the episode ended: every later state says so
-        return Outcome(stamp, cycle, episode, reward, terminated, truncated)
+        return Outcome(stamp, cycle, episode, reward, terminated, truncated, ends_here)

@@ -139,6 +139,7 @@ def test_the_sorter_ends_an_episode_once_every_object_has_stayed_sorted_for_its_
     outs = [outcome.counters(k, k, 0) or outcome.features(k, np.array([k])) for k in range(len(done))]
     ends = [k for k, o in enumerate(outs) if o.terminated]
     assert ends[0] == 4 + settle and outcome.successes == 1
+    assert [k for k, o in enumerate(outs) if o.ends_here] == ends[:1]  # the later states repeat it, once marked
     bonus = sensor_rule()["success_bonus"]
     assert [o.reward for o in outs[:ends[0]]] == [4.0] * ends[0]  # seen done, not yet settled: no bonus
     assert outs[ends[0]].reward == 4.0 + bonus
