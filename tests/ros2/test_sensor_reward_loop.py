@@ -36,10 +36,11 @@ def _sensor():
 
 def test_transitions_carry_the_sensor_reward_not_the_simulators(ros2, tmp_path):
     import yaml
+    from diagnostic_msgs.msg import DiagnosticStatus
     from std_msgs.msg import Float64MultiArray
 
     from tinker.bringup import Graph
-    from tinker.wire import RECORD_QOS, read_task
+    from tinker.wire import LATCHED_QOS, RECORD_QOS, read_task
     from tinker_core.transport import TransitionReceiver
     from tinker_safety.config import DEFAULT_CONFIG_PATH
 
@@ -50,6 +51,7 @@ def test_transitions_carry_the_sensor_reward_not_the_simulators(ros2, tmp_path):
     domain = ros2.fresh_domain()
     probe = ros2.Probe(domain, "sensors")
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
+    estop = probe.collect(DiagnosticStatus, "/safety/estop_state", LATCHED_QOS)
     g = Graph(run_dir=tmp_path / "logs", env=ros2.graph_env(domain),
               # perception per frame and the sensor holding each episode's first target: the bridge's own hold
               overrides={"perception": {"bundle": str(VISION), "estimate": "per_frame"},
@@ -68,6 +70,10 @@ def test_transitions_carry_the_sensor_reward_not_the_simulators(ros2, tmp_path):
 
         def enough() -> bool:
             got.extend(learner.recv_many(64, timeout_ms=50))
+            # a latched e-stop holds the arm, and held cycles give the learner nothing: reset, as an operator would
+            if estop and estop[-1][1].level == DiagnosticStatus.ERROR:
+                estop.clear()
+                g.call_trigger("safety/reset")
             return len(got) >= WANT
 
         ros2.wait_until(enough, 120, f"{WANT} transitions at the learner")
