@@ -209,7 +209,10 @@ def test_a_latched_estop_stays_latched_whatever_teleop_sends(g, ros2):
 def test_a_label_lands_on_an_episodes_last_transition(g, ros2):
     from std_srvs.srv import SetBool
 
-    _drain(g)
+    # The test before left the e-stop latched for seconds and held cycles give no transition (cycle_join): a person
+    # labels an episode the loop has run, so wait for the loop to hand the learner transitions again first.
+    n_before = len(_drain(g))
+    ros2.wait_until(lambda: len(_drain(g)) > n_before, 20, "transitions again after the e-stop was reset")
     n0 = len(g.got)
     resp = g.probe.call(SetBool, f"/{NS}/experience_bridge/label_episode", SetBool.Request(data=True))
     assert resp.success, resp.message
