@@ -147,6 +147,7 @@ class ExperienceBridge:
                 "labels": lab.labels, "after_label": lab.after_label,
                 "after_label_interventions": lab.after_label_interventions,
                 **{f"interventions_lost.{k}": v for k, v in j.interventions_lost.items()},
+                **{f"stops_lost.{k}": v for k, v in j.stops_lost.items()},
                 "chain_bundle": self.chain_bundle,
                 "reward_source": "sensors" if self.sensed is not None else "sim",
                 **({"sensor": self.sensed.sensor.config.name, "sensor_successes": self.sensed.successes}

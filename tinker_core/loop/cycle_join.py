@@ -63,12 +63,15 @@ def new_cycle(stamp_ns: int = 0) -> dict[str, Any]:
             "intervention": False, "intervention_action": []}
 
 
-def no_transition(cur: Mapping[str, Any], nxt: Mapping[str, Any]) -> str | None:
-    """Why the rule above gives no transition from cycle record ``cur`` to ``nxt`` (None: it gives one)."""
+def no_transition(cur: Mapping[str, Any], nxt: Mapping[str, Any] | None) -> str | None:
+    """Why the rule above gives no transition from cycle record ``cur`` to ``nxt`` (None: it gives one; ``nxt`` None:
+    the next cycle's outcome never came, ``no_next``)."""
     if len(cur["raw_action"]) == 0:
         return "no_action"
     if cur.get("safety_status", "") in HELD_STATUSES:
         return "not_executed"
+    if nxt is None:
+        return "no_next"
     if len(cur["policy_input"]) == 0 or len(nxt["policy_input"]) == 0:
         return "no_features"
     if int(nxt["episode"]) != int(cur["episode"]):
@@ -86,8 +89,11 @@ def transition(cur: Mapping[str, Any], nxt: Mapping[str, Any], info: Mapping[str
                estop_reward: float = ESTOP_REWARD) -> Transition | None:
     """The transition from cycle record ``cur`` to ``nxt`` (both with their outcome), or None when the rule
     above gives none; ``estop_reward`` is added where ``cur``'s command was stopped."""
-    if no_transition(cur, nxt) is not None:
-        return None
+    return None if no_transition(cur, nxt) is not None else _joined(cur, nxt, info, estop_reward)
+
+
+def _joined(cur: Mapping[str, Any], nxt: Mapping[str, Any], info: Mapping[str, Any] | None,
+            estop_reward: float) -> Transition:
     action, extra, reward = np.asarray(cur["raw_action"], dtype=np.float32), {}, float(nxt["reward"])
     if cur.get("safety_status", "") == STOP_STATUS:
         reward, extra = reward + float(estop_reward), {"safety_stop": True}
@@ -132,6 +138,9 @@ class CycleJoiner:
         """added to the reward of the transition whose command the guard stopped (`transition`)"""
         self.not_executed = self.stops = 0
         """cycles with an action the guard held instead of running (no transition); transitions of a stop"""
+        self.stops_lost: dict[str, int] = {}
+        """cycles the guard stopped that gave no transition (the learner never paid for them), by `no_transition`'s
+        reason"""
         self._open: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._outcome: set[int] = set()
         self._closed_upto = -1
@@ -232,11 +241,13 @@ class CycleJoiner:
             self.interventions_without_action += 1
         nxt_stamp = next(iter(self._open), None)
         nxt = self._open.get(nxt_stamp) if nxt_stamp in self._outcome else None
-        t = transition(rec, nxt, self.info, self.estop_reward) if nxt is not None else None
-        if len(rec["raw_action"]) and rec["safety_status"] in HELD_STATUSES:
-            self.not_executed += 1
-        self.stops += t is not None and bool(t.info.get("safety_stop"))
-        if rec["intervention"] and t is None:  # why, for a person's cycle (the rule runs again only then)
-            why = "no_next" if nxt is None else no_transition(rec, nxt)
-            self.interventions_lost[why] = self.interventions_lost.get(why, 0) + 1
-        return [Closed(rec, t)]
+        why = no_transition(rec, nxt)
+        if why is None and nxt is not None:
+            self.stops += rec["safety_status"] == STOP_STATUS
+            return [Closed(rec, _joined(rec, nxt, self.info, self.estop_reward))]
+        self.not_executed += why == "not_executed"
+        for flagged, lost in ((rec["safety_status"] == STOP_STATUS, self.stops_lost),
+                              (rec["intervention"], self.interventions_lost)):
+            if flagged:
+                lost[why] = lost.get(why, 0) + 1
+        return [Closed(rec, None)]

@@ -140,3 +140,17 @@ def test_cycles_the_guard_held_give_no_transition_and_its_stop_costs_the_estop_r
     assert len(closed) == 9  # every cycle is still recorded, held ones too
     replayed = transitions([dict(c.record) for c in closed], estop_reward=-5.0)
     assert [(int(t.obs[0]), t.reward) for t in replayed] == [(int(t.obs[0]), t.reward) for t in ts]
+
+
+def test_a_stop_that_gives_no_transition_is_counted_by_reason():
+    """A stop the learner never pays for shows in the bridge's /diagnostics (``stops_lost.REASON``): here one on the
+    state that ended its episode (the robot reset after it), one whose next state's features were lost and one whose next
+    outcome never came."""
+    plan = [(1, 0, False, (), "passed"), (2, 0, True, (), "collision"),  # the ended state's command stopped
+            (3, 1, False, (), "collision"), (4, 1, False, ("features",), "estopped"),
+            (5, 1, False, (), "passed"), (6, 1, False, (), "collision"), (7, 1, False, ("outcome",), "estopped")]
+    j = CycleJoiner()
+    closed = _run(plan, j)
+    assert j.stops == 0 and [c.record["cycle"] for c in closed] == [1, 2, 3, 4, 5, 6]
+    assert j.stops_lost == {"episode_changed": 1, "no_features": 1, "no_next": 1}
+    assert j.not_executed == 1  # cycle 4's (cycle 7's never closed with an outcome)
