@@ -13,6 +13,8 @@ protocol (per held-out dynamics variant, --runs times with different seeds):
   2. online fine-tuning through the ROS 2 loop on that variant for --finetune-episodes episodes
      (the demo's graph: sim_robot with the variant, experience bridge -> learner -> gated bundles)
   3. the newest published bundle, evaluated again in simulation on the same variant and seeds
+  with --latency-compensation auto, between 1 and 2 the pretrained policy is also evaluated compensated on the
+  same seeds: the table's "fine-tuning's own change" is the after's difference from that, not from zero-shot
   tinker/ArmSort-v0: the shipped sorter learned by imitation (BC); stage 2 fine-tunes its RL prior
   (pretrained/arm_sort/rl_prior, made by tinker prior: SAC whose actor is the BC policy) with the expert's
   demonstrations sampled beside the live data (RLPD), its actor kept near them (SAC's td3bc_alpha).
@@ -79,7 +81,8 @@ def register(sub: Any) -> None:
                         "fine-tuning loop (the launch YAML's latency_compensation; default 0: none). 'auto': "
                         "measured in each run from the zero-shot evaluation's first episodes (their commands and "
                         "joint states, tinker_core.loop.latency_estimate), then compensated in the fine-tuning "
-                        "loop and the evaluation after it; the zero-shot evaluation runs uncompensated")
+                        "loop and the evaluation after it; the zero-shot evaluation runs uncompensated, and the "
+                        "pretrained policy is scored compensated too, on the same episodes, before fine-tuning")
     p.add_argument("--out", default="runs/sim2real", help="output directory (default runs/sim2real)")
     p.set_defaults(func=run)
 
@@ -199,16 +202,21 @@ def _plot(rows: list[dict], out: Any, env_id: str) -> Any:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, ax = plt.subplots(figsize=(max(7.5, 1.6 * len(rows)), 4))
+    fig, ax = plt.subplots(figsize=(max(7.5, 1.6 * len(rows)), 4.8))
     x = np.arange(len(rows))
     candidates = (  # (row key, rate, CI low, CI high, label, colour); drawn where some row has it
         ("zero_shot", "success_rate", "ci_low", "ci_high", "zero-shot, episodes", "tab:red"),
         ("zero_shot", "objects_sorted_rate", "objects_ci_low", "objects_ci_high", "zero-shot, objects sorted", "tab:orange"),
-        ("fine_tuned", "success_rate", "ci_low", "ci_high", "after fine-tuning, episodes", "tab:green"))
-    series = [c for c in candidates if any(r[c[0]] is not None and r[c[0]].get(c[1]) is not None for r in rows)]
+        ("compensated", "success_rate", "ci_low", "ci_high", "compensated, not fine-tuned, episodes", "tab:blue"),
+        ("compensated", "objects_sorted_rate", "objects_ci_low", "objects_ci_high",
+         "compensated, not fine-tuned, objects sorted", "tab:cyan"),
+        ("fine_tuned", "success_rate", "ci_low", "ci_high", "after fine-tuning, episodes", "tab:green"),
+        ("fine_tuned", "objects_sorted_rate", "objects_ci_low", "objects_ci_high", "after fine-tuning, objects sorted",
+         "tab:olive"))
+    series = [c for c in candidates if any(r.get(c[0]) is not None and r[c[0]].get(c[1]) is not None for r in rows)]
     width = 0.8 / len(series)
     for j, (r_key, k, lo, hi, label, color) in enumerate(series):
-        have = [i for i, r in enumerate(rows) if r[r_key] is not None and r[r_key].get(k) is not None]
+        have = [i for i, r in enumerate(rows) if r.get(r_key) is not None and r[r_key].get(k) is not None]
         vals = np.array([rows[i][r_key][k] for i in have]) * 100
         # a Wilson bound at 0 or 100% can sit a rounding error inside the rate (100/100: 0.9999999999999999)
         err = np.maximum([vals - np.array([rows[i][r_key][lo] for i in have]) * 100,
@@ -218,7 +226,7 @@ def _plot(rows: list[dict], out: Any, env_id: str) -> Any:
     ax.set_ylabel("% (95% CI)")
     ax.set_ylim(0, 105)
     ax.set_title(f"tinker sim2real on {env_id}: zero-shot vs after online fine-tuning through ROS 2", fontsize=9)
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=3, fontsize=7)
     fig.tight_layout()
     path = out / "sim2real.png"
     fig.savefig(path, dpi=110)
@@ -286,29 +294,43 @@ def measured_compensation(before: dict) -> int:
 
 
 def table(rows: list[dict], env_id: str) -> str:
-    """The markdown table of a protocol's rows (one per variant and run)."""
-    lines = ["| variant | run (episode seeds) | zero-shot success | unsafe states / e-stops (zero-shot) | after fine-tuning "
-             "| unsafe states / e-stops (after) | mean time to success (before → after) | bundle | learner updates "
+    """The markdown table of a protocol's rows (one per variant and run). Where the loop compensates a latency the
+    zero-shot evaluation did not (``--latency-compensation auto``), the pretrained policy is also scored compensated
+    on the same episodes (``compensated``), and fine-tuning's own change is the after's difference from that."""
+    lines = ["| variant | run (episode seeds) | zero-shot success | unsafe states / e-stops (zero-shot) "
+             "| compensated, not fine-tuned (e-stops) | after fine-tuning | unsafe states / e-stops (after) "
+             "| fine-tuning's own change | mean time to success (before → after) | bundle | learner updates "
              "| unsafe states / e-stops in the loop |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
 
     def t(x: dict | None) -> str:
         return "n/a" if x is None or x["mean_time_to_success_s"] is None else f"{x['mean_time_to_success_s']:.2f} s"
 
     for r in rows:
-        b, a = r["zero_shot"], r["fine_tuned"]
+        b, a, c = r["zero_shot"], r["fine_tuned"], r.get("compensated")
         seeds = f"{r['run']} ({b['seeds'][0]}–{b['seeds'][1]})"
         if r.get("latency_compensation"):  # the fine-tuning loop and the evaluation after it
             seeds += f"; loop and after compensate {r['latency_compensation']} periods"
+        comp = "= zero-shot" if c is None else f"{_rate(c)} ({c['safety_estops']})"
         if a is None:  # the loop ran and its learner made no update
-            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | fine-tune: "
-                         f"{r['fine_tune']} | — | {t(b)} | — | 0 | {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
+            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | {comp} "
+                         f"| fine-tune: {r['fine_tune']} | — | — | {t(b)} | — | 0 "
+                         f"| {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
         else:
-            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | {_rate(a)} "
-                         f"| {a['safety_violations']} / {a['safety_estops']} "
+            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | {comp} "
+                         f"| {_rate(a)} | {a['safety_violations']} / {a['safety_estops']} | {own_change(c or b, a)} "
                          f"| {t(b)} → {t(a)} | v{r['published_version']} | {r['learner_updates']} "
                          f"| {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
     return "\n".join(lines)
+
+
+def own_change(base: dict, after: dict) -> str:
+    """What fine-tuning changed over ``base``, the pretrained policy scored on the same episodes as the loop ran it:
+    points of objects sorted (a sorting task) or of episodes, and e-stops."""
+    key = "objects_sorted_rate" if after.get("objects_sorted_rate") is not None else "success_rate"
+    what = "objects" if key == "objects_sorted_rate" else "episodes"
+    return (f"{(after[key] - base[key]) * 100:+.1f} points of {what}, "
+            f"{after['safety_estops'] - base['safety_estops']:+d} e-stops")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -380,7 +402,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"   success {_rate(before)}")
             compensation = measured_compensation(before) if auto else args.latency_compensation
             row: dict[str, Any] = {"variant": name, "run": r, "dynamics": str(dyn), "zero_shot": before,
-                                   "latency_compensation": compensation}
+                                   "latency_compensation": compensation, "compensated": None}
+            if compensation != before["latency_compensation"]:  # the baseline of what fine-tuning adds
+                print(f"== {name} run {r}: the same episodes compensated ({compensation} periods), not fine-tuned")
+                row["compensated"] = _evaluate(bundle, dyn, args.eval_episodes, args.env, seed, compensation)
+                print(f"   success {_rate(row['compensated'])}")
             after, loop = _finetune(args, name, r, dyn, bundle, checkpoint, out, seed, learner, demonstrations,
                                     compensation)
             row.update(fine_tuned=after, **loop)

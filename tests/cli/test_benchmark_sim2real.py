@@ -161,3 +161,25 @@ def test_the_figure_draws_a_run_that_sorted_everything(tmp_path):
     png = _plot([{"variant": "far_latency_sort", "run": 0, "zero_shot": full, "fine_tuned": full}], tmp_path,
                 "tinker/ArmSort-v0")
     assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_fine_tunings_own_change_is_measured_from_the_pretrained_policy_compensated_on_the_same_episodes(tmp_path):
+    """With --latency-compensation auto the zero-shot evaluation is uncompensated and the loop compensated: two things
+    differ between zero-shot and after. The row's ``compensated`` (the pretrained policy compensated, same seeds) is
+    the baseline of fine-tuning's own change; without it (compensation given, zero-shot already compensated) the
+    baseline is zero-shot. Numbers: the camera sorter's run 0 of 2026-12-07 (c896131)."""
+    from tinker_cli.benchmark import _plot, table
+
+    def ev(objects: int, episodes: int, estops: int) -> dict:
+        return {"success_rate": episodes / 50, "ci_low": 0.0, "ci_high": 1.0, "successes": episodes, "episodes": 50,
+                "objects_sorted_rate": objects / 100, "objects_ci_low": 0.0, "objects_ci_high": 1.0,
+                "seeds": [1000, 1049], "safety_violations": 0, "safety_estops": estops, "mean_time_to_success_s": 5.0}
+
+    loop = {"published_version": 5, "learner_updates": 9756, "unsafe_states_in_loop": 0, "estops": ["x"] * 27}
+    row = {"variant": "far_latency_sort", "run": 0, "latency_compensation": 4, "zero_shot": ev(72, 22, 0),
+           "compensated": ev(99, 49, 1), "fine_tuned": ev(90, 40, 9), **loop}
+    md = table([row, {**row, "run": 1, "compensated": None}], "tinker/ArmSort-v0")
+    first, second = md.splitlines()[2:]
+    assert "| -9.0 points of objects, +8 e-stops |" in first and "objects 99.0% [0–100] (1)" in first
+    assert "| = zero-shot |" in second and "| +18.0 points of objects, +9 e-stops |" in second
+    assert _plot([row], tmp_path, "tinker/ArmSort-v0").read_bytes()[:4] == b"\x89PNG"
