@@ -313,12 +313,12 @@ def table(rows: list[dict], env_id: str) -> str:
             seeds += f"; loop and after compensate {r['latency_compensation']} periods"
         comp = "= zero-shot" if c is None else f"{_rate(c)} ({c['safety_estops']})"
         if a is None:  # the loop ran and its learner made no update
-            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | {comp} "
-                         f"| fine-tune: {r['fine_tune']} | — | — | {t(b)} | — | 0 "
+            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} "
+                         f"| {comp} | fine-tune: {r['fine_tune']} | — | — | {t(b)} | — | 0 "
                          f"| {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
         else:
-            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} | {comp} "
-                         f"| {_rate(a)} | {a['safety_violations']} / {a['safety_estops']} | {own_change(c or b, a)} "
+            lines.append(f"| {r['variant']} | {seeds} | {_rate(b)} | {b['safety_violations']} / {b['safety_estops']} "
+                         f"| {comp} | {_rate(a)} | {a['safety_violations']} / {a['safety_estops']} | {own_change(c or b, a)} "
                          f"| {t(b)} → {t(a)} | v{r['published_version']} | {r['learner_updates']} "
                          f"| {r['unsafe_states_in_loop']} / {len(r['estops'])} |")
     return "\n".join(lines)

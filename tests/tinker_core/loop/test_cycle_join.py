@@ -144,8 +144,8 @@ def test_cycles_the_guard_held_give_no_transition_and_its_stop_costs_the_estop_r
 
 def test_a_stop_that_gives_no_transition_is_counted_by_reason():
     """A stop the learner never pays for shows in the bridge's /diagnostics (``stops_lost.REASON``): here one on the
-    state that ended its episode (the robot reset after it), one whose next state's features were lost and one whose next
-    outcome never came."""
+    state that ended its episode (the robot reset after it), one whose next state's features were lost and one whose
+    next outcome never came."""
     plan = [(1, 0, False, (), "passed"), (2, 0, True, (), "collision"),  # the ended state's command stopped
             (3, 1, False, (), "collision"), (4, 1, False, ("features",), "estopped"),
             (5, 1, False, (), "passed"), (6, 1, False, (), "collision"), (7, 1, False, ("outcome",), "estopped")]
