@@ -42,6 +42,9 @@ class SafetyStatus:
 
     outcome: Outcome = Outcome.PASSED
     reasons: list[str] = field(default_factory=list)
+    lead: int = 0
+    """index in ``reasons`` of the reason that set ``outcome``: `summary` names it first (a collision's stop before
+    the speed limits that had shortened the same command)"""
 
     @property
     def intervened(self) -> bool:
@@ -49,13 +52,17 @@ class SafetyStatus:
 
     @property
     def summary(self) -> str:
+        """The outcome and every reason, the one that decided the outcome first."""
         name = self.outcome.name.lower()
-        return name if not self.reasons else f"{name}: " + "; ".join(self.reasons)
+        if not self.reasons:
+            return name
+        lead = self.lead if 0 <= self.lead < len(self.reasons) else 0
+        return f"{name}: " + "; ".join([self.reasons[lead], *self.reasons[:lead], *self.reasons[lead + 1:]])
 
     def add(self, outcome: Outcome, reason: str) -> None:
         """Record ``reason``; the outcome becomes the strongest seen."""
         if outcome > self.outcome:
-            self.outcome = outcome
+            self.outcome, self.lead = outcome, len(self.reasons)
         self.reasons.append(reason)
 
     def to_dict(self) -> dict:
