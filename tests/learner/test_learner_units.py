@@ -72,6 +72,11 @@ def test_bundles_are_published_only_after_the_gate_passes(small_learner):
     gate = learner.command({"cmd": "publish"})["gate"]
     assert gate["passed"] and calls == [1] and learner.version == 1
     assert learner.published[-1]["sha256"] and learner.published[-1]["version"] == 1
+    # no update since: the same weights are not published again as v2 (the demo's final publish did, right after the
+    # periodic one, and waited 30 s for a policy node that saw the same actor and kept reporting v1)
+    again = learner.command({"cmd": "publish"})["gate"]
+    assert not again["published"] and "nothing new to publish" in again["reason"] and again["version"] == 1
+    assert calls == [1] and learner.version == 1 and len(learner.published) == 1
     learner.env_factory = None  # without a gate env nothing can be published
     assert not learner.try_publish()["passed"] and calls == [1]
 

@@ -98,6 +98,8 @@ class Learner:
         self.settings: dict[str, Any] = {}
         self.last_gate: dict | None = None
         self.published: list[dict] = []
+        self._published_weights: tuple[int, int] | None = None
+        """(updates, divergences) when the newest version was published: the weights are unchanged while both are"""
         self.restored_from: str | None = None
         self.seeded_from_init = 0
         self.demonstrations = 0
@@ -416,6 +418,12 @@ class Learner:
         if self.env_factory is None:
             self.last_gate = {"passed": False, "reason": "no gate env (env_factory is None): nothing is published"}
             return self.last_gate
+        if self._published_weights == (self.updates, self.divergences):
+            last = self.published[-1]
+            self.last_gate = {**last["gate"], "updates": self.updates, "version": self.version, "published": False,
+                              "reason": f"no update since v{last['version']} was published at {last['updates']} "
+                                        f"updates: it has these weights, nothing new to publish"}
+            return self.last_gate
         self._check_weights("evaluation gate")
         res: GateResult = run_gate(self.algo, self.env_factory, c.gate_episodes, c.gate_min_success,
                                    c.gate_min_return, c.gate_seed, c.gate_max_estops)
@@ -431,6 +439,7 @@ class Learner:
             self.last_gate.update(published=False, reason=f"the gate passed, but the bundle was not written: {e}")
             return self.last_gate
         self.version += 1
+        self._published_weights = (self.updates, self.divergences)
         entry = {"version": self.version, "bundle": str(path), "sha256": bundle_sha256(path),
                  "updates": self.updates, "gate": res.to_dict()}
         self.published.append(entry)
