@@ -462,7 +462,8 @@ class PolicyBundle:
 
     def _act(self, features: np.ndarray, perception_sha256: str) -> np.ndarray:
         raw = self.runner(features.astype(np.float32), perception_sha256)
-        if self.runner.actor_sha256 != self.actor_sha256:  # a new bundle went live between two calls
+        r = self.runner
+        if (r.actor_sha256, r.version) != (self.actor_sha256, self.version):  # a new bundle went live between calls
             self.reloads += 1
             if self.runner.chain_config.digest() != self.cycle.chain.config.digest():
                 self.cycle.restart(self.new_chain())  # the new chain starts from this cycle's measured pose
