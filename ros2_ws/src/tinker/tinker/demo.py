@@ -348,6 +348,7 @@ class DemoPhases:
         end = time.monotonic() + 30
         # != rather than <: a vision bundle's own version is its training step (25000), the learner's count from 1
         while want and int(self.monitor.policy_value("model_version", "0") or 0) != want and time.monotonic() < end:
+            self.reset_estop()  # the operator keeps watching: a stop here held the robot for the whole wait (30 s)
             time.sleep(0.2)
 
     def reset_estop(self) -> None:
