@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
-        snap = watcher.snapshot()
+        snap, silent = watcher.snapshot(), watcher.silent()
         watcher.close()
         ex.shutdown()
         node.destroy_node()
@@ -74,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
     if learner is not None:
         learner.close()
     if args.json:
-        print(json.dumps({"namespace": args.namespace, "edges": snap, "ends": watcher.ends,
+        print(json.dumps({"namespace": args.namespace, "edges": snap, "silent": silent, "ends": watcher.ends,
                           "unstamped": watcher.unstamped, "over_zeromq": _zmq_edges(),
                           **({"learner": {"endpoint": args.learner, "edges": zmq, "error": learner.error}}
                              if learner is not None else {})}, indent=1))
@@ -117,6 +117,9 @@ def _table(watcher: Any, learner: LearnerFlow | None = None) -> str:
 
     rows = watcher.monitor.format().splitlines()
     out = [rows[0] + "  from -> to"] + [r + "  " + watcher.ends.get(r.split()[0], "") for r in rows[1:]]
+    silent = watcher.silent()
+    if silent:
+        out.append("no message in this window: " + "; ".join(f"{t} ({watcher.ends[t]})" for t in silent))
     if learner is None:
         return "\n".join(out + [f"over ZeroMQ, not measured here (tinker flow --learner ENDPOINT, or tinker learner "
                                 f"ctl status): {'; '.join(_zmq_edges())}"])

@@ -61,10 +61,13 @@ def test_flow_waits_for_the_loops_edges_before_its_window_starts(ros2):
             flow.wait()
         probe.close()
     assert flow.returncode == 0, out + err
-    edges = json.loads(out[out.index("{"):])["edges"]
+    got = json.loads(out[out.index("{"):])
+    edges = got["edges"]
     for r in LOOP_EDGES:  # ~40 in the 2 s window at 20 Hz; a window that started before the match counts ~0
         e = edges.get(TOPICS[r].name)
         assert e and e["messages"] >= 10, (r, edges, err)
+    # the graph's other edges had no publisher here: named as silent, not left out
+    assert TOPICS["episode_end"].name in got["silent"] and not {TOPICS[r].name for r in LOOP_EDGES} & set(got["silent"])
 
 
 def test_flow_shows_the_learners_zeromq_edges_beside_the_topics(ros2, tmp_path):

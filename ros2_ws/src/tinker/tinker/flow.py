@@ -70,6 +70,12 @@ class FlowWatcher:
         """The loop's edges (`LOOP_EDGES`) this node has no matched publisher on yet (discovery still under way)."""
         return [name for name, sub in self._loop_subs.items() if sub.get_publisher_count() == 0]
 
+    def silent(self) -> list[str]:
+        """The graph's topics no message came on in the window (an edge that only carries events, such as the
+        sensor's episode ends or an e-stop, or a node that is not there)."""
+        counted = self.monitor.snapshot()
+        return [name for name in self.ends if name not in counted]
+
     def restart(self) -> None:
         """Forget what was counted so far: the window starts now."""
         self.monitor = FlowMonitor(self.window)
