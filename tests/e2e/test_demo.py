@@ -48,9 +48,13 @@ def test_demo_runs_every_stage_for_real(tmp_path):
         assert report[phase]["episodes"] == len(rows)
         assert report[phase]["successes"] == sum(e["success"] for e in rows)
     assert report["before"]["episodes"] >= 2 and report["after"]["episodes"] >= 2
+    # how each version did on the robot: every episode counted once, under the version that ran its end
+    assert sum(v["episodes"] for v in report["by_version"]) == len(eps)
+    assert {v["version"] for v in report["by_version"]} == {e["policy_version"] for e in eps}
     assert report["latency"]["cycles"] > 0 and report["latency"]["e2e_p50_ms"] > 0
     # the robot's own count of unsafe states (from the physics, not from the safety node) is reported, and zero
     assert set(report["unsafe_states"]) == {"joint_position", "joint_velocity", "contact"}
     assert sum(report["unsafe_states"].values()) == 0, report["unsafe_states"]
     assert (out / "demo.png").stat().st_size > 10_000
     assert "before fine-tuning" in (out / "report.md").read_text()
+    assert "on the robot, by policy version" in (out / "report.md").read_text()

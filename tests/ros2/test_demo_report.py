@@ -51,3 +51,19 @@ def test_the_report_says_what_latency_the_safety_node_measured_and_what_to_set()
     assert "compensated: 4" in format_report(r) and "--latency-compensation 4" not in format_report(r)
     r["command_latency"] = {"measured": "unknown: the arm has hardly moved", "fit": "", "compensated": 0}
     assert "not measured by the safety node (unknown: the arm has hardly moved)" in format_report(r)
+
+
+def test_the_report_says_how_each_version_did_on_the_robot():
+    """Versions in the order they first ran, each episode counted for the version that ran its end, every phase."""
+    from tinker.demo_report import version_summary
+
+    ran = [("before", False, (1, 2), 43064), ("finetune", True, (2, 2), 1), ("finetune", False, (0, 2), 1),
+           ("after", True, (2, 2), 2)]
+    rows = [_row(phase, ok, objects) | {"policy_version": v} for phase, ok, objects, v in ran]
+    versions = version_summary(rows)
+    assert [(v["version"], v["episodes"], v["successes"], v["objects_sorted"]) for v in versions] == \
+           [(43064, 1, 0, 1), (1, 2, 1, 2), (2, 1, 1, 2)]
+    text = format_report(_report(rows) | {"by_version": versions})
+    assert "by policy version (successes/episodes, every phase): v43064 0/1, objects 1/2; v1 1/2, objects 2/4; " \
+           "v2 1/1, objects 2/2" in text
+    assert "objects" not in version_summary([_row("after", True, None)])[0]

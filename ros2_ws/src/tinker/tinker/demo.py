@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from tinker.demo_learner import LearnerProcess
 from tinker.demo_monitor import Monitor
-from tinker.demo_report import latency_from_traces, phase_summary, write_report
+from tinker.demo_report import latency_from_traces, phase_summary, version_summary, write_report
 from tinker_core.errors import ConfigError, TinkerError
 from tinker_core.loop.latency_compensation import check_steps
 from tinker_core.transport import free_endpoints
@@ -396,7 +396,8 @@ def collect_report(cfg: DemoConfig, out: Path, run: DemoPhases) -> dict:
         "env_id": cfg.env_id, "dynamics": str(cfg.dynamics), "bundle": cfg.bundle, "reward_source": cfg.reward,
         "control_period": cfg.control_period, "wall_s": time.monotonic() - run.t_start,
         "before": phase_summary(episodes, "before"), "finetune": phase_summary(episodes, "finetune"),
-        "after": phase_summary(episodes, "after"), "latency": latency_from_traces(out / "trace"),
+        "after": phase_summary(episodes, "after"), "by_version": version_summary(episodes),
+        "latency": latency_from_traces(out / "trace"),
         "deadline_misses": misses, "safety_interventions": interventions,
         # unsafe states the robot itself reached (beyond URDF limits, touching the ground), counted
         # from the physics in sim_robot, independently of the safety node

@@ -51,6 +51,20 @@ def phase_summary(episodes: list[dict], phase: str) -> dict:
             "mean_time_to_success_s": float(np.mean(tts)) if tts else None, "policy_versions": versions, **objects}
 
 
+def version_summary(episodes: list[dict]) -> list[dict]:
+    """Each policy version the robot ran, in the order it first ran: its episodes (every phase), successes and, on a
+    sorting task, objects sorted. An episode counts for the version that ran its end."""
+    out: dict[object, dict] = {}
+    for e in episodes:
+        v = out.setdefault(e["policy_version"], {"version": e["policy_version"], "episodes": 0, "successes": 0})
+        v["episodes"] += 1
+        v["successes"] += bool(e["success"])
+        if "num_objects" in e:
+            v["objects_sorted"] = v.get("objects_sorted", 0) + int(e["objects_sorted"])
+            v["objects_total"] = v.get("objects_total", 0) + int(e["num_objects"])
+    return list(out.values())
+
+
 def figure_data(report: dict, interventions: Any, latencies_ms: list[float]) -> ReportFigureData:
     """The figure's data from the report's episodes, the monitor's `InterventionSeries` and the traces' latencies."""
     b, a = report["before"], report["after"]
@@ -106,6 +120,7 @@ def format_report(r: dict) -> str:
         "|---|---|---|---|" + ("---|" if sorting else "") + "---|---|",
         row("before fine-tuning", b), row("during fine-tuning", r["finetune"]), row("after fine-tuning", a),
         "",
+        *by_version_line(r.get("by_version")),
         f"cycle latency (state publish → safe command at the robot): p50 {p50}, p99 {p99} over {lat['cycles']} cycles",
         f"deadline misses: {r['deadline_misses']}",
         *latency_line(r.get("command_latency")),
@@ -124,6 +139,17 @@ def format_report(r: dict) -> str:
           f"{json.dumps(r.get('operator_counts'))}; learner ingested {r['learner'].get('ingested')}, "
           f"sampled {r['learner'].get('sampled')}"] if r.get("operator", "none") != "none" else []) + ([f"figure: {Path(r['plot']).name} (success per episode with the policy versions, the SafetyWrapper's "
           "interventions per second, the cycle latency histogram)"] if r.get("plot") else []))
+
+
+def by_version_line(versions: list[dict] | None) -> list[str]:
+    """The report's line on how each version did on the robot (few episodes each: read it with that in mind)."""
+    if not versions:
+        return []
+
+    def one(v: dict) -> str:
+        objects = f", objects {v['objects_sorted']}/{v['objects_total']}" if "objects_total" in v else ""
+        return f"v{v['version']} {v['successes']}/{v['episodes']}{objects}"
+    return ["on the robot, by policy version (successes/episodes, every phase): " + "; ".join(map(one, versions))]
 
 
 def latency_line(lat: dict | None) -> list[str]:
