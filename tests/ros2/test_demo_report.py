@@ -64,6 +64,6 @@ def test_the_report_says_how_each_version_did_on_the_robot():
     assert [(v["version"], v["episodes"], v["successes"], v["objects_sorted"]) for v in versions] == \
            [(43064, 1, 0, 1), (1, 2, 1, 2), (2, 1, 1, 2)]
     text = format_report(_report(rows) | {"by_version": versions})
-    assert "by policy version (successes/episodes, every phase): v43064 0/1, objects 1/2; v1 1/2, objects 2/4; " \
-           "v2 1/1, objects 2/2" in text
+    assert "by policy version (successes/episodes, every phase; few episodes each): v43064 0/1, objects 1/2; " \
+           "v1 1/2, objects 2/4; v2 1/1, objects 2/2" in text
     assert "objects" not in version_summary([_row("after", True, None)])[0]

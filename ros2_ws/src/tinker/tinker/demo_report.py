@@ -149,7 +149,8 @@ def by_version_line(versions: list[dict] | None) -> list[str]:
     def one(v: dict) -> str:
         objects = f", objects {v['objects_sorted']}/{v['objects_total']}" if "objects_total" in v else ""
         return f"v{v['version']} {v['successes']}/{v['episodes']}{objects}"
-    return ["on the robot, by policy version (successes/episodes, every phase): " + "; ".join(map(one, versions))]
+    return ["on the robot, by policy version (successes/episodes, every phase; few episodes each): "
+            + "; ".join(map(one, versions))]
 
 
 def latency_line(lat: dict | None) -> list[str]:
