@@ -242,6 +242,7 @@ def loop_summary(rep: dict) -> dict:
             "ros_loop": {k: rep[k] for k in ("before", "finetune", "after")},
             "safety_interventions_in_loop": rep["safety_interventions"], "estops": rep["estops"],
             "unsafe_states_in_loop": sum(rep.get("unsafe_states", {}).values()),
+            "by_version": rep.get("by_version", []),  # how each version did in the loop, by the simulator's score
             "learner_updates": rep["learner"].get("updates") or 0,
             "live_transitions": rep["learner"].get("ingested_total") or 0,
             "demonstrations": rep["learner"].get("demonstrations") or 0}

@@ -133,8 +133,11 @@ def test_a_loop_whose_learner_made_no_update_or_published_nothing_is_not_scored_
         "learner": {"version": 1, "updates": 0, "ingested_total": 176}}
     idle = loop_summary(rep)
     assert idle["fine_tune"].startswith("not fine-tuned: the learner made 0 updates on 176 live transitions")
-    trained = loop_summary(rep | {"learner": {"version": 3, "updates": 2864, "ingested_total": 1321}})
+    versions = [{"version": 3, "episodes": 2, "successes": 1}]
+    trained = loop_summary(rep | {"learner": {"version": 3, "updates": 2864, "ingested_total": 1321},
+                                  "by_version": versions})
     assert "fine_tune" not in trained and trained["learner_updates"] == 2864 and trained["published_version"] == 3
+    assert trained["by_version"] == versions and idle["by_version"] == []  # a report from before it had none
     # every candidate refused by the gate (the camera sorter on the moved camera, 2026-12-06: the row had scored the
     # pretrained bundle again as "after fine-tuning", v0, the same numbers)
     refused = loop_summary(rep | {"learner": {"version": 0, "updates": 15243, "ingested_total": 7980,
