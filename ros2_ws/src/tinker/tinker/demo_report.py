@@ -40,7 +40,12 @@ def latency_from_traces(trace_dir: Path) -> dict:
 
 
 def phase_summary(episodes: list[dict], phase: str) -> dict:
-    rows = [e for e in episodes if e["phase"] == phase]
+    return episode_summary([e for e in episodes if e["phase"] == phase])
+
+
+def episode_summary(rows: list[dict]) -> dict:
+    """Episodes, successes with their 95% interval, mean time to success, the versions that ran them and, on a
+    sorting task, the objects sorted with theirs."""
     k, n = sum(e["success"] for e in rows), len(rows)
     lo, hi = wilson_interval(k, n)
     versions = sorted({e["policy_version"] for e in rows})
@@ -52,17 +57,10 @@ def phase_summary(episodes: list[dict], phase: str) -> dict:
 
 
 def version_summary(episodes: list[dict]) -> list[dict]:
-    """Each policy version the robot ran, in the order it first ran: its episodes (every phase), successes and, on a
-    sorting task, objects sorted. An episode counts for the version that ran its end."""
-    out: dict[object, dict] = {}
-    for e in episodes:
-        v = out.setdefault(e["policy_version"], {"version": e["policy_version"], "episodes": 0, "successes": 0})
-        v["episodes"] += 1
-        v["successes"] += bool(e["success"])
-        if "num_objects" in e:
-            v["objects_sorted"] = v.get("objects_sorted", 0) + int(e["objects_sorted"])
-            v["objects_total"] = v.get("objects_total", 0) + int(e["num_objects"])
-    return list(out.values())
+    """Each policy version the robot ran, in the order it first ran: `episode_summary` of its episodes (every phase).
+    An episode counts for the version that ran its end."""
+    versions = dict.fromkeys(e["policy_version"] for e in episodes)
+    return [{"version": v, **episode_summary([e for e in episodes if e["policy_version"] == v])} for v in versions]
 
 
 def figure_data(report: dict, interventions: Any, latencies_ms: list[float]) -> ReportFigureData:
