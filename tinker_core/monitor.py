@@ -118,6 +118,11 @@ class FlowMonitor:
         with self._lock:
             return {k: v.snapshot() for k, v in self._edges.items()}
 
+    def names(self) -> list[str]:
+        """The edges counted so far (no figures computed)."""
+        with self._lock:
+            return list(self._edges)
+
     def format(self) -> str:
         return format_flow(self.snapshot())
 

@@ -73,7 +73,7 @@ class FlowWatcher:
     def silent(self) -> list[str]:
         """The graph's topics no message came on in the window (an edge that only carries events, such as the
         sensor's episode ends or an e-stop, or a node that is not there)."""
-        counted = self.monitor.snapshot()
+        counted = set(self.monitor.names())
         return [name for name in self.ends if name not in counted]
 
     def restart(self) -> None:
