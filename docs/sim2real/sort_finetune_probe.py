@@ -5,7 +5,7 @@ loop. It measures the algorithm alone, fast; ``tinker benchmark sim2real --env t
 through ROS 2.
 
     python docs/sim2real/sort_finetune_probe.py --prior pretrained/arm_sort/rl_prior --out runs/sort_probe \
-        [--episodes 50] [--eval-episodes 50] [--utd 2] [--td3bc-alpha 0.005] [--seed 0]
+        [--episodes 50] [--eval-episodes 50] [--utd 2] [--td3bc-alpha 0.005] [--latency-compensation 4] [--seed 0]
 
 Writes OUT/probe.json: the settings, before and after (episodes fully sorted, objects sorted, e-stops, unsafe
 states), and the objects sorted in each fine-tuning episode.
@@ -25,13 +25,27 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
-def score(algo, dynamics: str, episodes: int, seed: int) -> dict:
+def compensator(steps: int):
+    """``(obs, env) -> the policy's input``: the observation at the pose the newest command in flight brings the arm
+    to (`tinker_core.loop.latency_compensation`, as the perception node and ``tinker eval`` rewrite it), or as it is
+    with ``steps`` 0. The state sorter's bundle manifest gives the terms and the action chain."""
+    from tinker.bundle_io import top_manifest
+    from tinker_core.loop.latency_compensation import LatencyCompensation
+
+    if not steps:
+        return lambda obs, env: obs
+    comp = LatencyCompensation.for_manifest(top_manifest(ROOT / "pretrained/arm_sort/bundle"), steps)
+    return lambda obs, env: comp(np.asarray(obs, np.float32), env.unwrapped.commanded_target)
+
+
+def score(algo, dynamics: str, episodes: int, seed: int, compensation: int = 0) -> dict:
     from tinker_cli._compose import make_env
     from tinker_core.evaluate import evaluate
 
-    env = make_env("tinker/ArmSort-v0", dynamics=dynamics)
+    env = make_env("tinker/ArmSort-v0", dynamics=dynamics, latency_compensation=compensation)
+    see = compensator(compensation)
     try:
-        res = evaluate(env, lambda o: algo.predict(o, deterministic=True), episodes, seed=seed)
+        res = evaluate(env, lambda o: algo.predict(see(o, env), deterministic=True), episodes, seed=seed)
     finally:
         env.close()
     d = res.to_dict()
@@ -50,6 +64,9 @@ def main() -> int:
     ap.add_argument("--utd", type=int, default=2, help="updates per live transition")
     ap.add_argument("--warmup", type=int, default=128, help="live transitions before the first update")
     ap.add_argument("--td3bc-alpha", type=float, default=None, help="default: the prior's")
+    ap.add_argument("--latency-compensation", type=int, default=0,
+                    help="control periods of command latency the policy's input compensates, in fine-tuning and both "
+                         "scores (sim.arm_env's latency_compensation; 0: off)")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
@@ -69,16 +86,20 @@ def main() -> int:
     mix = MixedReplay(200_000, 100_000, real_fraction=0.5, prioritized=False, storage=StorageConfig(), seed=args.seed)
     n_demo = mix.load("sim", Path(args.prior, "demonstrations"), seed=args.seed)
     t0 = time.monotonic()
-    before = score(sac, args.dynamics, args.eval_episodes, args.eval_seed)
+    before = score(sac, args.dynamics, args.eval_episodes, args.eval_seed, args.latency_compensation)
     print(f"before: {before}", flush=True)
-    env = make_env("tinker/ArmSort-v0", dynamics=args.dynamics, seed=args.seed)
+    env = make_env("tinker/ArmSort-v0", dynamics=args.dynamics, seed=args.seed,
+                   latency_compensation=args.latency_compensation)
+    see = compensator(args.latency_compensation)
     sorted_per_episode, updates, live = [], 0, 0
     try:
         for ep in range(args.episodes):
             obs, _ = env.reset(seed=5000 + 100 * args.seed + ep)
+            obs = see(obs, env)
             while True:
                 action = sac.predict(obs, deterministic=False)
                 nxt, r, term, trunc, info = env.step(action)
+                nxt = see(nxt, env)
                 mix.add(Transition(obs, np.asarray(action, np.float32), float(r), bool(term), bool(trunc),
                                    {"source": "real"}, nxt))
                 live += 1
@@ -96,7 +117,7 @@ def main() -> int:
                       f"{time.monotonic() - t0:.0f} s", flush=True)
     finally:
         env.close()
-    after = score(sac, args.dynamics, args.eval_episodes, args.eval_seed)
+    after = score(sac, args.dynamics, args.eval_episodes, args.eval_seed, args.latency_compensation)
     print(f"after: {after}", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ from tinker_core.algos.off_policy import OffPolicyAlgorithm, OffPolicyConfig
 from tinker_core.algos.sac_native import NativeSACUpdate
 from tinker_core.algos.sac_update import SACUpdate
 from tinker_core.amp import ModulePrecision
-from tinker_core.errors import ConfigError
+from tinker_core.errors import CheckpointError, ConfigError
 from tinker_core.nn import build_perception
 from tinker_core.nn.encoders import Flatten
 
@@ -60,6 +60,13 @@ class SACConfig(OffPolicyConfig):
     ``alpha * (ent_coef * logp - Q) / mean|Q| + mean ||tanh(mu) - a_demo||^2``, so a policy pretrained by imitation
     is fine-tuned by RL without first being unlearned. Runs on the autograd step (the written-out ones have no
     imitation term)."""
+    prior_anchor: bool = True
+    """With ``td3bc_alpha``: the batch's other rows (live data) imitate the actor the fine-tuning started from (a
+    frozen copy, taken at the first update and kept in the checkpoint), as the demonstration rows imitate the
+    demonstrations. Without it, the states the demonstrations never show (a camera's estimates, a lagged robot's
+    poses) are shaped by the RL term alone, and the policy the robot runs drifts there. The camera sorter fine-tuned
+    on one lagged robot's recorded data: e-stops 1 -> 8 in 50 episodes, anchored 1 -> 2
+    (docs/sim2real/vision_sort.md, "Anchored to the starting actor")."""
     compiled_step: bool = True
     """On the CPU, run the MLP step compiled (sac_native.py; built once per machine) where it applies;
     False, or no compiler, runs the same step in Python."""
@@ -104,6 +111,7 @@ class SAC(OffPolicyAlgorithm):
         else:
             self.actor = SquashedGaussianActor(self.actor_perception.features_dim, c.net_arch, self.act_dim, c.activation)
         self.critic = EnsembleQ(c.n_critics, self.critic_perception.features_dim + self.act_dim, c.net_arch, c.activation)
+        self._anchor: list[nn.ModuleDict] = []  # a list: kept out of the module's weights (the checkpoint's extra)
         self.critic_perception_target = copy.deepcopy(self.critic_perception)
         self.critic_target = copy.deepcopy(self.critic)
         for p in list(self.critic_target.parameters()) + list(self.critic_perception_target.parameters()):
@@ -251,7 +259,7 @@ class SAC(OffPolicyAlgorithm):
         imitation = None
         if c.td3bc_alpha is not None:
             actor_loss = c.td3bc_alpha * actor_loss / q_pi.abs().mean().detach().clamp(min=1e-6)
-            imitation = self._imitation_loss(feat, s.actions, s.demo)
+            imitation = self._imitation_loss(feat, s.actions, s.demo, s.obs)
             actor_loss = actor_loss + imitation
         self.actor_opt.zero_grad(set_to_none=True)
         if ent_loss is not None:
@@ -270,13 +278,37 @@ class SAC(OffPolicyAlgorithm):
         self._end_update(metrics)
         return td.detach().abs().max(0).values
 
-    def _imitation_loss(self, feat: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _imitation_loss(self, feat: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None,
+                        obs: Any = None) -> torch.Tensor:
         """TD3+BC's term: mean squared distance of the actor's mean action to the demonstrations' (the rows
-        ``mask`` marks, the batch's ``ReplaySamples.demo``; none: 0)."""
-        if mask is None or not bool(mask.any()):
-            return feat.new_zeros(())
-        mean_action = self.actor.deterministic(feat[mask])
-        return (mean_action - actions[mask].clamp(-0.999, 0.999)).square().sum(-1).mean()
+        ``mask`` marks, the batch's ``ReplaySamples.demo``), and with ``prior_anchor`` of the other rows to the
+        starting actor's (`anchor_action`); nothing to imitate: 0."""
+        demo = mask if mask is not None else torch.zeros(feat.shape[0], dtype=torch.bool, device=feat.device)
+        if not self.config.prior_anchor or obs is None:
+            if not bool(demo.any()):
+                return feat.new_zeros(())
+            mean_action = self.actor.deterministic(feat[demo])
+            return (mean_action - actions[demo].clamp(-0.999, 0.999)).square().sum(-1).mean()
+        target = torch.where(demo[:, None], actions, self.anchor_action(obs)).clamp(-0.999, 0.999)
+        return (self.actor.deterministic(feat) - target).square().sum(-1).mean()
+
+    def anchor_action(self, obs: Any) -> torch.Tensor:
+        """The starting actor's mean action (in [-1, 1]) for prepared observations: ``prior_anchor``'s target. The
+        starting actor is frozen at the first call (the first update) unless a checkpoint brought it."""
+        if not self._anchor:
+            self._anchor.append(self._actor_copy())
+        anchor = self._anchor[0]
+        with torch.no_grad():
+            return anchor["actor"].deterministic(anchor["perception"](obs))
+
+    @property
+    def anchor(self) -> nn.ModuleDict | None:
+        """``prior_anchor``'s starting actor (its perception and actor, frozen); None until the first update."""
+        return self._anchor[0] if self._anchor else None
+
+    def _actor_copy(self) -> nn.ModuleDict:
+        return copy.deepcopy(nn.ModuleDict({"perception": self.actor_perception, "actor": self.actor})).requires_grad_(
+            False)
 
     def _train_step_mlp(self, s: ReplaySamples, weights: torch.Tensor | None) -> torch.Tensor:
         """``_train_step`` for flat observations, MLPs and an fp32 critic: the same step with the
@@ -323,9 +355,22 @@ class SAC(OffPolicyAlgorithm):
         return self.actor_perception, ScaledTanhHead(self.actor, self.act_low, self.act_high)
 
     def _extra_state(self) -> tuple[dict, dict[str, np.ndarray]]:
-        return {"auto_ent": self.auto_ent, "critic_amp": self.critic_amp.state()}, {}
+        meta = {"auto_ent": self.auto_ent, "critic_amp": self.critic_amp.state()}
+        if self.anchor is None:
+            return meta, {}
+        return {**meta, "anchor": True}, {f"anchor.{k}": v.detach().cpu().numpy()
+                                          for k, v in self.anchor.state_dict().items()}
 
     def _load_extra_state(self, meta: dict, tensors: Any) -> None:
         self.auto_ent = bool(meta.get("auto_ent", self.auto_ent))
         if "critic_amp" in meta:
             self.critic_amp.load_state(meta["critic_amp"])
+        if meta.get("anchor"):  # prior_anchor's starting actor, frozen at the first update before this save
+            anchor = self._actor_copy()
+            state = {k[len("anchor."):]: torch.as_tensor(v) for k, v in tensors.items() if k.startswith("anchor.")}
+            try:
+                anchor.load_state_dict(state)
+            except RuntimeError as e:
+                raise CheckpointError(f"SAC checkpoint: prior_anchor's starting actor does not fit this actor: {e}") \
+                    from None
+            self._anchor[:] = [anchor]
