@@ -11,7 +11,8 @@ EPILOG = """\
 what it writes (in --out):
   checkpoint/        SAC whose actor is the BC policy (the same actions, deterministic), its critics fitted to the
                      demonstrations with the actor held still; td3bc_alpha keeps the actor near the demonstrations
-                     while it fine-tunes (tinker_core/algos/rl_prior.py)
+                     while it fine-tunes, and prior_anchor near its own starting actions on the live data
+                     (tinker_core/algos/rl_prior.py, SACConfig)
   demonstrations/    the scripted expert's episodes on the randomized training robot, with the env's rewards (a
                      replay the learner loads as its simulation data: LearnerConfig.demonstrations)
   summary.json       what was done, the expert's success, and the check that the SAC acts as the BC policy
