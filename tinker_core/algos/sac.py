@@ -279,18 +279,19 @@ class SAC(OffPolicyAlgorithm):
         return td.detach().abs().max(0).values
 
     def _imitation_loss(self, feat: torch.Tensor, actions: torch.Tensor, mask: torch.Tensor | None,
-                        obs: Any = None) -> torch.Tensor:
+                        obs: Any) -> torch.Tensor:
         """TD3+BC's term: mean squared distance of the actor's mean action to the demonstrations' (the rows
         ``mask`` marks, the batch's ``ReplaySamples.demo``), and with ``prior_anchor`` of the other rows to the
-        starting actor's (`anchor_action`); nothing to imitate: 0."""
+        starting actor's (`anchor_action`, on the prepared ``obs``); nothing to imitate: 0."""
         demo = mask if mask is not None else torch.zeros(feat.shape[0], dtype=torch.bool, device=feat.device)
-        if not self.config.prior_anchor or obs is None:
-            if not bool(demo.any()):
-                return feat.new_zeros(())
-            mean_action = self.actor.deterministic(feat[demo])
-            return (mean_action - actions[demo].clamp(-0.999, 0.999)).square().sum(-1).mean()
-        target = torch.where(demo[:, None], actions, self.anchor_action(obs)).clamp(-0.999, 0.999)
-        return (self.actor.deterministic(feat) - target).square().sum(-1).mean()
+        if self.config.prior_anchor:
+            mean_action, target = self.actor.deterministic(feat), torch.where(demo[:, None], actions,
+                                                                              self.anchor_action(obs))
+        elif bool(demo.any()):
+            mean_action, target = self.actor.deterministic(feat[demo]), actions[demo]
+        else:
+            return feat.new_zeros(())
+        return (mean_action - target.clamp(-0.999, 0.999)).square().sum(-1).mean()
 
     def anchor_action(self, obs: Any) -> torch.Tensor:
         """The starting actor's mean action (in [-1, 1]) for prepared observations: ``prior_anchor``'s target. The
