@@ -14,7 +14,7 @@ examples:
                                  # camera: sim_robot renders the views and size the bundle's model takes
   tinker bringup --namespace robot1 --bundle B --record run1.mcap
   tinker bringup --view          # then open http://127.0.0.1:8766/ or connect Foxglove to ws://127.0.0.1:8765
-  tinker bringup --no-sim --set safety.command_type=joint_trajectory   # on your robot: its driver, your goal topic
+  tinker bringup --no-sim --set /**.command_type=joint_trajectory   # on your robot: its driver, your goal topic
   tinker bringup --composed --set policy.on_overrun=stop --set /**.trace_dir=/tmp/trace
   tinker bringup --set /**.realtime_priority=0   # normal scheduling: no SCHED_FIFO (see tinker doctor)
   tinker bringup --agents configs/fleet_reach.yaml   # three robots, /robot1 /robot2 /robot3, each its own safety

@@ -52,11 +52,11 @@ def g(ros2, bundles, tmp_path_factory):
     graph = Graph(namespace=NS, nodes=["sim_robot", "perception", "policy", "safety"], run_dir=tmp / "logs",
                   env=ros2.graph_env(domain),
                   overrides={"perception": {"bundle": b}, "policy": {"bundle": b},
-                             "safety": {"config": str(tmp / "safety.yaml"), "command_type": "joint_trajectory"},
-                             "sim_robot": {"command_type": "joint_trajectory"},
+                             "safety": {"config": str(tmp / "safety.yaml")},
                              # the camera renders in line (every frame of its own state): a camera process
                              # starved on the shared machine would make perception hold for reasons of its own
-                             "/**": {"control_period": ros2.PERIOD, "camera_rate_hz": 0.0}})
+                             "/**": {"control_period": ros2.PERIOD, "camera_rate_hz": 0.0,
+                                     "command_type": "joint_trajectory"}})
     probe = ros2.Probe(domain, "attacker")
     t = f"/{NS}/"
     probe.commands = probe.collect(JointTrajectory, t + "forward_position_controller/commands", RECORD_QOS)
@@ -454,8 +454,8 @@ def test_a_second_graph_with_the_same_names_started_without_tinker_bringup_refus
 
     since = time.time_ns()
     over = g.tmp / "twin.yaml"
-    over.write_text(f"/**:\n  ros__parameters:\n    control_period: {ros2.PERIOD}\n"
-                    "/**/sim_robot:\n  ros__parameters:\n    camera: false\n    command_type: joint_trajectory\n")
+    over.write_text(f"/**:\n  ros__parameters:\n    control_period: {ros2.PERIOD}\n    command_type: joint_trajectory\n"
+                    "/**/sim_robot:\n  ros__parameters:\n    camera: false\n")
     procs = {n: subprocess.Popen([sys.executable, "-m", f"tinker.{n}", "--ros-args", "-r", f"__ns:=/{NS}",
                                   "-r", f"__node:={n}", "--params-file", str(default_params_file()),
                                   "--params-file", str(over)],

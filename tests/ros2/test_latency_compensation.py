@@ -6,11 +6,19 @@ safe command (the pose in flight), and the robot takes the suction the policy se
 from ``policy/tool_command``. The same seeds through the loop's stages in one process (`tinker eval --runtime loop
 --episodes 6 --seed 1000`): 2 of 6 episodes fully sorted without the compensation, 6 of 6 with it. The safety
 node's /diagnostics report the latency its own states and commands show (`tinker_core.loop.latency_estimate`).
+
+Both command types a ros2_control robot takes (``command_type``, also set once in ``/**``): Float64MultiArray for a
+forward_command_controller, JointTrajectory for a joint_trajectory_controller, which perception, the policy and the
+experience bridge hear by joint name. The bridge's recording shows that it heard each cycle's safe command and its
+safety status.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 SORT = REPO / "pretrained" / "arm_sort" / "bundle"
@@ -18,11 +26,13 @@ FAR_LATENCY = REPO / "sim" / "config" / "dynamics" / "far_latency_sort.yaml"
 EPISODES = 4
 
 
-def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensates(ros2, tmp_path):
+@pytest.mark.parametrize("command_type", ["float64_array", "joint_trajectory"])
+def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensates(ros2, tmp_path, command_type):
     from diagnostic_msgs.msg import DiagnosticArray
     from std_msgs.msg import Float64MultiArray
 
     from tinker.bringup import Graph
+    from tinker.recording import read_cycles
     from tinker.wire import RECORD_QOS
 
     safety = ros2.patient_safety(tmp_path)
@@ -31,13 +41,15 @@ def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensate
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
     tools = probe.collect(Float64MultiArray, "/policy/tool_command", RECORD_QOS)
     probe.diag = probe.collect(DiagnosticArray, "/diagnostics", RECORD_QOS)
-    g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], run_dir=tmp_path / "logs",
+    cycles = tmp_path / "cycles.mcap"
+    g = Graph(nodes=["sim_robot", "perception", "policy", "safety", "experience_bridge"], run_dir=tmp_path / "logs",
               env=ros2.graph_env(domain),
-              overrides={"/**": {"latency_compensation": 4},
+              overrides={"/**": {"latency_compensation": 4, "command_type": command_type},
                          "perception": {"bundle": str(SORT)}, "policy": {"bundle": str(SORT)},
                          "sim_robot": {"episode_cycles": 200, "seed": 1000, "dynamics": str(FAR_LATENCY)},
-                         "safety": {"config": str(safety)}})
+                         "safety": {"config": str(safety)}, "experience_bridge": {"record": str(cycles)}})
     assert g.parameters("perception")["latency_compensation"] == g.parameters("policy")["latency_compensation"] == 4
+    assert {g.parameters(n)["command_type"] for n in g.nodes} == {command_type}
 
     done = ros2.run_episodes(g, probe, task, EPISODES, 180)
     assert sorted(done) == list(range(EPISODES)) and sum(done.values()) >= EPISODES - 1, done
@@ -47,3 +59,8 @@ def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensate
     assert measured and measured[-1] == "4", measured[-5:]
     log = g.log("perception")
     assert "pose in flight (4 periods of command latency)" in log and "input refused" not in log, log[-2000:]
+    assert "input refused" not in g.log("policy") + g.log("experience_bridge")
+    heard = [r for r in read_cycles(cycles) if len(r["safe_command"]) == 7]  # each cycle's command, its 7 joints
+    outcomes = Counter(r["safety_status"].split(":")[0] for r in heard)  # 'rate_limited: joint 2 ...' -> rate_limited
+    ran = outcomes["passed"] + outcomes["clipped"] + outcomes["rate_limited"]  # the others: held, estopped
+    assert len(heard) > 100 and all(r["safety_status"] for r in heard) and ran >= 0.9 * len(heard), outcomes

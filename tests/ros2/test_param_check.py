@@ -81,6 +81,16 @@ def test_perception_and_the_policy_compensate_the_same_latency_over_a_safe_comma
     with pytest.raises(ConfigError, match="perception and policy 4, safety 0"):  # it compares with what it measures
         check_params_file(default_params_file(), ALL, {"perception": {"latency_compensation": 4},
                                                        "policy": {"latency_compensation": 4}})
-    with pytest.raises(ConfigError, match="needs safety.command_type float64_array"):
-        check_params_file(default_params_file(), ALL, {"/**": {"latency_compensation": 4},
-                                                       "safety": {"command_type": "joint_trajectory"}})
+    # over a joint_trajectory_controller too: perception and the policy hear the JointTrajectory by joint name
+    check_params_file(default_params_file(), ALL, {"/**": {"latency_compensation": 4,
+                                                           "command_type": "joint_trajectory"}})
+
+
+def test_every_node_that_sends_runs_or_hears_the_safe_command_takes_one_message_type():
+    check_params_file(default_params_file(), ALL, {"/**": {"command_type": "joint_trajectory"}})  # set once
+    with pytest.raises(ConfigError, match=r"command_type: sim_robot float64_array, .*safety joint_trajectory.*"
+                                          r"set it once, in the launch YAML's /\*\* section"):
+        check_params_file(default_params_file(), ALL, {"safety": {"command_type": "joint_trajectory"}})
+    with pytest.raises(ConfigError, match=r"experience_bridge.command_type: expected one of \['float64_array', "
+                                          r"'joint_trajectory'\], got 'twist'"):
+        check_params_file(default_params_file(), ALL, {"experience_bridge": {"command_type": "twist"}})

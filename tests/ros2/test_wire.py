@@ -40,6 +40,26 @@ def test_a_commands_metadata_says_how_it_was_made_and_every_edge_value_reads_bac
     assert (a.stamp_ns, a.cycle, a.version, a.stop, a.values.tolist()) == (5, 2, "3", False, [0.25] * 7)
 
 
+def test_a_safe_command_sent_as_a_joint_trajectory_reads_by_joint_name_with_its_metadata():
+    from tinker.wire import Reader, command_meta, command_type, trajectory_msg
+    from tinker_core.errors import ConfigError, ValidationError
+    from tinker_core.loop.edges import SafeCommand
+
+    names = ["a", "b", "c"]
+    sent = SafeCommand(12, 3, np.zeros(3), "rate_limited: b", "v2", intervention=True)
+    msg = trajectory_msg(["c", "a", "b"], np.array([3.0, 1.0, 2.0]), command_meta(sent), 0.05)
+    c = Reader("perception", names).trajectory_command(msg)  # a stage with joints: its order, by name
+    assert c.q.tolist() == [1.0, 2.0, 3.0]
+    assert (c.stamp_ns, c.cycle, c.status, c.version, c.intervention) == (12, 3, "rate_limited: b", "v2", True)
+    assert Reader("experience_bridge").trajectory_command(msg).q.tolist() == [3.0, 1.0, 2.0]  # none: as sent
+    with pytest.raises(ValidationError, match=r"policy\.command.*missing joints \['d'\]"):
+        Reader("policy", [*names, "d"]).trajectory_command(msg)
+    assert command_type("joint_trajectory", "x").__name__ == "JointTrajectory"
+    with pytest.raises(ConfigError, match=r"policy.command_type: expected one of \['float64_array', "
+                                          r"'joint_trajectory'\], got 'twist'"):
+        command_type("twist", "policy.command_type")
+
+
 def test_every_topic_is_declared_once_with_its_type_and_qos():
     from rclpy.qos import ReliabilityPolicy
 

@@ -14,6 +14,17 @@ from tinker_core.loop.latency_compensation import MAX_STEPS
 _RECONF = " Changed only while unconfigured; takes effect at the next configure."
 _FIXED = " Fixed at start-up."
 
+COMMAND_TYPE_PARAMS = {
+    "command_type": Param("float64_array", "The safe command's message: float64_array (std_msgs/Float64MultiArray in "
+                                           "the robot's joint order: ros2_control's forward_command_controller) or "
+                                           "joint_trajectory (trajectory_msgs/JointTrajectory by joint name: "
+                                           "joint_trajectory_controller). Set it once, in the launch YAML's /** "
+                                           "section: safety sends it, the robot runs it, and perception, the policy, "
+                                           "the experience bridge and the view hear it (the parameter check refuses "
+                                           "two)." + _FIXED, read_only=True),
+}
+"""the safe command's message type, one value for every node that sends, runs or hears it"""
+
 LATENCY_PARAMS = {
     "latency_compensation": Param(0, "control periods from a command to the motors, compensated (0: off): perception "
                                      "puts the arm's terms at the pose the newest safe command brings it to, the "
@@ -23,6 +34,7 @@ LATENCY_PARAMS = {
                                      "safety node measures it (command_latency_periods in /diagnostics)." + _FIXED,
                                   (0, MAX_STEPS), True),
     **topic_params(safe_command_topic="command"),
+    **COMMAND_TYPE_PARAMS,
 }
 """what perception and the policy both read to compensate a robot's command latency"""
 
@@ -48,9 +60,7 @@ SAFETY_PARAMS = {
                                "safety.config scene items, added to the safety YAML's scene; set by tinker bringup and "
                                "the launch file from sim_robot's task. '' = none: on a real robot the safety YAML "
                                "describes the cell." + _FIXED, read_only=True),
-    "command_type": Param("float64_array", "Command message: float64_array (Float64MultiArray, "
-                                           "forward_command_controller) or joint_trajectory (JointTrajectory, "
-                                           "joint_trajectory_controller)." + _FIXED, read_only=True),
+    **COMMAND_TYPE_PARAMS,
     "hold_deadline": Param(0.6, "Fraction of the control period after a state before the hold goes out (a missed "
                                 "cycle). Takes effect at the next state.", (0.05, 0.95)),
     "max_state_age": Param(0.5, "s: a JointState stamped further in the past than this (node clock) is refused and "
@@ -89,9 +99,7 @@ SIM_ROBOT_PARAMS = {
     "end_on_sensor": Param(True, "true: an episode also ends (reset) where the experience bridge's success sensor "
                                  "saw the task done (episode_end), as a cell's reset routine would; false: it "
                                  "ignores episode_end." + _FIXED, read_only=True),
-    "command_type": Param("float64_array", "Command input: float64_array (Float64MultiArray in joint order) or "
-                                           "joint_trajectory (JointTrajectory, first point, by joint name)." + _FIXED,
-                          read_only=True),
+    **COMMAND_TYPE_PARAMS,
     **{name: Param(default, what + _FIXED, read_only=True) for name, default, what in (
         ("command_topic", "forward_position_controller/commands", "Topic of the joint position commands."),
         ("joint_states_topic", "joint_states", "Topic of the measured joint state."),
@@ -128,6 +136,7 @@ BRIDGE_PARAMS = {
     **topic_params(task_topic="task", features_topic="features", raw_action_topic="raw_action",
                    joint_target_topic="joint_target", command_topic="command", estop_state_topic="estop_state",
                    intervened_topic="intervened", episode_end_topic="episode_end"),
+    **COMMAND_TYPE_PARAMS,
     "urdf": Param("", "robot model: forward kinematics for reward_source 'sensors', joint limits of the action chain a "
                       "person's target is inverted through (empty: the KUKA iiwa, kuka_iiwa/model.urdf)", read_only=True),
     "label_window": Param(3.0, "s: a label_episode call applies to the episode that ended within this time, else to "

@@ -96,9 +96,10 @@ def check_pairings(value: Any, nodes: Any) -> None:
     first is right where perception estimates per frame: the other two pairings reward the arm for one frame's
     noise in the estimate, or for the first frame's alone.
 
-    Perception and the policy compensate the same command latency (``latency_compensation``), and hear the safe
-    command as Float64MultiArray (safety's ``command_type: float64_array``)."""
+    Perception and the policy compensate the same command latency (``latency_compensation``). Every node that
+    sends, runs or hears the safe command takes one message type (``command_type``)."""
     check_latency_pairing(value, nodes)
+    check_command_type(value, nodes)
     if not {"perception", "experience_bridge"} <= set(nodes) or value("experience_bridge", "reward_source") != "sensors":
         return
     from tinker.bundle_io import resolve_bundle, top_manifest
@@ -130,10 +131,22 @@ def check_latency_pairing(value: Any, nodes: Any) -> None:
         raise ConfigError(f"latency_compensation: perception and policy {seen}, safety "
                           f"{value('safety', 'latency_compensation')}; safety compares it with the latency it "
                           f"measures (set it once, in the launch YAML's /** section)")
-    if seen and "safety" in set(nodes) and value("safety", "command_type") != "float64_array":
-        raise ConfigError(f"latency_compensation: {seen} periods needs safety.command_type float64_array (perception "
-                          f"and the policy hear the safe command as Float64MultiArray); it is "
-                          f"{value('safety', 'command_type')!r}")
+
+
+def check_command_type(value: Any, nodes: Any) -> None:
+    """See `check_pairings`."""
+    from tinker_core.loop.edges import COMMAND_TYPES
+
+    tables = declared()
+    types = {n: value(n, "command_type") for n in nodes if "command_type" in tables.get(n, {})}
+    for n, t in types.items():
+        if t not in COMMAND_TYPES:
+            raise ConfigError(f"{n}.command_type: expected one of {list(COMMAND_TYPES)}, got {t!r}")
+    if len(set(types.values())) > 1:
+        said = ", ".join(f"{n} {t}" for n, t in types.items())
+        raise ConfigError(f"command_type: {said}; safety sends the safe command as one message type, and the robot "
+                          f"and every node hearing it must take that one (set it once, in the launch YAML's /** "
+                          f"section)")
 
 
 def check_params_file(path: str | os.PathLike, nodes: Sequence[str],

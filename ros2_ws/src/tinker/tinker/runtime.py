@@ -322,12 +322,19 @@ class NodeRuntime:
                      refuse: tuple[type[Exception], ...] = (ValidationError,)) -> list:
         """A subscription for each edge into ``stage`` that ``topics`` names, each message turned into its edge
         value by ``reader`` (`tinker.wire.Reader`; ``read``: another reader for a port; ``qos``: another QoS for
-        a port, e.g. the recorder's deeper queue; ``msg_types``: the other type a parameter selects; ``stale``:
-        the level when it goes quiet, ERROR unless named) and handed to the stage. An input the stage raises one of
+        a port, e.g. the recorder's deeper queue; ``msg_types``: the other type a parameter selects, the safe
+        ``command``'s by default from the node's ``command_type``; ``stale``: the level when it goes quiet, ERROR unless
+        named) and handed to the stage. An input the stage raises one of
         ``refuse`` on is logged and noted in the stage (any other error is a failed callback: `callback_failed`);
         a handler that closes a cycle is timed into the cycle statistics and the trace. The subscriptions, also
         in ``edge_subscriptions``."""
         stale, read, qos, types = dict(stale or {}), dict(read or {}), dict(qos or {}), dict(msg_types or {})
+        if "command" in topics and "command" not in types and self.has_parameter("command_type"):
+            from tinker.wire import command_type  # the safe command as safety sends it (`command_type`)
+
+            types["command"] = command_type(self.param("command_type"), f"{self.get_name()}.command_type")
+            if self.param("command_type") == "joint_trajectory":
+                read.setdefault("command", reader.trajectory_command)
         subs = {port: self.subscribe(topics[port], port, self._served(stage, handler, read.get(port) or
                                                                       getattr(reader, port), refuse),
                                      qos.get(port), stale=stale.get(port, Level.ERROR), msg_type=types.get(port))

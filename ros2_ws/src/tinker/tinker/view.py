@@ -37,8 +37,9 @@ from trajectory_msgs.msg import JointTrajectory
 
 from tinker.recording import CycleJoin, EpisodeEnds, RunRecorder
 from tinker.robot_model import with_frame_prefix
+from tinker.node_params import COMMAND_TYPE_PARAMS
 from tinker.runtime import EXECUTOR_ENV, OK, WARN, NodeRuntime, Param, declare_params, main_for
-from tinker.wire import OBSERVER_QOS, RECORD_QOS, SENSOR_QOS, meta_of, stamp_ns
+from tinker.wire import OBSERVER_QOS, RECORD_QOS, SENSOR_QOS, command_type, decode_meta, meta_of, stamp_ns
 from tinker_core.errors import TinkerError
 
 PAGE = Path(__file__).resolve().parent / "web" / "view.html"
@@ -90,8 +91,7 @@ VIEW_PARAMS: dict[str, Param] = {
     "learner_control": Param("", "the learner's control endpoint to poll for its curve and gate results (empty: "
                                  "none)", read_only=True),
     "learner_poll_s": Param(2.0, "s between two polls of the learner", (0.1, 3600.0), True),
-    "command_type": Param("float64_array", "the command topic's type: 'float64_array' (Float64MultiArray) or "
-                                           "'joint_trajectory' (JointTrajectory)", read_only=True),
+    **COMMAND_TYPE_PARAMS,
     "joint_states_topic": Param("joint_states", "the robot's state topic", read_only=True),
     "command_topic": Param("forward_position_controller/commands", "the safe command topic", read_only=True),
     "image_topic": Param("camera/image_raw", "the camera topic", read_only=True),
@@ -111,9 +111,7 @@ class ViewNode(NodeRuntime, Node):
         g = lambda n: self.get_parameter(n).value  # noqa: E731
         from tinker.robot_model import RobotModel
 
-        if g("command_type") not in ("float64_array", "joint_trajectory"):
-            raise TinkerError(f"view.command_type: expected 'float64_array' or 'joint_trajectory', "
-                              f"got {g('command_type')!r}")
+        cmd_cls = command_type(g("command_type"), "view.command_type")
         self.model = RobotModel(g("urdf") or None)
         self.frame_prefix = str(g("frame_prefix"))
         self.join = CycleJoin(pending=JOIN_PENDING)
@@ -139,7 +137,6 @@ class ViewNode(NodeRuntime, Node):
         if self.live is not None and g("learner_control"):
             threading.Thread(target=self._poll_learner, args=(g("learner_control"), float(g("learner_poll_s"))),
                              name="tinker-view-learner", daemon=True).start()
-        cmd_cls = Float64MultiArray if g("command_type") == "float64_array" else JointTrajectory
         # a recording keeps every cycle (reliable, and the stage outputs its records join); the live view alone
         # reads best effort and leaves the stage topics inside the cycle without a reader of its own
         per_cycle = RECORD_QOS if self.recorder is not None else OBSERVER_QOS
@@ -185,16 +182,17 @@ class ViewNode(NodeRuntime, Node):
             self.live.image(msg.width, msg.height, msg.encoding, msg.step, bytes(msg.data), stamp_ns(msg.header))
 
     def _on_command(self, msg, now: int) -> None:
-        if isinstance(msg, JointTrajectory):
-            if msg.points and self.live is not None:
-                self.live.command(list(msg.points[0].positions), now, list(msg.joint_names))
-            return
-        meta = meta_of(msg)
-        self.join.command(meta, msg.data, now)
+        if isinstance(msg, JointTrajectory):  # tinker's safety node puts the label's metadata in header.frame_id
+            if not msg.points:
+                return
+            meta, values, names = decode_meta(msg.header.frame_id), list(msg.points[0].positions), list(msg.joint_names)
+        else:
+            meta, values, names = meta_of(msg), list(msg.data), None
+        self.join.command(meta, values, now)
         if self.live is None:
             return
         stamp = int(meta.get("stamp_ns", 0) or 0)
-        self.live.command(list(msg.data), stamp or now)
+        self.live.command(values, stamp or now, names)
         if meta.get("why") == "shutdown" or not stamp:
             return  # a node's stop, not a cycle's answer
         rec = self.join.pending_record(stamp)

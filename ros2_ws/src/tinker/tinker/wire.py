@@ -298,25 +298,37 @@ def trajectory_msg(names: Sequence[str], q: np.ndarray, meta: Mapping[str, objec
     return msg
 
 
-def read_trajectory_command(msg, jmap: JointMap, where: str) -> SafeCommand:
-    """A safe command sent as a JointTrajectory (`trajectory_msg`): the first point by joint name, the metadata
-    tinker's safety node puts in ``header.frame_id`` (none from another sender: stamp and cycle 0)."""
+def read_trajectory_command(msg, jmap: JointMap | None, where: str) -> SafeCommand:
+    """A safe command sent as a JointTrajectory (`trajectory_msg`): the first point by joint name (``jmap`` None:
+    in the message's order), the metadata tinker's safety node puts in ``header.frame_id`` (none from another
+    sender: stamp and cycle 0)."""
     meta = decode_meta(msg.header.frame_id)
     return SafeCommand(_int(meta, "stamp_ns"), _int(meta, "cycle"), read_trajectory(msg, jmap, where),
                        meta.get("status", ""), meta.get("version", ""), meta.get("intervention") == "1")
 
 
-def read_trajectory(msg, jmap: JointMap, where: str) -> np.ndarray:
-    """The first point's positions of a JointTrajectory in ``jmap``'s order (by joint name); raises
-    ValidationError without a point, or with a wrong length or non-finite values."""
+def read_trajectory(msg, jmap: JointMap | None, where: str) -> np.ndarray:
+    """The first point's positions of a JointTrajectory in ``jmap``'s order (by joint name; None: the message's
+    own); raises ValidationError without a point, or with a wrong length or non-finite values."""
     if not msg.points:
         raise ValidationError(f"{where}.points", "at least one point", "none")
-    idx = jmap.index(msg.joint_names)
+    idx = None if jmap is None else jmap.index(msg.joint_names)
     pos = np.asarray(msg.points[0].positions, dtype=np.float64)
     if pos.shape[0] != len(msg.joint_names) or not np.isfinite(pos).all():
         raise ValidationError(f"{where}.points[0].positions", f"{len(msg.joint_names)} finite values",
                               f"{pos.tolist()}")
-    return pos[idx]
+    return pos if idx is None else pos[idx]
+
+
+def command_type(name: str, where: str) -> type:
+    """The message class of the safe command for ``command_type`` ``name`` (`tinker_core.loop.edges.COMMAND_TYPES`);
+    ConfigError naming ``where`` for another name."""
+    from trajectory_msgs.msg import JointTrajectory
+
+    types = {"float64_array": Float64MultiArray, "joint_trajectory": JointTrajectory}
+    if name not in types:
+        raise ConfigError(f"{where}: expected one of {list(types)}, got {name!r}")
+    return types[name]
 
 
 def image_msg(img: np.ndarray, stamp: int, cycle: int) -> Image:
@@ -361,6 +373,7 @@ class Reader:
         """The stage's joint order from now on (a swapped model may name other joints)."""
         self.jmap = JointMap(joint_names, f"{self.stage}.joint_states")
         self.tmap = JointMap(joint_names, f"{self.stage}.intervention")
+        self.cmap = JointMap(joint_names, f"{self.stage}.command") if joint_names else None
 
     def joint_states(self, msg: JointState) -> RobotState:
         q, qd = self.jmap.read(msg)
@@ -401,6 +414,11 @@ class Reader:
         v, meta = read_array(msg, None, f"{self.stage}.command")
         return SafeCommand(_int(meta, "stamp_ns"), _int(meta, "cycle"), v, meta.get("status", ""),
                            meta.get("version", ""), meta.get("intervention") == "1")
+
+    def trajectory_command(self, msg) -> SafeCommand:
+        """A safe command sent as a JointTrajectory (``command_type: joint_trajectory``), in the stage's joint order
+        by name (a stage without joints: the message's order)."""
+        return read_trajectory_command(msg, self.cmap, f"{self.stage}.command")
 
     def intervened(self, msg: Float64MultiArray) -> Intervened:
         v, meta = read_array(msg, None, f"{self.stage}.intervened")
