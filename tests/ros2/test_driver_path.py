@@ -5,6 +5,10 @@ The driver is this test's process: it publishes ``joint_states`` (sensor_msgs/Jo
 reliable QoS, as a joint_state_broadcaster) at the robot's rate and a ``goal`` (geometry_msgs/PointStamped)
 once, and listens on ``forward_position_controller/commands``. No ``task`` topic, no cycle tags, no bundle
 parameter: perception takes the newest goal for every state and ``ee_pos`` from the URDF.
+
+The driver's forward_command_controller takes its joints in the URDF's order, or in another (``command_joints``,
+set once in the launch YAML's ``/**``): each command it gets, read in its own order, must start at the pose it
+reported and move by small steps (read in another order, the first command would be 0.8 rad off on two joints).
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 JOINTS = [f"lbr_iiwa_joint_{i}" for i in range(1, 8)]
 HOME = [0.0, 0.4, 0.0, -1.2, 0.0, 1.2, 0.0]
 
 
-def test_joint_states_and_a_goal_alone_run_the_loop_on_the_default_policy(ros2, tmp_path):
+@pytest.mark.parametrize("controller", [JOINTS, JOINTS[::-1]], ids=["urdf_order", "reversed"])
+def test_joint_states_and_a_goal_alone_run_the_loop_on_the_default_policy(ros2, tmp_path, controller):
     from geometry_msgs.msg import PointStamped
     from sensor_msgs.msg import JointState
     from std_msgs.msg import Float32MultiArray, Float64MultiArray
@@ -34,18 +40,22 @@ def test_joint_states_and_a_goal_alone_run_the_loop_on_the_default_policy(ros2, 
     goal_pub = probe.publisher(PointStamped, "/goal", 10)
     stop = threading.Event()
 
+    def in_robot_order(data) -> list[float]:  # the controller's vector, by joint name
+        return [float(data[controller.index(j)]) for j in JOINTS]
+
     def driver():  # the robot: 20 Hz joint states at the last commanded (or home) position
         period = 0.05
         while not stop.is_set():
             with probe.lock:
                 last = [m for _, m in cmds[-1:]]
-            js = JointState(name=JOINTS, position=list(last[0].data) if last else HOME, velocity=[0.0] * 7)
+            js = JointState(name=JOINTS, position=in_robot_order(last[0].data) if last else HOME, velocity=[0.0] * 7)
             set_stamp(js.header, time.time_ns())
             js_pub.publish(js)
             time.sleep(period)
 
     g = Graph(nodes=["sim_robot", "perception", "policy", "safety"], sim=False, run_dir=tmp_path,
-              env=ros2.graph_env(domain))  # sim=False: what the launch file's sim:=false does
+              env=ros2.graph_env(domain), overrides={"/**": {"command_joints": ",".join(controller)}})
+    # sim=False: what the launch file's sim:=false does
     assert g.nodes == ["perception", "policy", "safety"] and g.parameters("perception")["task_synced"] is False
     thread = threading.Thread(target=driver, daemon=True)
     try:
@@ -61,6 +71,8 @@ def test_joint_states_and_a_goal_alone_run_the_loop_on_the_default_policy(ros2, 
                         "20 policy commands from the shipped default bundle (v0)")
         served = [m for _, m in list(cmds) if ros2.meta_of(m).get("version") == "0"]
         assert all(len(m.data) == 7 and np.isfinite(m.data).all() for m in served)
+        path = np.array([HOME, *(in_robot_order(m.data) for m in served)])
+        assert np.abs(np.diff(path, axis=0)).max() < 0.2, np.round(path[:3], 3)  # from the pose it reported, by steps
         assert {ros2.meta_of(m)["status"] for m in served} - {"held", "estopped"}, "safety never passed a command"
         assert "pretrained/arm_reach/bundle" in g.log("perception") and "pretrained/arm_reach/bundle" in g.log("policy")
     finally:

@@ -8,9 +8,10 @@ from ``policy/tool_command``. The same seeds through the loop's stages in one pr
 node's /diagnostics report the latency its own states and commands show (`tinker_core.loop.latency_estimate`).
 
 Both command types a ros2_control robot takes (``command_type``, also set once in ``/**``): Float64MultiArray for a
-forward_command_controller, JointTrajectory for a joint_trajectory_controller, which perception, the policy and the
-experience bridge hear by joint name. The bridge's recording shows that it heard each cycle's safe command and its
-safety status.
+forward_command_controller, here one whose joints are listed in reverse (``command_joints``: safety sends in that
+order, the robot, perception and the policy read it back by name), and JointTrajectory for a
+joint_trajectory_controller, which perception, the policy and the experience bridge hear by joint name. The bridge's
+recording shows that it heard each cycle's safe command and its safety status.
 """
 
 from __future__ import annotations
@@ -42,9 +43,11 @@ def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensate
     tools = probe.collect(Float64MultiArray, "/policy/tool_command", RECORD_QOS)
     probe.diag = probe.collect(DiagnosticArray, "/diagnostics", RECORD_QOS)
     cycles = tmp_path / "cycles.mcap"
+    reversed_joints = ",".join(f"lbr_iiwa_joint_{i}" for i in range(7, 0, -1))
     g = Graph(nodes=["sim_robot", "perception", "policy", "safety", "experience_bridge"], run_dir=tmp_path / "logs",
               env=ros2.graph_env(domain),
-              overrides={"/**": {"latency_compensation": 4, "command_type": command_type},
+              overrides={"/**": {"latency_compensation": 4, "command_type": command_type,
+                                 "command_joints": reversed_joints if command_type == "float64_array" else ""},
                          "perception": {"bundle": str(SORT)}, "policy": {"bundle": str(SORT)},
                          "sim_robot": {"episode_cycles": 200, "seed": 1000, "dynamics": str(FAR_LATENCY)},
                          "safety": {"config": str(safety)}, "experience_bridge": {"record": str(cycles)}})

@@ -94,3 +94,13 @@ def test_every_node_that_sends_runs_or_hears_the_safe_command_takes_one_message_
     with pytest.raises(ConfigError, match=r"experience_bridge.command_type: expected one of \['float64_array', "
                                           r"'joint_trajectory'\], got 'twist'"):
         check_params_file(default_params_file(), ALL, {"experience_bridge": {"command_type": "twist"}})
+
+
+def test_the_float64_array_commands_joint_order_is_one_for_every_node_and_only_for_that_type():
+    order = ",".join(f"lbr_iiwa_joint_{i}" for i in range(7, 0, -1))
+    check_params_file(default_params_file(), ALL, {"/**": {"command_joints": order}})  # set once
+    with pytest.raises(ConfigError, match=r"command_joints: sim_robot '', .*safety 'lbr_iiwa_joint_7,.*set it once"):
+        check_params_file(default_params_file(), ALL, {"safety": {"command_joints": order}})
+    with pytest.raises(ConfigError, match=r"with command_type joint_trajectory, whose message names its joints"):
+        check_params_file(default_params_file(), ALL, {"/**": {"command_joints": order,
+                                                               "command_type": "joint_trajectory"}})

@@ -60,6 +60,35 @@ def test_a_safe_command_sent_as_a_joint_trajectory_reads_by_joint_name_with_its_
         command_type("twist", "policy.command_type")
 
 
+def test_a_float64_array_command_goes_in_the_controllers_joint_order_and_reads_back_in_each_stages():
+    from tinker.wire import CommandOrder, Reader, command_msg
+    from tinker_core.errors import ConfigError, ValidationError
+    from tinker_core.loop.edges import SafeCommand
+
+    robot, controller = ["j1", "j2", "j3"], "j3, j1,j2"  # forward_command_controller's joints: [j3, j1, j2]
+    sent = command_msg(SafeCommand(12, 3, np.array([1.0, 2.0, 3.0]), "passed"),
+                       CommandOrder.of(controller, robot, "safety.command_joints", sends=True))
+    assert list(sent.data) == [3.0, 1.0, 2.0]  # what the controller gives j3, j1, j2
+    for stage, joints in (("sim_robot", robot), ("policy", ["j2", "j3", "j1"]), ("perception", ["j1", "j3"])):
+        r = Reader(stage, joints)
+        r.set_command_joints(controller)
+        assert r.command(sent).q.tolist() == [{"j1": 1.0, "j2": 2.0, "j3": 3.0}[j] for j in joints], stage
+    assert Reader("policy", robot).command(sent).q.tolist() == [3.0, 1.0, 2.0]  # '' : read in the stage's own order
+    r = Reader("policy", robot)
+    r.set_command_joints(controller)
+    short = command_msg(SafeCommand(12, 3, np.array([1.0, 2.0]), "passed"))
+    with pytest.raises(ValidationError, match=r"policy\.command: expected 3 values, got 2 values"):
+        r.command(short)
+    with pytest.raises(ConfigError, match=r"safety\.command_joints: \['j3', 'j1'\] is not an order of this stage's "
+                                          r"joints \['j1', 'j2', 'j3'\]; missing \['j2'\]"):
+        CommandOrder.of("j3,j1", robot, "safety.command_joints", sends=True)
+    with pytest.raises(ConfigError, match=r"extra \['j4'\]"):  # a sender commands every joint it lists
+        CommandOrder.of("j3,j1,j2,j4", robot, "safety.command_joints", sends=True)
+    with pytest.raises(ConfigError, match=r"twice \['j1'\]"):
+        CommandOrder.of("j1,j1,j2,j3", robot, "sim_robot.command_joints")
+    assert CommandOrder.of("j1,j2,j3", robot, "x", sends=True).to_wire is None  # the robot's own order: no map
+
+
 def test_every_topic_is_declared_once_with_its_type_and_qos():
     from rclpy.qos import ReliabilityPolicy
 

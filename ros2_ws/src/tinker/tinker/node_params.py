@@ -25,6 +25,15 @@ COMMAND_TYPE_PARAMS = {
 }
 """the safe command's message type, one value for every node that sends, runs or hears it"""
 
+COMMAND_JOINTS_PARAMS = {
+    "command_joints": Param("", "The joints of a Float64MultiArray safe command in the order the robot's controller "
+                                "takes them (forward_command_controller's 'joints', comma-separated); '' = the URDF's "
+                                "order. Set it once, in the launch YAML's /** section: safety sends in this order, "
+                                "the robot, perception, the policy and the view read it. A JointTrajectory names "
+                                "its joints (command_type joint_trajectory): leave it ''." + _FIXED, read_only=True),
+}
+"""the safe command's joint order, for the nodes that send or read it by position"""
+
 LATENCY_PARAMS = {
     "latency_compensation": Param(0, "control periods from a command to the motors, compensated (0: off): perception "
                                      "puts the arm's terms at the pose the newest safe command brings it to, the "
@@ -35,6 +44,7 @@ LATENCY_PARAMS = {
                                   (0, MAX_STEPS), True),
     **topic_params(safe_command_topic="command"),
     **COMMAND_TYPE_PARAMS,
+    **COMMAND_JOINTS_PARAMS,
 }
 """what perception and the policy both read to compensate a robot's command latency"""
 
@@ -61,6 +71,7 @@ SAFETY_PARAMS = {
                                "the launch file from sim_robot's task. '' = none: on a real robot the safety YAML "
                                "describes the cell." + _FIXED, read_only=True),
     **COMMAND_TYPE_PARAMS,
+    **COMMAND_JOINTS_PARAMS,
     "hold_deadline": Param(0.6, "Fraction of the control period after a state before the hold goes out (a missed "
                                 "cycle). Takes effect at the next state.", (0.05, 0.95)),
     "max_state_age": Param(0.5, "s: a JointState stamped further in the past than this (node clock) is refused and "
@@ -100,6 +111,7 @@ SIM_ROBOT_PARAMS = {
                                  "saw the task done (episode_end), as a cell's reset routine would; false: it "
                                  "ignores episode_end." + _FIXED, read_only=True),
     **COMMAND_TYPE_PARAMS,
+    **COMMAND_JOINTS_PARAMS,
     **{name: Param(default, what + _FIXED, read_only=True) for name, default, what in (
         ("command_topic", "forward_position_controller/commands", "Topic of the joint position commands."),
         ("joint_states_topic", "joint_states", "Topic of the measured joint state."),

@@ -97,7 +97,8 @@ def check_pairings(value: Any, nodes: Any) -> None:
     noise in the estimate, or for the first frame's alone.
 
     Perception and the policy compensate the same command latency (``latency_compensation``). Every node that
-    sends, runs or hears the safe command takes one message type (``command_type``)."""
+    sends, runs or hears the safe command takes one message type (``command_type``) and, for a Float64MultiArray,
+    one joint order (``command_joints``)."""
     check_latency_pairing(value, nodes)
     check_command_type(value, nodes)
     if not {"perception", "experience_bridge"} <= set(nodes) or value("experience_bridge", "reward_source") != "sensors":
@@ -147,6 +148,15 @@ def check_command_type(value: Any, nodes: Any) -> None:
         raise ConfigError(f"command_type: {said}; safety sends the safe command as one message type, and the robot "
                           f"and every node hearing it must take that one (set it once, in the launch YAML's /** "
                           f"section)")
+    orders = {n: value(n, "command_joints") for n in nodes if "command_joints" in tables.get(n, {})}
+    if len(set(orders.values())) > 1:
+        said = ", ".join(f"{n} {o!r}" for n, o in orders.items())
+        raise ConfigError(f"command_joints: {said}; safety sends the command's joints in one order and every node "
+                          f"reading it must read that one (set it once, in the launch YAML's /** section)")
+    if any(orders.values()) and "joint_trajectory" in types.values():
+        raise ConfigError(f"command_joints: {next(o for o in orders.values() if o)!r} with command_type "
+                          f"joint_trajectory, whose message names its joints; set command_joints '' (it orders a "
+                          f"float64_array command)")
 
 
 def check_params_file(path: str | os.PathLike, nodes: Sequence[str],

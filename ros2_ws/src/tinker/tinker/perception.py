@@ -73,6 +73,7 @@ class PerceptionNode(NodeRuntime, Node):
         if self.reader is None:
             self.reader = Reader("perception")
         self.reader.set_joints(model.manifest.joint_names)  # the served subscriptions keep this one reader
+        self.reader.set_command_joints(self.param("command_joints"))
         self.model, self._checked = model, False
 
     def _set_param(self, name: str, value) -> str:

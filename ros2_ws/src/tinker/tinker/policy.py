@@ -46,7 +46,9 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
                                               self.get_logger().info, says=self.says,
                                               latency_compensation=int(self.param("latency_compensation")))
         self.get_logger().info(core.warm_up(self.param("bundle"), self.param("warmup_iterations")))
-        made += [*self.serve(self.stage, Reader("policy", core.runner.joint_names), TOPICS, stale={"command": Level.WARN}),
+        reader = Reader("policy", core.runner.joint_names)
+        reader.set_command_joints(self.param("command_joints"))
+        made += [*self.serve(self.stage, reader, TOPICS, stale={"command": Level.WARN}),
                  self.trigger_service("~/reload", lambda: self.stage.reload(self.param("bundle")))]
         self.cmd_pub = self.edge_publishers["joint_target"]
         if self.says is not None:

@@ -15,7 +15,7 @@ from trajectory_msgs.msg import JointTrajectory
 from tinker.lifecycle import LifecycleAdapter, watch_lifecycle
 from tinker.node_params import SAFETY_PARAMS
 from tinker.runtime import Deadline, NodeRuntime, main_for
-from tinker.wire import Reader, command_meta, estop_msg, trajectory_msg
+from tinker.wire import CommandOrder, Reader, command_meta, command_msg, estop_msg, trajectory_msg
 from tinker_core.loop.input_ages import Level
 from tinker_safety.safety_stage import SafetyStage
 
@@ -39,10 +39,12 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         self.deadline = Deadline(self, float(self.param("hold_deadline")) * self.period, self._on_deadline)
         self.arm_deadline, self.cancel_deadline = self.deadline.arm, self.deadline.cancel  # (`SafetyHost`)
         trajectory = self.command_type == "joint_trajectory"  # publishers live for the node's whole life
+        self.order = CommandOrder()  # the Float64MultiArray's joint order (command_joints), set at configure
         self.serve_outputs(self.stage, TOPICS, write={
             "estop_state": lambda e: estop_msg(self.get_fully_qualified_name(), e.reason),
-            **({"command": lambda c: trajectory_msg(self.session.names, c.q, command_meta(c), self.period)}
-               if trajectory else {})}, msg_types={"command": JointTrajectory} if trajectory else None)
+            "command": ((lambda c: trajectory_msg(self.session.names, c.q, command_meta(c), self.period)) if trajectory
+                        else (lambda c: command_msg(c, self.order)))},
+            msg_types={"command": JointTrajectory} if trajectory else None)
         self.watch_namesake(log_while_present=True)
 
     @property
@@ -59,6 +61,8 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         teleop = self.param("intervention_topic")  # empty: nothing on the graph can take over from the policy
         states = self.resolve_topic_name(self.param("joint_states_topic"))
         self.session.configure_from(self.param, self.period, states, self.resolve_topic_name(teleop) if teleop else "")
+        self.order = CommandOrder.of(self.param("command_joints"), self.session.names, "safety.command_joints",
+                                     sends=True)
         reader = Reader("safety", self.session.names)
         made += self.serve_inputs(self.stage, reader, {k: v for k, v in TOPICS.items() if k != "intervention" or teleop},
                                   read={"joint_target": reader.unchecked_action},

@@ -48,7 +48,8 @@ class SimRobotNode(NodeRuntime, Node):
         self.mirror = None if self.loop.frames is None else MirrorCamera.for_robot(
             cfg, self.period, self.loop.seed, self._publish_frame, int(self.param("realtime_priority")))
         trajectory = cfg.command_type == "joint_trajectory"
-        self.jmap, self.reader = JointMap(self.names, "sim_robot.command"), Reader("sim_robot")
+        self.jmap, self.reader = JointMap(self.names, "sim_robot.command"), Reader("sim_robot", self.names)
+        self.reader.set_command_joints(self.param("command_joints"))  # a forward_command_controller's joints
         self.serve_inputs(self.stage, self.reader, topics, stale={"tool_command": None, "episode_end": None},
                           read={"command": self._read_trajectory if trajectory else self._read_command},
                           msg_types={"command": JointTrajectory if trajectory else Float64MultiArray})

@@ -37,9 +37,10 @@ from trajectory_msgs.msg import JointTrajectory
 
 from tinker.recording import CycleJoin, EpisodeEnds, RunRecorder
 from tinker.robot_model import with_frame_prefix
-from tinker.node_params import COMMAND_TYPE_PARAMS
+from tinker.node_params import COMMAND_JOINTS_PARAMS, COMMAND_TYPE_PARAMS
 from tinker.runtime import EXECUTOR_ENV, OK, WARN, NodeRuntime, Param, declare_params, main_for
-from tinker.wire import OBSERVER_QOS, RECORD_QOS, SENSOR_QOS, command_type, decode_meta, meta_of, stamp_ns
+from tinker.wire import (OBSERVER_QOS, RECORD_QOS, SENSOR_QOS, command_type, decode_meta, joint_list, meta_of,
+                         stamp_ns)
 from tinker_core.errors import TinkerError
 
 PAGE = Path(__file__).resolve().parent / "web" / "view.html"
@@ -92,6 +93,7 @@ VIEW_PARAMS: dict[str, Param] = {
                                  "none)", read_only=True),
     "learner_poll_s": Param(2.0, "s between two polls of the learner", (0.1, 3600.0), True),
     **COMMAND_TYPE_PARAMS,
+    **COMMAND_JOINTS_PARAMS,
     "joint_states_topic": Param("joint_states", "the robot's state topic", read_only=True),
     "command_topic": Param("forward_position_controller/commands", "the safe command topic", read_only=True),
     "image_topic": Param("camera/image_raw", "the camera topic", read_only=True),
@@ -112,6 +114,7 @@ class ViewNode(NodeRuntime, Node):
         from tinker.robot_model import RobotModel
 
         cmd_cls = command_type(g("command_type"), "view.command_type")
+        self.command_joints = joint_list(g("command_joints"))
         self.model = RobotModel(g("urdf") or None)
         self.frame_prefix = str(g("frame_prefix"))
         self.join = CycleJoin(pending=JOIN_PENDING)
@@ -186,8 +189,8 @@ class ViewNode(NodeRuntime, Node):
             if not msg.points:
                 return
             meta, values, names = decode_meta(msg.header.frame_id), list(msg.points[0].positions), list(msg.joint_names)
-        else:
-            meta, values, names = meta_of(msg), list(msg.data), None
+        else:  # in command_joints' order where set
+            meta, values, names = meta_of(msg), list(msg.data), list(self.command_joints) or None
         self.join.command(meta, values, now)
         if self.live is None:
             return

@@ -320,6 +320,43 @@ def read_trajectory(msg, jmap: JointMap | None, where: str) -> np.ndarray:
     return pos if idx is None else pos[idx]
 
 
+def joint_list(text: str) -> list[str]:
+    """Joint names from a comma-separated parameter ('': none)."""
+    return [j.strip() for j in str(text).split(",") if j.strip()]
+
+
+@dataclass(frozen=True)
+class CommandOrder:
+    """The joint order of a Float64MultiArray safe command (``command_joints``: forward_command_controller's
+    ``joints``) against a stage's own joint order; the JointTrajectory names its joints and needs none.
+
+    ``wire``: the joints as the command lists them (empty: the stage's own order, nothing to map); ``to_wire``
+    takes a vector in the stage's order to the command's, ``from_wire`` the command's to the stage's."""
+
+    wire: tuple[str, ...] = ()
+    to_wire: np.ndarray | None = None
+    from_wire: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, joints: str, names: Sequence[str], where: str, sends: bool = False) -> "CommandOrder":
+        """``joints``: comma-separated names ('': ``names``' own order); ``names``: the stage's joints. A stage that
+        ``sends`` the command must list every joint of the command, one that hears it only its own; ConfigError
+        naming ``where`` and the joints missing or extra otherwise."""
+        wire, own = joint_list(joints), list(names)
+        if not wire or wire == own:
+            return cls()
+        missing, extra = [n for n in own if n not in wire], [n for n in wire if n not in own]
+        if len(set(wire)) != len(wire) or missing or (sends and extra):
+            dup = sorted({n for n in wire if wire.count(n) > 1})
+            raise ConfigError(f"{where}: {wire} is not an order of this stage's joints {own}"
+                              + (f"; missing {missing}" if missing else "") + (f"; extra {extra}" if sends and extra
+                                                                               else "")
+                              + (f"; twice {dup}" if dup else ""))
+        pos = {n: i for i, n in enumerate(wire)}
+        return cls(tuple(wire), np.asarray([own.index(n) for n in wire], dtype=np.intp) if sends else None,
+                   np.asarray([pos[n] for n in own], dtype=np.intp))
+
+
 def command_type(name: str, where: str) -> type:
     """The message class of the safe command for ``command_type`` ``name`` (`tinker_core.loop.edges.COMMAND_TYPES`);
     ConfigError naming ``where`` for another name."""
@@ -374,6 +411,13 @@ class Reader:
         self.jmap = JointMap(joint_names, f"{self.stage}.joint_states")
         self.tmap = JointMap(joint_names, f"{self.stage}.intervention")
         self.cmap = JointMap(joint_names, f"{self.stage}.command") if joint_names else None
+        self.set_command_joints(getattr(self, "command_joints", ""))
+
+    def set_command_joints(self, joints: str) -> None:
+        """The joint order of a Float64MultiArray safe command (``command_joints``; '': the stage's own)."""
+        self.command_joints = joints
+        names = self.cmap.expected if self.cmap is not None else []
+        self.order = CommandOrder.of(joints, names, f"{self.stage}.command_joints") if names else CommandOrder()
 
     def joint_states(self, msg: JointState) -> RobotState:
         q, qd = self.jmap.read(msg)
@@ -411,7 +455,11 @@ class Reader:
         return self._action(msg, "tool_command")
 
     def command(self, msg: Float64MultiArray) -> SafeCommand:
-        v, meta = read_array(msg, None, f"{self.stage}.command")
+        """A Float64MultiArray safe command, in the stage's joint order (from ``command_joints``' where set)."""
+        n = None if self.order.from_wire is None else len(self.order.wire)
+        v, meta = read_array(msg, n, f"{self.stage}.command")
+        if self.order.from_wire is not None:
+            v = v[self.order.from_wire]
         return SafeCommand(_int(meta, "stamp_ns"), _int(meta, "cycle"), v, meta.get("status", ""),
                            meta.get("version", ""), meta.get("intervention") == "1")
 
@@ -457,10 +505,11 @@ def action_msg(a: Action) -> Float64MultiArray:
     return array_msg(a.values, {"stamp_ns": a.stamp_ns, "cycle": a.cycle, "version": a.version})
 
 
-def command_msg(c: SafeCommand) -> Float64MultiArray:
-    """A safe command for forward_command_controller (its metadata in the label; `trajectory_msg` for
-    joint_trajectory_controller)."""
-    return array_msg(c.q, command_meta(c))
+def command_msg(c: SafeCommand, order: CommandOrder | None = None) -> Float64MultiArray:
+    """A safe command for forward_command_controller, its joints in ``order`` (None: as ``c`` has them), its metadata
+    in the label (`trajectory_msg` for joint_trajectory_controller)."""
+    to = None if order is None else order.to_wire
+    return array_msg(c.q if to is None else np.asarray(c.q)[to], command_meta(c))
 
 
 def command_meta(c: SafeCommand) -> dict[str, object]:
