@@ -86,6 +86,11 @@ class RealTimeArm:
         with self._lock:
             self._suction = bool(on)
 
+    def set_goal(self, goal: Any) -> None:
+        """A goal the robot is told (`tinker_sim.tasks.base.Task.set_goal`), from the next cycle on."""
+        with self._lock:
+            self.env.task.set_goal(np.asarray(goal, dtype=np.float64))
+
     @property
     def suction(self) -> bool:
         """The suction command in force (reset turns it off)."""

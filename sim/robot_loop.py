@@ -179,6 +179,9 @@ class SimRobotLoop:
         self._last_tick_ns = 0
         self._end_episode = -1  # an episode the success sensor ended (`end_episode`)
         self.sensor_ends = 0  # episodes ended so
+        self.goal: np.ndarray | None = None  # a person's goal in force (`set_goal`); None: each episode draws one
+        self.goals = 0
+        self.goal_refusals = RecentFaults()
 
     # --- commands ----------------------------------------------------------------------------
     def accept(self, q: np.ndarray) -> None:
@@ -242,6 +245,22 @@ class SimRobotLoop:
         if on is not None and on != self.arm.suction:
             self.arm.set_suction(on)
             self.suction_switches += 1
+
+    def set_goal(self, point: np.ndarray) -> bool:
+        """A person's or a real system's goal (base frame, m): the robot is told it from the next cycle, and in the
+        episodes after (`tinker_sim.tasks.base.Task.set_goal`; the reach target moves there). A goal the task
+        refuses (the sorter's places are fixed; a point outside the reach's box) is logged and counted
+        (``refused_goals``) and the target stays. Whether it was taken."""
+        try:
+            self.arm.set_goal(point)
+        except ValidationError as e:
+            self.goal_refusals.note(str(e))
+            self.log("warning", f"goal refused, the target stays: {e}")
+            return False
+        self.goal, self.goals = np.array(point, dtype=np.float64), self.goals + 1
+        self.log("info", f"goal {np.round(self.goal, 3).tolist()} m: the robot is told it from the next cycle, and in "
+                         f"the episodes after")
+        return True
 
     def hold_here(self) -> None:
         """The arm's last command: its measured pose (the node stops)."""
@@ -313,6 +332,8 @@ class SimRobotLoop:
             if self.frames is not None:
                 self.frames.episode_framed = False
             self.arm.reset(self.seed + self.episode)
+            if self.goal is not None:  # a person's goal stays until they send another
+                self.arm.set_goal(self.goal)
             self._reset_at_ns = s.stamp + 1  # commands for this state or older ones no longer apply
 
     def take_frame(self) -> None:
@@ -339,6 +360,8 @@ class SimRobotLoop:
                 "commands_over_velocity_limit": self.steps_over_limit,
                 "rejected_commands": self.rejections.count, "stale_commands": self.stale, "sim_misses": self.arm.misses,
                 "episode": self.episode, "successes": self.successes, "sensor_ends": self.sensor_ends,
+                "goals": self.goals, "refused_goals": self.goal_refusals.count,
+                "goal": "" if self.goal is None else ",".join(f"{v:.3f}" for v in self.goal),
                 "suction_switches": self.suction_switches,
                 "last_error": self.rejections.last,
                 **({"objects_sorted": self.objects_sorted, "objects_total": self.objects_total}
@@ -351,6 +374,9 @@ class SimRobotLoop:
         if self.foreign:
             return Level.ERROR, self.foreign
         level, message = self.rejections.level("rejected", "command")  # WARN while rejecting, OK once it stops
+        if level:
+            return Level.WARN, message
+        level, message = self.goal_refusals.level("refused", "goal")
         if level:
             return Level.WARN, message
         if self.arm.holding:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from tinker_core.loop.edges import Action, EpisodeEnd, Frame, SafeCommand, joint_vector
+from tinker_core.loop.edges import Action, EpisodeEnd, Frame, Goal, SafeCommand, joint_vector
 from tinker_core.loop.graph import ROBOT
 from tinker_core.loop.stage import LoopStage
 from tinker_sim.robot_loop import SimRobotLoop, SimState
@@ -30,7 +30,8 @@ class SimRobotStage(LoopStage):
         self.loop, self.answered, self.wall_ns = loop, answered, wall_ns
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
-        return {"command": self.on_command, "tool_command": self.on_tool_command, "episode_end": self.on_episode_end}
+        return {"command": self.on_command, "tool_command": self.on_tool_command, "episode_end": self.on_episode_end,
+                "goal": self.on_goal}
 
     def tick(self, t0: int) -> tuple[SimState, bool]:
         """One cycle at ``t0`` (monotonic ns): the state out; (the state, whether the cycle began late). The host
@@ -57,6 +58,9 @@ class SimRobotStage(LoopStage):
 
     def on_tool_command(self, a: Action) -> None:
         self.loop.tool_command(a.values, {"stamp_ns": str(a.stamp_ns)})
+
+    def on_goal(self, g: Goal) -> None:
+        self.loop.set_goal(g.point)
 
     def on_episode_end(self, e: EpisodeEnd) -> None:
         self.loop.end_episode(e.episode, e.stamp_ns)

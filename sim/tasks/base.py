@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from tinker_core.errors import ValidationError
 from tinker_sim.dynamics import DynamicsParams
 from tinker_sim.pybullet_world import PyBulletWorld
 from tinker_sim.robot import ArmRobot
@@ -55,6 +56,12 @@ class Task:
 
     def reset(self, rng: np.random.Generator, params: DynamicsParams) -> None:
         raise NotImplementedError
+
+    def set_goal(self, goal: np.ndarray) -> None:
+        """A goal the robot is told (base frame, m), as a person or a real system publishes one; a task whose
+        places are fixed takes none (ValidationError)."""
+        raise ValidationError(f"{self.name}.goal", "a task that takes a goal (reach)",
+                              f"a goal for the {self.name} task, whose places are fixed")
 
     def apply_action(self, extra: np.ndarray, ee: np.ndarray) -> None:
         """Act on the extra action dims (e.g. suction) before the physics step."""

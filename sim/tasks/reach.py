@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from tinker_core.errors import ValidationError
 from tinker_sim.dynamics import DynamicsParams
 from tinker_sim.pybullet_world import PyBulletWorld
 from tinker_sim.robot import ArmRobot
@@ -56,6 +57,16 @@ class ReachTask(Task):
     def set_target(self, target: np.ndarray) -> None:
         self.target = np.asarray(target, dtype=np.float64).copy()
         self.world.set_pose(self.marker, self.target + self.robot.base_position)
+
+    def set_goal(self, goal: np.ndarray) -> None:
+        """The robot is told ``goal`` (base frame, m; a person's or a real system's target): the target moves to
+        where that tells it, beside it by the episode's calibration error (``bias``). A goal outside the box
+        targets are drawn from (where every point is reachable pointing down) is refused."""
+        p = np.asarray(goal, dtype=np.float64).reshape(-1)
+        if p.shape != (3,) or not np.isfinite(p).all() or (p < TARGET_LOW).any() or (p > TARGET_HIGH).any():
+            raise ValidationError("reach.goal", f"a point within {TARGET_LOW.tolist()} .. {TARGET_HIGH.tolist()} m (base "
+                                  f"frame: the box reach targets are drawn from)", f"{p.tolist()}")
+        self.set_target(p - self.bias)
 
     def observe(self, ee: np.ndarray) -> np.ndarray:
         told = self.target + self.bias

@@ -113,6 +113,39 @@ def test_a_cycle_flows_robot_perception_policy_safety_robot_and_the_arm_reaches(
     assert int(m["stamp_ns"]) in stamps or len(stamps) < 5
 
 
+def test_a_goal_a_person_publishes_moves_the_simulated_target_and_the_arm_goes_there(g, ros2):
+    """``ros2 topic pub goal geometry_msgs/msg/PointStamped``: the simulated robot's target moves there (its task terms
+    carry it: what perception reads and the robot is scored on); a goal outside the reach box is refused, counted."""
+    from geometry_msgs.msg import PointStamped
+
+    from tinker.wire import COMMAND_QOS, set_stamp
+
+    pub = g.probe.publisher(PointStamped, f"/{NS}/goal", COMMAND_QOS)
+    ros2.wait_until(lambda: pub.get_subscription_count() >= 1, 10, "sim_robot subscribing the goal")
+
+    def send(x: float, y: float, z: float) -> int:
+        msg = PointStamped()
+        msg.point.x, msg.point.y, msg.point.z = x, y, z
+        set_stamp(msg.header, time.time_ns())
+        sent = time.time_ns()
+        pub.publish(msg)
+        return sent
+
+    goal = np.array([0.45, 0.25, 0.3])
+    sent = send(*goal)
+    told = lambda: [(t, np.array(m.data[7:10]), float(m.data[3])) for t, m in list(g.probe.task) if t > sent]  # noqa
+    ros2.wait_until(lambda: any(np.allclose(p, goal) for _, p, _ in told()), 5, "the task terms carrying the goal")
+    at_goal = [d for _, p, d in told() if np.allclose(p, goal)]
+    ros2.wait_until(lambda: min(d for _, p, d in told() if np.allclose(p, goal)) < 0.6 * at_goal[0], 20,
+                    f"the arm approaching the goal from {at_goal[0]:.3f} m")
+    refused = int(_diag(g, "sim_robot").get("refused_goals", 0))
+    later = send(0.6, 0.0, 1.5)  # above the box reach targets are drawn from
+    ros2.wait_until(lambda: int(_diag(g, "sim_robot").get("refused_goals", 0)) == refused + 1
+                    and _diag(g, "sim_robot").get("goal") == "0.450,0.250,0.300", 10, "the refusal counted")
+    assert all(np.allclose(p, goal) for t, p, _ in told() if t > later + 10**8)  # the target stayed
+    g.probe.node.destroy_publisher(pub)
+
+
 def test_tinker_flow_shows_each_edge_of_the_running_graph(g):
     """`tinker flow`, run as a user would beside the graph: every edge of the loop with its rate, bytes and a
     latency from the state's stamp (the same FlowMonitor figures as the in-process pipeline)."""

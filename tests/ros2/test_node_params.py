@@ -180,19 +180,22 @@ def test_a_nodes_status_names_each_input_waits_for_it_during_the_grace_then_erro
     from diagnostic_msgs.msg import DiagnosticStatus
     from rclpy.parameter import Parameter
 
-    perception = nodes["perception"]
-    js, goal = perception.resolve_topic_name("joint_states"), perception.resolve_topic_name("goal")
+    perception, bridge = nodes["perception"], nodes["experience_bridge"]
+    js, teleop = perception.resolve_topic_name("joint_states"), bridge.resolve_topic_name("safety/intervened")
     st = perception.diagnostics()
     values = {kv.key: kv.value for kv in st.values}
-    assert values[f"input_age_s.{js}"] == "never" and values[f"input_age_s.{goal}"] == "never"
+    assert values[f"input_age_s.{js}"] == "never"
+    assert {kv.key: kv.value for kv in bridge.diagnostics().values}[f"input_age_s.{teleop}"] == "never"
     assert st.level == DiagnosticStatus.WARN and f"waiting for {js}" in st.message, st.message
     try:
-        assert perception.set_parameters([Parameter("input_startup_grace", value=0.0)])[0].successful
+        for node in (perception, bridge):
+            assert node.set_parameters([Parameter("input_startup_grace", value=0.0)])[0].successful
         st = perception.diagnostics()
         assert st.level == DiagnosticStatus.ERROR and f"{js}: no message in" in st.message, st.message
-        assert goal not in st.message  # published on change: its age is reported, never judged
+        assert teleop not in bridge.diagnostics().message  # only when a person takes over: its age is never judged
     finally:
-        perception.set_parameters([Parameter("input_startup_grace", value=20.0)])
+        for node in (perception, bridge):
+            node.set_parameters([Parameter("input_startup_grace", value=20.0)])
 
 
 @pytest.mark.parametrize("task,camera,dynamics,refused", [

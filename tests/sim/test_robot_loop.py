@@ -181,3 +181,31 @@ def test_a_frame_due_at_an_episode_end_is_taken_before_the_reset(make_loop):
     assert host["frames"] == [(s1.stamp, 3, 1), (s2.stamp, 3, 2)]
     s3, _ = _cycle(loop, 150 * MS)
     assert host["frames"][-1] == (s3.stamp, 4, 3)  # the new episode's first frame, its seed
+
+
+def test_a_goal_a_person_sends_moves_the_reach_target_and_stays_for_the_episodes_after(make_loop):
+    loop = make_loop(episode_cycles=2)
+    goal = np.array([0.6, -0.2, 0.3])
+    drawn = loop.report(_cycle(loop, 50 * MS)[0]).terms["target_pos"]
+    assert not np.allclose(drawn, goal)  # the episode's own target, drawn at random
+    assert loop.set_goal(goal)
+    states = [_cycle(loop, i * 50 * MS)[0] for i in range(2, 6)]  # the next cycle, then two episodes after it
+    assert [s.episode for s in states] == [0, 1, 1, 2]
+    for s in states:  # what the robot is told, and where it really is (nominal: no calibration error)
+        assert np.allclose(loop.report(s).terms["target_pos"], goal) and np.allclose(loop.env.task.target, goal)
+    assert loop.values()["goals"] == 1 and loop.values()["goal"] == "0.600,-0.200,0.300"
+
+
+def test_a_goal_outside_the_reach_box_or_for_the_sorter_is_refused_and_the_target_stays(make_loop):
+    host: dict = {}
+    loop = make_loop(host=host)
+    before = loop.env.task.target.copy()
+    assert not loop.set_goal(np.array([0.6, -0.2, 1.5]))  # above the box targets are drawn from
+    assert np.allclose(loop.env.task.target, before) and loop.goal is None
+    level, message = loop.level()
+    assert level == Level.WARN and "refused 1 goal(s)" in message and "reach.goal: expected a point within" in message
+    assert loop.values()["refused_goals"] == 1
+    assert ("warning", f"goal refused, the target stays: {loop.goal_refusals.last}") in host["logs"]
+    sorter = make_loop(task="sort")
+    assert not sorter.set_goal(np.array([0.5, 0.0, 0.3]))
+    assert "a goal for the sort task, whose places are fixed" in sorter.goal_refusals.last

@@ -199,7 +199,9 @@ ROBOT_LOOP = (
     .connect(ROBOT, "joint_states", "perception", "policy", "safety", every_cycle=True)
     .connect(ROBOT, "image", "perception")
     .connect(ROBOT, "task", "perception", "experience_bridge")
-    .connect(OUTSIDE, "goal", "perception", does="a real system's target, where no simulator gives task terms")
+    .connect(OUTSIDE, "goal", ROBOT, "perception",
+             does="a person's or a real system's target: the simulated robot moves its reach target there (its task "
+                  "terms then carry it); perception takes it where no simulator gives task terms")
     .connect("perception", "features", "policy", "experience_bridge", every_cycle=True)
     .connect("policy", "joint_target", "safety", "experience_bridge", every_cycle=True)
     .connect("policy", "raw_action", "perception", "experience_bridge")

@@ -26,9 +26,11 @@ class PerceptionStage(LoopStage):
         self.cycle, self.sha256 = cycle, sha256
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
-        """The safe ``command`` only where the cycle compensates latency (it predicts the pose from it)."""
-        return {"joint_states": self.on_state, "image": self.on_frame, "task": self.on_task, "goal": self.on_goal,
-                "raw_action": self.on_action,
+        """The safe ``command`` only where the cycle compensates latency (it predicts the pose from it); the ``goal``
+        only where no simulator gives this state's task terms (``synced``: the simulated robot takes the goal, and
+        its task terms carry it)."""
+        return {"joint_states": self.on_state, "image": self.on_frame, "task": self.on_task,
+                **({} if self.cycle.synced else {"goal": self.on_goal}), "raw_action": self.on_action,
                 **({"command": self.on_command} if self.cycle.compensation is not None else {})}
 
     def swap(self, cycle: PerceptionCycle, sha256: str) -> None:

@@ -24,7 +24,7 @@ def test_each_stage_sees_only_its_edges_and_the_bridge_hears_every_stream_of_a_c
     bridge = {e.port for e in ROBOT_LOOP.inputs("experience_bridge")}
     assert {"task", "features", "raw_action", "joint_target", "command"} <= bridge
     goal = ROBOT_LOOP.edge("goal")
-    assert goal.source == OUTSIDE and str(goal) == "(outside) -> perception (goal)"
+    assert goal.source == OUTSIDE and str(goal) == "(outside) -> sim_robot, perception (goal)"
     assert ROBOT_LOOP.check_port("policy", "joint_target", "out").targets == ("safety", "experience_bridge")
     with pytest.raises(PipelineError, match=r"stage 'policy' cannot publish 'command': the graph gives it "
                                             r"\['joint_target', 'raw_action', 'tool_command'\]"):

@@ -120,7 +120,7 @@ SIM_ROBOT_PARAMS = {
     "num_objects": Param(0, "Sort task: objects per episode (0: the task's default)." + _FIXED, (0, 16), True),
     "max_objects": Param(0, "Sort task: object slots in the task terms (0: num_objects); a policy trained "
                             "with slots needs the same." + _FIXED, (0, 16), True),
-    **topic_params(tool_command_topic="tool_command", episode_end_topic="episode_end"),
+    **topic_params(tool_command_topic="tool_command", episode_end_topic="episode_end", goal_topic="goal"),
 }
 """`tinker.sim_robot.SimRobotNode` (`tinker_sim.robot_loop.SimRobotConfig` takes the robot's own)"""
 

@@ -5,8 +5,9 @@ stale and foreign commands, the suction, the camera's schedule). Publishes ``joi
 like joint_state_broadcaster), ``camera/image_raw`` (stamped with the state it shows; rendered in a camera process
 of its own, `tinker.sim_camera.MirrorCamera`, unless ``camera_rate_hz`` is 0) and ``task`` (simulator only). Takes
 joint position commands as ros2_control's forward position controller does (``command_type``: Float64MultiArray
-in ``joint_names`` order, or JointTrajectory by joint name); ``task: sort`` takes its suction from
-``policy/tool_command``. Another node with this node's name on the domain at start-up: exit 3.
+in ``command_joints`` order, or JointTrajectory by joint name); ``task: sort`` takes its suction from
+``policy/tool_command``; ``task: reach`` takes a ``goal`` (geometry_msgs/PointStamped) a person publishes: the
+target moves there. Another node with this node's name on the domain at start-up: exit 3.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from tinker_core.loop.edges import Frame, SafeCommand
 from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
 from tinker_sim.robot_stage import SimRobotStage
 
-TOPICS = {p: f"{p}_topic" for p in ("joint_states", "image", "task", "command", "tool_command", "episode_end")}
+TOPICS = {p: f"{p}_topic" for p in ("joint_states", "image", "task", "command", "tool_command", "episode_end", "goal")}
 
 
 class SimRobotNode(NodeRuntime, Node):
@@ -50,7 +51,7 @@ class SimRobotNode(NodeRuntime, Node):
         trajectory = cfg.command_type == "joint_trajectory"
         self.jmap, self.reader = JointMap(self.names, "sim_robot.command"), Reader("sim_robot", self.names)
         self.reader.set_command_joints(self.param("command_joints"))  # a forward_command_controller's joints
-        self.serve_inputs(self.stage, self.reader, topics, stale={"tool_command": None, "episode_end": None},
+        self.serve_inputs(self.stage, self.reader, topics, stale={"tool_command": None, "episode_end": None, "goal": None},
                           read={"command": self._read_trajectory if trajectory else self._read_command},
                           msg_types={"command": JointTrajectory if trajectory else Float64MultiArray})
         self.loop.publishers = self.edge_subscriptions["command"].get_publisher_count
