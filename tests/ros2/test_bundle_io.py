@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -30,3 +31,18 @@ def test_a_reloaded_bundle_is_reported_by_its_version_even_with_the_same_actor(t
     core.cycle.on_state(1, np.zeros(len(core.runner.joint_names)))
     core.cycle.on_features(1, np.zeros(core.runner.feature_size, np.float32), 1, "0", core.runner.perception_sha256)
     assert core.version == 7 and core.reloads == 1 and swaps == [f"now running bundle v7 ({core.actor_sha256[:12]})"]
+
+
+def test_a_reacher_holds_at_its_goal_with_its_tasks_success_distance_and_nothing_else_does():
+    from tinker.bundle_io import REACH_SUCCESS_DISTANCE, goal_hold_for, top_manifest
+    from tinker_core.errors import ConfigError
+    from tinker_sim.tasks.reach import SUCCESS_DISTANCE
+
+    assert REACH_SUCCESS_DISTANCE == SUCCESS_DISTANCE  # one fact, said twice: the policy node runs without tinker_sim
+    for reacher in ("pretrained/arm_reach/bundle", "pretrained/arm_reach_vision"):
+        hold = goal_hold_for(top_manifest(REPO / reacher), "hold")
+        assert hold is not None and hold.success_distance == SUCCESS_DISTANCE and hold.size == 30, reacher
+        assert goal_hold_for(top_manifest(REPO / reacher), "act") is None
+    assert goal_hold_for(top_manifest(REPO / "pretrained/arm_sort/bundle"), "hold") is None  # a sorter has no goal
+    with pytest.raises(ConfigError, match=r"policy.at_goal: expected one of \['hold', 'act'\], got 'stay'"):
+        goal_hold_for(top_manifest(REPO / "pretrained/arm_reach/bundle"), "stay")

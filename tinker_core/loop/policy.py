@@ -9,6 +9,7 @@ actor's output: the action part goes through the chain, the message (checked, cl
 ``message`` and never reaches the chain, safety or the robot. With ``latency_compensation`` periods (a robot whose
 commands land late, `tinker_core.loop.latency_compensation`) the chain steps from the pose the newest safe command
 of the episode (``on_command``) brings the arm to, and the task's extra actions are sent that many cycles late.
+A reacher's ``goal_hold`` (`tinker_core.loop.goal_hold`) holds the pose reached at the goal instead of the actor's step.
 `CommandGate`: whether a node's step goes out (active, within its budget) and the node's level.
 """
 
@@ -39,16 +40,21 @@ class PolicyStep:
     """what this cycle says on its channel (None: the robot sends on none)"""
     extra: np.ndarray | None = None
     """the task's extra actions as sent to the robot (the raw dims after the joints; None: the task has none)"""
+    held: bool = False
+    """the reach's goal was reached: ``target`` is the pose held there, ``raw`` the action that maps to it
+    (`tinker_core.loop.goal_hold.GoalHold`), not the actor's"""
 
 
 class PolicyCycle:
     """``actor(features, perception_sha256) -> raw action``; ``chain``: the bundle's action chain; ``outbox``: the
-    `ChannelOutbox` of the channel this robot sends on (None: none)."""
+    `ChannelOutbox` of the channel this robot sends on (None: none); ``goal_hold``: a reach's hold at its goal
+    (`tinker_core.loop.goal_hold.GoalHold`; None: the actor acts every cycle)."""
 
     def __init__(self, actor: Callable[[np.ndarray, str], np.ndarray], chain: ActionChain, keep: int = 8,
-                 outbox: Any = None, on_episode: Callable[[], None] | None = None, latency_compensation: int = 0):
+                 outbox: Any = None, on_episode: Callable[[], None] | None = None, latency_compensation: int = 0,
+                 goal_hold: Any = None):
         self.actor, self.chain, self.keep, self.outbox = actor, chain, int(keep), outbox
-        self.on_episode = on_episode
+        self.on_episode, self.goal_hold, self._held = on_episode, goal_hold, False
         self.latency_compensation = check_steps(latency_compensation, "policy.latency_compensation")
         self._commanded = NewestCommand(chain.dof, "policy")
         self._episode_start_ns = -1
@@ -86,20 +92,29 @@ class PolicyCycle:
         if q is None:  # the chain needs this cycle's measured pose: wait for its JointState
             self._waiting = (stamp_ns, features, cycle, episode, perception_sha256)
             return None
-        if episode != self._episode and self.on_episode is not None:
-            self.on_episode()  # before the actor: this episode's first action comes from a fresh start
-        raw = self.actor(features, perception_sha256)
+        if episode != self._episode:
+            if self.on_episode is not None:
+                self.on_episode()  # before the actor: this episode's first action comes from a fresh start
+            self._episode, self._episode_start_ns, self._delayed = episode, int(stamp_ns), None
+            self.chain.reset(q)
+            if self.goal_hold is not None:
+                self.goal_hold.reset()
+        raw = self.actor(features, perception_sha256)  # every cycle, held or not: a swapped bundle goes live in step
         message = None
         if self.outbox is not None:
             raw, message = self.outbox.split(raw)  # raises on a non-finite message: this cycle is held
-        dof = self.chain.dof
-        if episode != self._episode:
-            self._episode, self._episode_start_ns = episode, int(stamp_ns)
+        hold = None if self.goal_hold is None else self.goal_hold.step(features, q)
+        if hold is not None:
+            self._held = True
+            return PolicyStep(stamp_ns, cycle, self.chain.invert(hold, q), hold, message, held=True)
+        if self._held:  # the hold ended: the chain steps from this cycle's measured pose again
+            self._held = False
             self.chain.reset(q)
-            if raw.shape[0] > dof:
-                self._delayed = DelayedActions(self.latency_compensation, raw.shape[0] - dof)
+        dof = self.chain.dof
         extra = raw[dof:] if raw.shape[0] > dof else None
-        if extra is not None and self._delayed is not None:
+        if extra is not None:
+            if self._delayed is None:
+                self._delayed = DelayedActions(self.latency_compensation, raw.shape[0] - dof)
             extra = self._delayed(extra)
         base = predicted_pose(self._commanded.since(self._episode_start_ns), q, self.latency_compensation,
                               self.chain.config.max_step)  # the measured pose where nothing is compensated

@@ -125,7 +125,9 @@ class PolicyStage(LoopStage):
         """/diagnostics values: the running bundle, its reloads, refused inputs (``channel``: the channel's own)."""
         c, g = self.core, self.gate
         r = c.runner if c is not None else None
+        hold = getattr(getattr(c, "cycle", None), "goal_hold", None)
         return {"active": g.active, "model_version": c.version if c else None,
+                **({} if hold is None else {"at_goal": hold.pose is not None, "goal_holds": hold.holds}),
                 "actor_sha256": r.actor_sha256 if r else "", "perception_sha256": r.perception_sha256 if r else "",
                 "reloads": c.reloads if c else 0, "reload_rejections": r.rejected_reloads if r else 0,
                 "refused_inputs": g.refusals.count, "last_error": g.last_error or g.refusals.last,

@@ -27,6 +27,7 @@ import numpy as np
 from tinker_core.action_chain import ActionChain, ActionChainConfig
 from tinker_core.config import config_from_dict
 from tinker_core.errors import BundleError, ConfigError, TinkerError, ValidationError
+from tinker_core.loop.goal_hold import GoalHold, check_at_goal
 from tinker_core.loop.latency_compensation import LatencyCompensation
 from tinker_core.loop.perception import PerceptionCycle
 from tinker_core.loop.policy import PolicyCycle
@@ -189,6 +190,21 @@ def camera_settings(path: str | os.PathLike) -> dict[str, object]:
 SIM_TASKS = {"tinker/ArmReach-v0": "reach", "tinker/ArmSort-v0": "sort"}
 """sim_robot's task for each env id a bundle can be trained on. `tinker_sim.registration.ENV_IDS` says the same
 (tests/ros2/test_package.py checks), but importing tinker_sim pulls in torch, which a robot's launch has not."""
+
+
+REACH_SUCCESS_DISTANCE = 0.05
+"""m: the reach task's default success distance, where a bundle's env sets none (`tinker_sim.tasks.reach.
+SUCCESS_DISTANCE` says the same: tests/ros2/test_bundle_io.py checks; the policy node runs without tinker_sim)"""
+
+
+def goal_hold_for(manifest, at_goal: str) -> GoalHold | None:
+    """The reach's hold at its goal (`tinker_core.loop.goal_hold`) for a bundle of ``manifest``, with its env's
+    success distance; None where ``at_goal`` is 'act' or the bundle is not a reacher."""
+    env_id = manifest.env_id or (manifest.env or {}).get("id", "")
+    if check_at_goal(at_goal) == "act" or SIM_TASKS.get(env_id) != "reach":
+        return None
+    kw = ((manifest.env or {}).get("kwargs") or {}).get("task_kwargs") or {}
+    return GoalHold(manifest.obs_terms, float(kw.get("success_distance", REACH_SUCCESS_DISTANCE)))
 
 
 def top_manifest(path: str | os.PathLike):
@@ -414,10 +430,11 @@ class PolicyBundle:
 
     def __init__(self, path: str | os.PathLike, urdf: str | None, control_period: float,
                  on_swap: Callable[[str], None] = lambda line: None, says: ChannelSpec | None = None,
-                 latency_compensation: int = 0):
+                 latency_compensation: int = 0, at_goal: str = "hold"):
         """``says``: the channel this robot sends on (the bundle's actor then outputs action + message);
         ``latency_compensation``: periods of command latency the chain and the extra actions compensate
-        (`tinker_core.loop.policy.PolicyCycle`)."""
+        (`tinker_core.loop.policy.PolicyCycle`); ``at_goal``: a reacher's hold at its goal ('hold') or not ('act',
+        `tinker_core.loop.goal_hold`)."""
         from tinker_deploy.hierarchy_runtime import is_hierarchy
 
         from tinker_safety.limits import JointLimits
@@ -431,7 +448,8 @@ class PolicyBundle:
         self.limits = (limits.lower, limits.upper)
         self.cycle = PolicyCycle(self._act, self.new_chain(), outbox=channel_outbox(self.runner.manifest, says),
                                  on_episode=getattr(self.runner, "reset_episode", None),
-                                 latency_compensation=latency_compensation)
+                                 latency_compensation=latency_compensation,
+                                 goal_hold=goal_hold_for(self.runner.manifest, at_goal))
         self.on_swap, self.reloads = on_swap, 0
         self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256
 

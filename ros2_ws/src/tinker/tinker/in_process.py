@@ -149,7 +149,8 @@ class InProcessLoop:
                                                latency_compensation=int(p["perception"].get("latency_compensation", 0)),
                                                urdf=p["perception"].get("urdf") or None)
         self.policy = PolicyBundle(bundle, p["policy"].get("urdf") or None, self.period,
-                                   latency_compensation=int(p["policy"].get("latency_compensation", 0)))
+                                   latency_compensation=int(p["policy"].get("latency_compensation", 0)),
+                                   at_goal=str(p["policy"].get("at_goal", "hold")))
         self.stages = {"perception": PerceptionStage(cycle, self.model.sha256),
                        "policy": PolicyStage(self.policy)}  # no budget: time is virtual here
         self.stages["safety"] = safety = SafetyStage(self, "float64_array", clock=lambda: self._mono_ns / 1e9,

@@ -192,6 +192,10 @@ POLICY_PARAMS = {
                    raw_action_topic="raw_action", tool_command_topic="tool_command"),
     "on_overrun": Param("hold", "a cycle over its budget: 'hold' drops the late command, 'stop' stops commanding"),
     "warmup_iterations": Param(200, "actor runs at configure before the first cycle", (0, 100000), True),
+    "at_goal": Param("hold", "a reach policy at its goal (the end effector within the task's success distance of "
+                             "the target its features show): 'hold' the pose reached until the goal moves or the "
+                             "arm is pushed off (tinker_core.loop.goal_hold; a policy trained on episodes that end "
+                             "at success never learnt to stay), 'act': the actor goes on." + _RECONF, read_only=True),
     **CHANNEL_PARAMS,
     **LATENCY_PARAMS,
 }

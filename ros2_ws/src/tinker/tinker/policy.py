@@ -44,7 +44,8 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         self.agent, self.says, _ = declared(self)
         core = self.stage.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period,
                                               self.get_logger().info, says=self.says,
-                                              latency_compensation=int(self.param("latency_compensation")))
+                                              latency_compensation=int(self.param("latency_compensation")),
+                                              at_goal=str(self.param("at_goal")))
         self.get_logger().info(core.warm_up(self.param("bundle"), self.param("warmup_iterations")))
         reader = Reader("policy", core.runner.joint_names)
         reader.set_command_joints(self.param("command_joints"))
