@@ -121,6 +121,23 @@ def test_every_parameter_any_node_declares_has_a_description_and_a_number_its_ra
     assert not unbounded, f"{name}: numeric parameters without a range: {unbounded}"
 
 
+def test_the_view_joins_a_safe_command_sent_as_a_joint_trajectory_into_its_cycle(each_node):
+    """The view's recording and live view take the command of either type (its handler called directly here, with
+    the message safety sends: a graph over a joint_trajectory_controller is `tests/ros2/test_attacks.py`'s)."""
+    import numpy as np
+
+    from tinker.wire import command_meta, trajectory_msg
+    from tinker_core.loop.edges import SafeCommand
+
+    view = each_node("view")
+    names = [f"lbr_iiwa_joint_{i}" for i in range(1, 8)]
+    sent = SafeCommand(1_000_123, 4, np.arange(7.0), "rate_limited: joint 2", "v1")
+    view._on_command(trajectory_msg(names, sent.q, command_meta(sent), 0.05), 1_000_200)
+    rec = view.join.pending_record(1_000_123)
+    assert rec is not None and rec["safety_status"] == "rate_limited: joint 2" and rec["command_recv_ns"] == 1_000_200
+    assert rec["safe_command"].tolist() == list(range(7))
+
+
 def test_the_input_limits_take_effect_at_once_and_out_of_range_is_refused(nodes):
     from rclpy.parameter import Parameter
 
