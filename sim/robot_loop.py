@@ -156,6 +156,7 @@ class SimRobotLoop:
         self.dof = len(self.names)
         self.task_terms = [("ee_pos", 3)] + [(t["name"], int(t["size"])) for t in self.env.task.obs_terms()]
         self.episode_cycles, self.seed = int(cfg.episode_cycles), int(cfg.seed)
+        self.scene_seed = self.seed  # the seed of the last reset: the camera's copy of the scene is reset with it
         self.suction = self.env.task.extra_action_dims == 1
         """the task takes a suction cup from the policy's tool command"""
         self.frames = FrameSchedule(self.period, int(1e9 / cfg.camera_rate_hz)) if offline else None
@@ -180,6 +181,7 @@ class SimRobotLoop:
         self._end_episode = -1  # an episode the success sensor ended (`end_episode`)
         self.sensor_ends = 0  # episodes ended so
         self.goal: np.ndarray | None = None  # a person's goal in force (`set_goal`); None: each episode draws one
+        self._goal_episode = False  # a goal was taken: the next state starts an episode (no reset)
         self.goals = 0
         self.goal_refusals = RecentFaults()
 
@@ -248,7 +250,9 @@ class SimRobotLoop:
 
     def set_goal(self, point: np.ndarray) -> bool:
         """A person's or a real system's goal (base frame, m): the robot is told it from the next cycle, and in the
-        episodes after (`tinker_sim.tasks.base.Task.set_goal`; the reach target moves there). A goal the task
+        episodes after (`tinker_sim.tasks.base.Task.set_goal`; the reach target moves there). The next state starts
+        an episode, without a reset (the arm stays where it is): what perception held of the last target (a vision
+        bundle's estimate), the policy's chain and the learner's transitions do not run across it. A goal the task
         refuses (the sorter's places are fixed; a point outside the reach's box) is logged and counted
         (``refused_goals``) and the target stays. Whether it was taken."""
         try:
@@ -257,7 +261,7 @@ class SimRobotLoop:
             self.goal_refusals.note(str(e))
             self.log("warning", f"goal refused, the target stays: {e}")
             return False
-        self.goal, self.goals = np.array(point, dtype=np.float64), self.goals + 1
+        self.goal, self.goals, self._goal_episode = np.array(point, dtype=np.float64), self.goals + 1, True
         self.log("info", f"goal {np.round(self.goal, 3).tolist()} m: the robot is told it from the next cycle, and in "
                          f"the episodes after")
         return True
@@ -277,6 +281,11 @@ class SimRobotLoop:
             self.foreign_publisher()
         self.arm.step()
         q, qd, stamp = self.arm.state()
+        if self._goal_episode:  # a goal was taken: this state starts an episode, the arm where it is
+            self._goal_episode = False
+            self.episode, self.episode_step = self.episode + 1, 0
+            if self.frames is not None:
+                self.frames.episode_framed = False
         self.cycle += 1
         self.episode_step += 1
         img = self.arm.image() if self.cfg.camera and self.frames is None else None  # in line: with its state
@@ -316,7 +325,7 @@ class SimRobotLoop:
 
     def end_cycle(self, s: SimState, t0: int) -> None:
         """After the state went out: the camera's frame, success and episode bookkeeping, a reset when it ended."""
-        if self.frames is not None and self.frames.tick(t0, s.stamp, self.seed + self.episode, s.cycle):
+        if self.frames is not None and self.frames.tick(t0, s.stamp, self.scene_seed, s.cycle):
             self.take_frame()
         self.successes += s.success and self._success_episode != self.episode
         if s.success:
@@ -332,6 +341,7 @@ class SimRobotLoop:
             if self.frames is not None:
                 self.frames.episode_framed = False
             self.arm.reset(self.seed + self.episode)
+            self.scene_seed = self.seed + self.episode
             if self.goal is not None:  # a person's goal stays until they send another
                 self.arm.set_goal(self.goal)
             self._reset_at_ns = s.stamp + 1  # commands for this state or older ones no longer apply

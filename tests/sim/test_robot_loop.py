@@ -184,13 +184,18 @@ def test_a_frame_due_at_an_episode_end_is_taken_before_the_reset(make_loop):
 
 
 def test_a_goal_a_person_sends_moves_the_reach_target_and_stays_for_the_episodes_after(make_loop):
-    loop = make_loop(episode_cycles=2)
+    loop = make_loop(episode_cycles=3)
     goal = np.array([0.6, -0.2, 0.3])
-    drawn = loop.report(_cycle(loop, 50 * MS)[0]).terms["target_pos"]
-    assert not np.allclose(drawn, goal)  # the episode's own target, drawn at random
+    first = _cycle(loop, 50 * MS)[0]
+    assert not np.allclose(loop.report(first).terms["target_pos"], goal)  # the episode's own, drawn at random
+    home = first.q
+    loop.command(home + np.array([0, 0.1, 0, 0, 0, 0, 0]), {"stamp_ns": str(first.stamp), "status": "passed"})
+    moved = _cycle(loop, 100 * MS)[0].q  # the arm moved off its reset pose
     assert loop.set_goal(goal)
-    states = [_cycle(loop, i * 50 * MS)[0] for i in range(2, 6)]  # the next cycle, then two episodes after it
-    assert [s.episode for s in states] == [0, 1, 1, 2]
+    states = [_cycle(loop, i * 50 * MS)[0] for i in range(3, 8)]  # the next cycle, then the episodes after it
+    assert [s.episode for s in states] == [1, 1, 1, 2, 2]  # the goal starts an episode; its 3 cycles, then a reset
+    assert np.abs(states[0].q - home).max() > np.abs(moved - home).max() > 0.01  # no reset: on from where it was
+    assert loop.scene_seed == loop.seed + 2  # the camera's scene: reset with the robot's resets only
     for s in states:  # what the robot is told, and where it really is (nominal: no calibration error)
         assert np.allclose(loop.report(s).terms["target_pos"], goal) and np.allclose(loop.env.task.target, goal)
     assert loop.values()["goals"] == 1 and loop.values()["goal"] == "0.600,-0.200,0.300"

@@ -7,7 +7,7 @@ of its own, `tinker.sim_camera.MirrorCamera`, unless ``camera_rate_hz`` is 0) an
 joint position commands as ros2_control's forward position controller does (``command_type``: Float64MultiArray
 in ``command_joints`` order, or JointTrajectory by joint name); ``task: sort`` takes its suction from
 ``policy/tool_command``; ``task: reach`` takes a ``goal`` (geometry_msgs/PointStamped) a person publishes: the
-target moves there. Another node with this node's name on the domain at start-up: exit 3.
+target moves there and an episode starts, without a reset. Another node with this node's name on the domain at start-up: exit 3.
 """
 
 from __future__ import annotations
