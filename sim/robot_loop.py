@@ -258,13 +258,17 @@ class SimRobotLoop:
         try:
             self.arm.set_goal(point)
         except ValidationError as e:
-            self.goal_refusals.note(str(e))
-            self.log("warning", f"goal refused, the target stays: {e}")
+            self.refuse_goal(e)
             return False
         self.goal, self.goals, self._goal_episode = np.array(point, dtype=np.float64), self.goals + 1, True
         self.log("info", f"goal {np.round(self.goal, 3).tolist()} m: the robot is told it from the next cycle, and in "
                          f"the episodes after")
         return True
+
+    def refuse_goal(self, err: Exception) -> None:
+        """A goal refused (by the task, or on the wire: another frame): logged and counted; the target stays."""
+        self.goal_refusals.note(str(err))
+        self.log("warning", f"goal refused, the target stays: {err}")
 
     def hold_here(self) -> None:
         """The arm's last command: its measured pose (the node stops)."""

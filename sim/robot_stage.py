@@ -67,4 +67,7 @@ class SimRobotStage(LoopStage):
 
     def refuse(self, err: Exception) -> None:
         super().refuse(err)
-        self.loop.reject(err)
+        if ".goal" in str(getattr(err, "where", "")):  # a goal's wire check: not a command's
+            self.loop.refuse_goal(err)
+        else:
+            self.loop.reject(err)

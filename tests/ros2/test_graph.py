@@ -115,7 +115,8 @@ def test_a_cycle_flows_robot_perception_policy_safety_robot_and_the_arm_reaches(
 
 def test_a_goal_a_person_publishes_moves_the_simulated_target_and_the_arm_goes_there(g, ros2):
     """``ros2 topic pub goal geometry_msgs/msg/PointStamped``: the simulated robot's target moves there (its task terms
-    carry it: what perception reads and the robot is scored on); a goal outside the reach box is refused, counted."""
+    carry it: what perception reads and the robot is scored on); a goal outside the reach box, or in a frame other
+    than the robot's base, is refused and counted."""
     from geometry_msgs.msg import PointStamped
 
     from tinker.wire import COMMAND_QOS, set_stamp
@@ -123,9 +124,9 @@ def test_a_goal_a_person_publishes_moves_the_simulated_target_and_the_arm_goes_t
     pub = g.probe.publisher(PointStamped, f"/{NS}/goal", COMMAND_QOS)
     ros2.wait_until(lambda: pub.get_subscription_count() >= 1, 10, "sim_robot subscribing the goal")
 
-    def send(x: float, y: float, z: float) -> int:
+    def send(x: float, y: float, z: float, frame: str = "lbr_iiwa_link_0") -> int:
         msg = PointStamped()
-        msg.point.x, msg.point.y, msg.point.z = x, y, z
+        msg.point.x, msg.point.y, msg.point.z, msg.header.frame_id = x, y, z, frame
         set_stamp(msg.header, time.time_ns())
         sent = time.time_ns()
         pub.publish(msg)
@@ -140,8 +141,11 @@ def test_a_goal_a_person_publishes_moves_the_simulated_target_and_the_arm_goes_t
                     f"the arm approaching the goal from {at_goal[0]:.3f} m")
     refused = int(_diag(g, "sim_robot").get("refused_goals", 0))
     later = send(0.6, 0.0, 1.5)  # above the box reach targets are drawn from
-    ros2.wait_until(lambda: int(_diag(g, "sim_robot").get("refused_goals", 0)) == refused + 1
-                    and _diag(g, "sim_robot").get("goal") == "0.450,0.250,0.300", 10, "the refusal counted")
+    ros2.wait_until(lambda: int(_diag(g, "sim_robot").get("refused_goals", 0)) == refused + 1, 10, "one refusal")
+    send(0.6, 0.0, 0.4, frame="world")  # in the box, but in a frame nothing here transforms from (the goal topic
+    # keeps the newest only: sent once the first was taken)
+    ros2.wait_until(lambda: int(_diag(g, "sim_robot").get("refused_goals", 0)) == refused + 2
+                    and _diag(g, "sim_robot").get("goal") == "0.450,0.250,0.300", 10, "the refusals counted")
     assert all(np.allclose(p, goal) for t, p, _ in told() if t > later + 10**8)  # the target stayed
     g.probe.node.destroy_publisher(pub)
 

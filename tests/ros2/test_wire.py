@@ -89,6 +89,27 @@ def test_a_float64_array_command_goes_in_the_controllers_joint_order_and_reads_b
     assert CommandOrder.of("j1,j2,j3", robot, "x", sends=True).to_wire is None  # the robot's own order: no map
 
 
+def test_a_goal_in_another_frame_than_the_robots_base_is_refused_naming_both():
+    from geometry_msgs.msg import PointStamped
+
+    from tinker.robot_model import RobotModel
+    from tinker.wire import Reader
+    from tinker_core.errors import ValidationError
+
+    base = RobotModel().root
+    assert base == "lbr_iiwa_link_0"  # the KUKA iiwa's root link
+    r = Reader("perception", base_frame=base)
+    msg = PointStamped()
+    msg.point.x, msg.point.y, msg.point.z = 0.5, 0.1, 0.3
+    for frame in ("", base, f"robot1/{base}"):  # unnamed, the base link, a fleet's prefixed base link
+        msg.header.frame_id = frame
+        assert r.goal(msg).point.tolist() == [0.5, 0.1, 0.3]
+    msg.header.frame_id = "world"
+    with pytest.raises(ValidationError, match=r"perception\.goal\.header\.frame_id: expected the robot's base frame "
+                                              r"'lbr_iiwa_link_0' \(or empty\), got 'world' \(transform the goal"):
+        r.goal(msg)
+
+
 def test_every_topic_is_declared_once_with_its_type_and_qos():
     from rclpy.qos import ReliabilityPolicy
 

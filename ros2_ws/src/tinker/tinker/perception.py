@@ -14,6 +14,7 @@ from rclpy.parameter import Parameter
 from tinker.bundle_io import open_perception, resolve_bundle
 from tinker.channel_io import ChannelListener, declared
 from tinker.node_params import PERCEPTION_PARAMS
+from tinker.robot_model import RobotModel
 from tinker.runtime import NodeRuntime, main_for
 from tinker.wire import Reader
 from tinker_core.errors import ValidationError
@@ -71,7 +72,7 @@ class PerceptionNode(NodeRuntime, Node):
             self.stage.swap(cycle, model.sha256)
             self.inputs.set_stale_level(self._image_topic, self._image_level())
         if self.reader is None:
-            self.reader = Reader("perception")
+            self.reader = Reader("perception", base_frame=RobotModel(g("urdf") or None).root)
         self.reader.set_joints(model.manifest.joint_names)  # the served subscriptions keep this one reader
         self.reader.set_command_joints(self.param("command_joints"))
         self.model, self._checked = model, False

@@ -19,6 +19,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from tinker.node_params import SIM_ROBOT_PARAMS
+from tinker.robot_model import RobotModel
 from tinker.runtime import NodeRuntime, main_for
 from tinker.sim_camera import MirrorCamera, snapshot
 from tinker.wire import (DRIVER_STATE_QOS, JointMap, Reader, image_msg, joint_state_msg, read_trajectory_command,
@@ -49,7 +50,8 @@ class SimRobotNode(NodeRuntime, Node):
         self.mirror = None if self.loop.frames is None else MirrorCamera.for_robot(
             cfg, self.period, self.loop.seed, self._publish_frame, int(self.param("realtime_priority")))
         trajectory = cfg.command_type == "joint_trajectory"
-        self.jmap, self.reader = JointMap(self.names, "sim_robot.command"), Reader("sim_robot", self.names)
+        self.jmap = JointMap(self.names, "sim_robot.command")
+        self.reader = Reader("sim_robot", self.names, RobotModel(self.env.robot.urdf_path).root)
         self.reader.set_command_joints(self.param("command_joints"))  # a forward_command_controller's joints
         self.serve_inputs(self.stage, self.reader, topics, stale={"tool_command": None, "episode_end": None, "goal": None},
                           read={"command": self._read_trajectory if trajectory else self._read_command},

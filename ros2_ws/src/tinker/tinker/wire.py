@@ -400,10 +400,11 @@ def estop_msg(node_name: str, reason: str) -> DiagnosticStatus:
 class Reader:
     """The messages of each edge into stage ``stage`` as the edge values its handlers take
     (`tinker_core.loop.edges`); ValidationError naming the stage's field where a message cannot be one.
-    ``joint_names``: the stage's joint order (JointStates are mapped by name)."""
+    ``joint_names``: the stage's joint order (JointStates are mapped by name); ``base_frame``: the robot's base link
+    (its URDF's root), the frame a ``goal`` must be given in ('': any frame is taken as it)."""
 
-    def __init__(self, stage: str, joint_names: Sequence[str] = ()):
-        self.stage = stage
+    def __init__(self, stage: str, joint_names: Sequence[str] = (), base_frame: str = ""):
+        self.stage, self.base_frame = stage, base_frame
         self.set_joints(joint_names)
 
     def set_joints(self, joint_names: Sequence[str]) -> None:
@@ -435,6 +436,12 @@ class Reader:
         return read_task(msg, f"{self.stage}.task")
 
     def goal(self, msg: PointStamped) -> Goal:
+        """A goal in the robot's base frame: ``header.frame_id`` empty, the base link, or it after a prefix ending
+        in '/' (a fleet's ``robot1/``); any other frame is refused (nothing here transforms between frames)."""
+        frame = msg.header.frame_id
+        if self.base_frame and frame and frame != self.base_frame and not frame.endswith("/" + self.base_frame):
+            raise ValidationError(f"{self.stage}.goal.header.frame_id", f"the robot's base frame {self.base_frame!r} "
+                                  f"(or empty)", repr(frame), "transform the goal into the base frame first")
         p = np.array([msg.point.x, msg.point.y, msg.point.z])
         if not np.isfinite(p).all():
             raise ValidationError(f"{self.stage}.goal.point", "finite x, y, z", f"{p.tolist()}")
