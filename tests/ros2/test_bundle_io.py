@@ -46,3 +46,21 @@ def test_a_reacher_holds_at_its_goal_with_its_tasks_success_distance_and_nothing
     assert goal_hold_for(top_manifest(REPO / "pretrained/arm_sort/bundle"), "hold") is None  # a sorter has no goal
     with pytest.raises(ConfigError, match=r"policy.at_goal: expected one of \['hold', 'act'\], got 'stay'"):
         goal_hold_for(top_manifest(REPO / "pretrained/arm_reach/bundle"), "stay")
+
+
+def test_a_reloaded_reacher_gets_a_hold_of_its_own(tmp_path):
+    """The hold reads the running bundle's terms: a swapped-in bundle gets a fresh one, built from its manifest."""
+    from tinker.bundle_io import PolicyBundle
+
+    src = REPO / "pretrained" / "arm_reach" / "bundle"
+    again = tmp_path / "v9"
+    shutil.copytree(src, again)
+    manifest = json.loads((again / "manifest.json").read_text())
+    manifest["policy_version"] = 9
+    (again / "manifest.json").write_text(json.dumps(manifest))
+    core = PolicyBundle(str(src), None, 0.05)
+    first = core.cycle.goal_hold
+    assert first is not None and core.reload(str(again)).result(60)
+    core.cycle.on_state(1, np.zeros(len(core.runner.joint_names)))
+    core.cycle.on_features(1, np.zeros(core.runner.feature_size, np.float32), 1, "0", core.runner.perception_sha256)
+    assert core.version == 9 and core.cycle.goal_hold is not None and core.cycle.goal_hold is not first

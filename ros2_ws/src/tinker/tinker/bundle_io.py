@@ -450,7 +450,7 @@ class PolicyBundle:
                                  on_episode=getattr(self.runner, "reset_episode", None),
                                  latency_compensation=latency_compensation,
                                  goal_hold=goal_hold_for(self.runner.manifest, at_goal))
-        self.on_swap, self.reloads = on_swap, 0
+        self.on_swap, self.reloads, self.at_goal = on_swap, 0, at_goal
         self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256
 
     def warm_up(self, path: str | os.PathLike, iterations: int) -> str:
@@ -485,6 +485,7 @@ class PolicyBundle:
             self.reloads += 1
             if self.runner.chain_config.digest() != self.cycle.chain.config.digest():
                 self.cycle.restart(self.new_chain())  # the new chain starts from this cycle's measured pose
+            self.cycle.goal_hold = goal_hold_for(self.runner.manifest, self.at_goal)  # its terms, its task
             self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256
             self.on_swap(f"now running bundle v{self.version} ({self.actor_sha256[:12]})")
         return raw
