@@ -375,6 +375,7 @@ class SimRobotLoop:
                 "rejected_commands": self.rejections.count, "stale_commands": self.stale, "sim_misses": self.arm.misses,
                 "episode": self.episode, "successes": self.successes, "sensor_ends": self.sensor_ends,
                 "goals": self.goals, "refused_goals": self.goal_refusals.count,
+                "last_goal_error": self.goal_refusals.last,
                 "goal": "" if self.goal is None else ",".join(f"{v:.3f}" for v in self.goal),
                 "suction_switches": self.suction_switches,
                 "last_error": self.rejections.last,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-COMMANDS = ["demo", "train", "eval", "export", "doctor", "deploy", "learner", "bringup", "record", "replay", "view"]
+COMMANDS = ["demo", "train", "eval", "export", "doctor", "deploy", "learner", "bringup", "record", "replay", "view",
+            "flow", "goal"]
 
 
 def test_top_level_help_lists_every_command():

@@ -150,6 +150,24 @@ def test_a_goal_a_person_publishes_moves_the_simulated_target_and_the_arm_goes_t
     g.probe.node.destroy_publisher(pub)
 
 
+def test_tinker_goal_sends_a_goal_and_says_whether_the_robot_took_it(g):
+    """The command a user without ros2cli has: taken (exit 0), refused with the reason (1), nothing subscribed (2)."""
+    import subprocess
+    import sys
+
+    def goal(*args: str, timeout: str = "15") -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "tinker_cli", "goal", *args, "--timeout", timeout], env=g.env,
+                              capture_output=True, text=True, timeout=60)
+
+    taken = goal("0.55", "-0.1", "0.4", "--namespace", NS)
+    assert taken.returncode == 0 and f"taken: /{NS}/sim_robot took it: goal 0.550,-0.100,0.400 m" in taken.stdout, \
+        taken.stdout + taken.stderr
+    refused = goal("0.55", "-0.1", "0.4", "--namespace", NS, "--frame", "camera")
+    assert refused.returncode == 1 and "frame_id: expected the robot's base frame" in refused.stdout, refused.stdout
+    unheard = goal("0.55", "-0.1", "0.4", "--namespace", "nobody_here", timeout="2")
+    assert unheard.returncode == 2 and "nothing subscribes to /nobody_here/goal" in unheard.stdout, unheard.stdout
+
+
 def test_tinker_flow_shows_each_edge_of_the_running_graph(g):
     """`tinker flow`, run as a user would beside the graph: every edge of the loop with its rate, bytes and a
     latency from the state's stamp (the same FlowMonitor figures as the in-process pipeline)."""
