@@ -52,6 +52,18 @@ def test_launch_file_parses_and_names_every_installed_node_and_parameter_file():
         assert f"<exec_depend>{dep}</exec_depend>" in xml
 
 
+def test_the_launch_sets_the_safe_commands_type_and_order_once_for_every_node():
+    """``ros2 launch tinker bringup.launch.py command_type:=joint_trajectory``: a declared argument for each of the
+    launch YAML's /** settings the robot's controller decides, checked with the file before any node starts."""
+    launch = ast.parse((PKG / "launch" / "bringup.launch.py").read_text())
+    shared = _literal(launch, "SHARED")
+    declared_args = {c.args[0].value for c in ast.walk(launch) if isinstance(c, ast.Call)
+                     and getattr(c.func, "id", "") == "DeclareLaunchArgument"}
+    doc = yaml.safe_load((PKG / "config" / "bringup.yaml").read_text())
+    assert set(shared) == {"command_type", "command_joints"} and set(shared) <= declared_args
+    assert set(shared) <= set(doc["/**"]["ros__parameters"])  # the one place the file sets them
+
+
 NO_TORCH = """
 import sys
 class NoTorch:  # an edge computer: onnxruntime, no torch

@@ -11,7 +11,9 @@ takes ``forward_position_controller/commands``; perception then runs on every jo
 newest ``goal``, geometry_msgs/PointStamped), ``namespace:=robot1``, ``params_file:=/path/other.yaml``,
 ``bundle:=/path/bundle`` (perception and policy), ``record:=/path/run.mcap`` and ``view:=true`` (both start
 the ``view`` node: it records the run, and with ``view:=true`` serves the live view on ws://127.0.0.1:8765 and
-http://127.0.0.1:8766/). Empty = the file's value.
+http://127.0.0.1:8766/), ``command_type:=joint_trajectory`` (a joint_trajectory_controller) and
+``command_joints:=j2,j1,...`` (a forward_command_controller's joint order), each set for every node that sends, runs
+or hears the safe command. Empty = the file's value.
 
 ``agents:=/path/agents.yaml``: several robots, one namespace per agent of the file (tinker.fleet), each with its
 own nodes, SafetyWrapper and lifecycle, the agent's ``bundle`` for perception and policy, and its own simulator
@@ -40,6 +42,9 @@ VIEW_NODE = "view"
 """The observer (records, streams the live view): started when ``record`` or ``view`` is given."""
 OVERRIDES = {"bundle": ("perception", "policy"), "record": (VIEW_NODE,)}
 """Launch arguments that, when not empty, override one parameter of these nodes."""
+SHARED = ("command_type", "command_joints")
+"""Launch arguments that, when not empty, set one value for every node that declares the parameter (the launch
+YAML's /** entry): the safe command's message type and joint order, which the robot's controller decides."""
 
 
 def _change(node, transition_id):
@@ -64,15 +69,19 @@ def _graph(context):
 
 def _robot(context, namespace, own):
     """One robot's nodes in ``namespace``; ``own``: its bundle and simulator seed when it is one of several."""
-    from tinker.param_check import check_params_file
+    from tinker.param_check import check_params_file, declared
 
     params_file = context.launch_configurations["params_file"]
+    shared = {a: context.launch_configurations.get(a, "") for a in SHARED}
+    shared = {a: v for a, v in shared.items() if v}
+    overrides = {**own.get("nodes", {}), **({"/**": shared} if shared else {})}
+    tables = declared()
     sim = context.launch_configurations["sim"].strip().lower() not in ("false", "0", "no", "off")
     actions = []
     view = context.launch_configurations.get("view", "false").lower() in ("true", "1", "yes")
     observers = (VIEW_NODE,) if view or context.launch_configurations.get("record", "") else ()
     # a parameter no node declares, or a value a node would refuse, stops the launch here, named
-    check_params_file(params_file, [n for n in NODES + observers if sim or n != "sim_robot"], own.get("nodes"))
+    check_params_file(params_file, [n for n in NODES + observers if sim or n != "sim_robot"], overrides)
     bundle = (own.get("bundle") if "bundle" in own else context.launch_configurations.get("bundle", "")) or \
         node_parameters(params_file, "perception").get("bundle", "")
     camera = sim_for_bundle({"bundle": bundle}) if sim else {}  # the task and camera the bundle was trained on
@@ -84,6 +93,8 @@ def _robot(context, namespace, own):
             value = own.get(arg) if arg in own else context.launch_configurations.get(arg, "")
             if value and name in nodes:
                 params.append({arg: value})
+        if any(a in tables[name] for a in shared):
+            params.append({a: v for a, v in shared.items() if a in tables[name]})
         if name == "sim_robot" and "seed" in own:
             params.append({"seed": own["seed"]})
         if name == "sim_robot" and camera:
@@ -134,5 +145,11 @@ def generate_launch_description():
                               description="agents file: one robot per agent, each in its own namespace (tinker.fleet)"),
         DeclareLaunchArgument("view", default_value="false",
                               description="true: live view (Foxglove WebSocket :8765, browser page :8766)"),
+        DeclareLaunchArgument("command_type", default_value="",
+                              description="the safe command's message: float64_array (forward_command_controller) "
+                                          "or joint_trajectory (joint_trajectory_controller); empty: the file's"),
+        DeclareLaunchArgument("command_joints", default_value="",
+                              description="float64_array: the joints in the order your controller lists them, "
+                                          "comma-separated; empty: the file's (the URDF's order)"),
         OpaqueFunction(function=_graph),
     ])
