@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tinker_core.errors import ConfigError
+from tinker_core.loop.observation import ObservationAssembly
 
 AT_GOAL = ("hold", "act")
 """what a reach policy does once the task's success rule says the goal is reached: hold the pose, or keep acting"""
@@ -42,23 +43,17 @@ class GoalHold:
     many success distances from the target."""
 
     def __init__(self, obs_terms: Sequence[Any], success_distance: float, release: float = 2.0):
-        slots, i = {}, 0
-        for t in obs_terms:
-            get = (lambda k: t[k]) if isinstance(t, dict) else (lambda k: getattr(t, k))
-            n = int(get("size"))
-            slots[str(get("name"))] = (slice(i, i + n), np.broadcast_to(np.asarray(get("scale"), np.float64), (n,)),
-                                       np.broadcast_to(np.asarray(get("offset"), np.float64), (n,)))
-            i += n
-        missing = [n for n in ("ee_pos", "target_pos") if n not in slots]
+        self.asm = asm = ObservationAssembly(list(obs_terms))  # the features' layout: raw terms read back
+        missing = [n for n in ("ee_pos", "target_pos") if n not in asm.slots]
         if missing:
-            raise ConfigError(f"policy.at_goal: the features have no {missing} (terms: {list(slots)}); a hold at the "
+            raise ConfigError(f"policy.at_goal: the features have no {missing} (terms: {asm.names}); a hold at the "
                               f"goal reads the end effector and the target from them")
-        if any(np.any(slots[n][1] == 0) for n in ("ee_pos", "target_pos")):
+        if any(np.any(asm.scale[asm.slots[n]] == 0) for n in ("ee_pos", "target_pos")):
             raise ConfigError("policy.at_goal: a term with scale 0 cannot be read back")
         if not success_distance > 0 or not release >= 1:
             raise ConfigError(f"policy.at_goal: expected success_distance > 0 and release >= 1, got "
                               f"{success_distance!r} and {release!r}")
-        self.size, self._ee, self._target = i, slots["ee_pos"], slots["target_pos"]
+        self.size = asm.size
         self.success_distance, self.release = float(success_distance), float(release)
         self.pose: np.ndarray | None = None
         """the pose held (None: the actor acts)"""
@@ -66,11 +61,6 @@ class GoalHold:
         self._best: tuple[float, np.ndarray, np.ndarray] | None = None  # within the distance: (d, pose, target)
         self.holds = 0
         """holds begun (each time the goal was reached)"""
-
-    @staticmethod
-    def _raw(features: np.ndarray, slot) -> np.ndarray:
-        s, scale, offset = slot
-        return features[s].astype(np.float64) / scale + offset
 
     def reset(self) -> None:
         """A new episode: the actor acts."""
@@ -81,7 +71,7 @@ class GoalHold:
         f = np.asarray(features).reshape(-1)
         if f.shape[0] != self.size:
             return None  # not this layout (the actor refuses it, naming what came)
-        ee, target = self._raw(f, self._ee), self._raw(f, self._target)
+        ee, target = self.asm.raw_term(f, "ee_pos"), self.asm.raw_term(f, "target_pos")
         d = float(np.linalg.norm(target - ee))
         if self.pose is not None:
             moved = float(np.linalg.norm(target - self._goal)) > self.success_distance

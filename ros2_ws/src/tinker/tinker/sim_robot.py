@@ -22,8 +22,7 @@ from tinker.node_params import SIM_ROBOT_PARAMS
 from tinker.robot_model import RobotModel
 from tinker.runtime import NodeRuntime, main_for
 from tinker.sim_camera import MirrorCamera, snapshot
-from tinker.wire import (DRIVER_STATE_QOS, JointMap, Reader, image_msg, joint_state_msg, read_trajectory_command,
-                         task_report_msg)
+from tinker.wire import DRIVER_STATE_QOS, Reader, image_msg, joint_state_msg, task_report_msg
 from tinker_core.loop.edges import Frame, SafeCommand
 from tinker_sim.robot_loop import SimRobotConfig, SimRobotLoop
 from tinker_sim.robot_stage import SimRobotStage
@@ -50,7 +49,6 @@ class SimRobotNode(NodeRuntime, Node):
         self.mirror = None if self.loop.frames is None else MirrorCamera.for_robot(
             cfg, self.period, self.loop.seed, self._publish_frame, int(self.param("realtime_priority")))
         trajectory = cfg.command_type == "joint_trajectory"
-        self.jmap = JointMap(self.names, "sim_robot.command")
         self.reader = Reader("sim_robot", self.names, RobotModel(self.env.robot.urdf_path).root)
         self.reader.set_command_joints(self.param("command_joints"))  # a forward_command_controller's joints
         self.serve_inputs(self.stage, self.reader, topics, stale={"tool_command": None, "episode_end": None, "goal": None},
@@ -72,7 +70,7 @@ class SimRobotNode(NodeRuntime, Node):
 
     def _read_trajectory(self, msg: JointTrajectory) -> SafeCommand:
         self._arrived = time.time_ns()
-        return read_trajectory_command(msg, self.jmap, "sim_robot.command")
+        return self.reader.trajectory_command(msg)  # by joint name, into the robot's order
 
     def _answered(self, c: SafeCommand, sent: int) -> None:
         self.span(c.cycle, sent, self._arrived - sent, module="loop_e2e", status=c.status)
