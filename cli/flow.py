@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from typing import Any
@@ -41,35 +40,26 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.signals import SignalHandlerOptions
-
     from tinker.flow import FlowWatcher
+    from tinker_cli._ros import ros_node
 
-    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node(f"tinker_flow_{os.getpid()}")
-    watcher = FlowWatcher(node, args.namespace)
-    learner = LearnerFlow(args.learner) if args.learner else None
-    ex = SingleThreadedExecutor()
-    ex.add_node(node)
-    _wait_for_discovery(ex, watcher, args.wait)
-    end = time.monotonic() + args.duration if args.duration > 0 else float("inf")
-    next_print = time.monotonic() + args.every
-    try:
-        while time.monotonic() < end:
-            ex.spin_once(timeout_sec=0.05)
-            if not args.json and time.monotonic() >= next_print:
-                next_print += args.every
-                print(_table(watcher, learner), "\n", flush=True)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        snap, silent = watcher.snapshot(), watcher.silent()
-        watcher.close()
-        ex.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    with ros_node("tinker_flow") as (node, ex):
+        watcher = FlowWatcher(node, args.namespace)
+        learner = LearnerFlow(args.learner) if args.learner else None
+        _wait_for_discovery(ex, watcher, args.wait)
+        end = time.monotonic() + args.duration if args.duration > 0 else float("inf")
+        next_print = time.monotonic() + args.every
+        try:
+            while time.monotonic() < end:
+                ex.spin_once(timeout_sec=0.05)
+                if not args.json and time.monotonic() >= next_print:
+                    next_print += args.every
+                    print(_table(watcher, learner), "\n", flush=True)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            snap, silent = watcher.snapshot(), watcher.silent()
+            watcher.close()
     zmq = learner.poll() if learner is not None else {}
     if learner is not None:
         learner.close()

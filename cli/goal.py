@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 ORDER = 42
@@ -31,21 +30,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-    from rclpy.signals import SignalHandlerOptions
-
     from tinker.goal_sender import send_goal
+    from tinker_cli._ros import ros_node
 
-    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
-    node = rclpy.create_node(f"tinker_goal_{os.getpid()}")
-    ex = SingleThreadedExecutor()
-    ex.add_node(node)
-    try:
+    with ros_node("tinker_goal") as (node, ex):
         result = send_goal(node, ex, args.namespace, (args.x, args.y, args.z), args.frame, args.timeout)
-    finally:
-        ex.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
     print(f"{result.outcome}: {result.message}")
     return {"taken": 0, "sent": 0, "refused": 1}.get(result.outcome, 2)

@@ -33,15 +33,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
 from tinker_core.errors import ConfigError, ValidationError
-
-
-def _field(t: Any, key: str) -> Any:
-    return t[key] if isinstance(t, Mapping) else getattr(t, key)
+from tinker_core.loop.observation import ObservationAssembly
 
 
 @dataclass(frozen=True)
@@ -102,29 +99,18 @@ class ReachSensor:
     def __init__(self, config: SensorConfig, obs_terms: Sequence[Any], image_terms: Sequence[str],
                  fk: Callable[[np.ndarray], np.ndarray]):
         self.config, self.fk = config, fk
-        slots, i = {}, 0
-        for t in obs_terms:
-            n = int(_field(t, "size"))
-            slots[str(_field(t, "name"))] = (slice(i, i + n), np.broadcast_to(np.asarray(_field(t, "scale"), np.float64), (n,)),
-                                             np.broadcast_to(np.asarray(_field(t, "offset"), np.float64), (n,)))
-            i += n
-        self.size = i
+        self.asm = ObservationAssembly(obs_terms)
+        self.size = self.asm.size
         for term in (config.joint_term, config.target_term):
-            if term not in slots:
+            if term not in self.asm.slots:
                 raise ConfigError(f"success sensor {config.name!r}: the features have no term {term!r} "
-                                  f"(terms: {list(slots)})")
+                                  f"(terms: {self.asm.names})")
         if config.target_term not in image_terms:
             raise ConfigError(f"success sensor {config.name!r}: the features' {config.target_term!r} does not come "
                               f"from the camera (the bundle's image_terms are {list(image_terms)}); a sensor reward "
                               f"needs a target the robot perceives, not one the simulator tells it")
-        if np.any(slots[config.target_term][1] == 0) or np.any(slots[config.joint_term][1] == 0):
+        if any(np.any(self.asm.scale[self.asm.slots[t]] == 0) for t in (config.target_term, config.joint_term)):
             raise ConfigError(f"success sensor {config.name!r}: a term with scale 0 cannot be read back")
-        self._q, self._target = slots[config.joint_term], slots[config.target_term]
-
-    @staticmethod
-    def _raw(features: np.ndarray, slot) -> np.ndarray:
-        s, scale, offset = slot
-        return features[s].astype(np.float64) / scale + offset
 
     def read(self, features: np.ndarray, target: np.ndarray | None = None) -> SensorReading:
         """The reading of one cycle's features (the scaled policy input); ``target``: a held target (base frame,
@@ -133,8 +119,9 @@ class ReachSensor:
         if f.shape[0] != self.size:
             raise ValidationError(f"{self.config.name}.features", f"{self.size} values (the bundle's terms)",
                                   f"{f.shape[0]} values")
-        ee = np.asarray(self.fk(self._raw(f, self._q)), dtype=np.float64)
-        target = self._raw(f, self._target) if target is None else np.asarray(target, dtype=np.float64)
+        ee = np.asarray(self.fk(self.asm.raw_term(f, self.config.joint_term)), dtype=np.float64)
+        target = (self.asm.raw_term(f, self.config.target_term) if target is None
+                  else np.asarray(target, dtype=np.float64))
         d = float(np.linalg.norm(target - ee))
         success = d < self.config.success_distance
         return SensorReading(-d + (self.config.success_bonus if success else 0.0), bool(success), d, ee, target)
