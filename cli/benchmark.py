@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tinker_cli._args import compensation_arg
+
 ORDER = 50
 
 EPILOG = """\
@@ -76,7 +78,7 @@ def register(sub: Any) -> None:
     p.add_argument("--learner-set", nargs="*", default=[], metavar="NAME=VALUE",
                    help="the fine-tuning learner's LearnerConfig overrides, as tinker demo's (e.g. warmup=16 "
                         "batch_size=16 for a tiny budget)")
-    p.add_argument("--latency-compensation", type=_compensation, default=0, metavar="PERIODS|auto",
+    p.add_argument("--latency-compensation", type=compensation_arg, default=0, metavar="PERIODS|auto",
                    help="the robot's command latency in control periods, compensated in the evaluations and the "
                         "fine-tuning loop (the launch YAML's latency_compensation; default 0: none). 'auto': "
                         "measured in each run from the zero-shot evaluation's first episodes (their commands and "
@@ -85,18 +87,6 @@ def register(sub: Any) -> None:
                         "pretrained policy is scored compensated too, on the same episodes, before fine-tuning")
     p.add_argument("--out", default="runs/sim2real", help="output directory (default runs/sim2real)")
     p.set_defaults(func=run)
-
-
-def _compensation(text: str) -> int | str:
-    """--latency-compensation: control periods, or 'auto'."""
-    from tinker_core.loop.latency_compensation import check_steps
-
-    if text == "auto":
-        return text
-    try:
-        return check_steps(int(text), "--latency-compensation")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number of control periods or 'auto', got {text!r}")
 
 
 def env_for(env: str | None, bundle: str | None) -> str:

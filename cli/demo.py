@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from tinker_cli._args import compensation_arg
 from tinker_cli.benchmark import ENVS, env_for
 
 ORDER = 1
@@ -74,9 +75,10 @@ def register(sub: Any) -> None:
                         "over on the intervention topic when the arm heads away from the target and labels each "
                         "episode via the experience bridge's ~/label_episode; turns on safety.intervention_topic "
                         "(docs/sim2real/human_data.md). none = no one (default)")
-    p.add_argument("--latency-compensation", type=int, default=0, metavar="PERIODS",
+    p.add_argument("--latency-compensation", type=compensation_arg, default=0, metavar="PERIODS|auto",
                    help="the robot's command latency in control periods, compensated by the loop (the launch YAML's "
-                        "latency_compensation; default 0: none)")
+                        "latency_compensation; default 0: none); 'auto': the latency the safety node measures, once "
+                        "it has stood (latency_auto: true)")
     p.add_argument("--learner-set", nargs="*", default=[], metavar="NAME=VALUE",
                    help="LearnerConfig overrides, e.g. gate_min_success=0.9 publish_every=200")
     p.set_defaults(func=run)

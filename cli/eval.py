@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tinker_cli._args import compensation_arg
 from tinker_core.loop.held_estimate import CALIBRATION_DEADBAND_M, CALIBRATION_DEADBAND_RANGE_M, ESTIMATE_MODES
 
 ORDER = 40
@@ -69,13 +70,14 @@ def register(sub: Any) -> None:
                    help="with a held estimate and a bundle that finds the hand: a camera offset the hand measures no "
                         f"longer than this is not corrected, m (default {CALIBRATION_DEADBAND_M}; the perception "
                         "node's calibration_deadband)")
-    p.add_argument("--latency-compensation", type=int, default=0, metavar="PERIODS",
+    p.add_argument("--latency-compensation", type=compensation_arg, default=0, metavar="PERIODS|auto",
                    help="the robot's command latency in control periods, compensated: the policy acts on the pose "
                         "the newest command in flight brings the arm to, takes its deltas from there, and a task's "
                         "extra actions (the suction) are held back as long (default 0: off; the launch YAML's "
                         "latency_compensation). Every evaluation measures it from the commands and joint states and "
                         "prints it (command_latency in --json); on the robot the safety node's /diagnostics show "
-                        "command_latency_periods")
+                        "command_latency_periods. 'auto' (--runtime loop): start at 0 and compensate what the safety "
+                        "stage measures once it has stood (the launch YAML's latency_auto: true)")
     p.add_argument("--curriculum", metavar="PARAM=VALUE", help="an env parameter set as a curriculum level before the "
                    "first episode, e.g. num_objects=3 (a policy trained with a curriculum records its first level)")
     p.add_argument("--runtime", choices=("env", "loop"), default="env",
@@ -105,6 +107,9 @@ def run(args: argparse.Namespace) -> int:
                           f"{args.calibration_deadband}")
     if args.runtime == "loop":
         return _run_loop(args)
+    if args.latency_compensation == "auto":
+        raise ConfigError("--latency-compensation auto: the loop's safety stage measures the latency and the loop "
+                          "follows it; add --runtime loop (--runtime env compensates a fixed number of periods)")
     if args.policy and not (Path(args.policy) / "manifest.json").is_file() and (Path(args.policy) / "meta.json").is_file():
         return _run_checkpoint(args)
     if args.policy:
@@ -227,7 +232,9 @@ def _run_loop(args: argparse.Namespace) -> int:
         if param != "num_objects":
             raise ConfigError(f"--curriculum {args.curriculum!r}: the loop's robot takes num_objects=N only")
         sim["num_objects"] = int(value)
-    latency = {"latency_compensation": check_steps(args.latency_compensation, "--latency-compensation")}
+    auto = args.latency_compensation == "auto"
+    latency = {"latency_compensation": 0 if auto else check_steps(args.latency_compensation, "--latency-compensation"),
+               "latency_auto": auto}
     overrides = {"sim_robot": sim, "perception": {"estimate": args.estimate,
                                                   "calibration_deadband": args.calibration_deadband, **latency},
                  "policy": latency,
@@ -250,6 +257,8 @@ def _run_loop(args: argparse.Namespace) -> int:
         held = hold is not None
         latency = loop.stages["safety"].latency  # the safety stage's, from the states it heard and commands it sent
         measured = latency.estimate() if latency is not None else None
+        compensated = loop.stages["safety"].compensated  # at the end: what auto took, else the setting
+        taken = [m for lv, m in loop.messages if "(latency_auto)" in m]
         calibrated = held and loop.stages["perception"].cycle.hand is not None
     k, n = out["successes"], out["episodes"]
     lo, hi = wilson_interval(k, n)
@@ -262,6 +271,7 @@ def _run_loop(args: argparse.Namespace) -> int:
          "calibration_deadband_m": args.calibration_deadband if calibrated else None,
          "latency_compensation": args.latency_compensation, "wall_s": time.perf_counter() - t0,
          "command_latency": measured.to_dict() if measured is not None else None,
+         **({"latency_compensated_at_end": compensated, "latency_taken": taken} if auto else {}),
          **(objects_summary(out["objects_sorted"], out["objects_total"]) if out["objects_total"] else {})}
     if args.json:
         print(json.dumps(d))
@@ -276,8 +286,10 @@ def _run_loop(args: argparse.Namespace) -> int:
               f"{out['estops']} (each cleared at the next episode); holds {out['holds']}; largest command step "
               f"{out['max_command_step']:.2f} of the velocity limit; {out['cycles']} cycles, {out['transitions']} "
               f"transitions, {d['wall_s']:.1f} s")
+        for line in taken:
+            print(line)
         if measured is not None:
-            print(latency_line(measured, args.latency_compensation) + " (the safety stage's estimate)")
+            print(latency_line(measured, compensated) + " (the safety stage's estimate)")
     return 0
 
 

@@ -3,7 +3,8 @@
 States, the policy's targets and a person's targets go into `tinker_safety.guard_session.GuardSession`'s cycle
 (`tinker_safety.guard_cycle.GuardCycle`: trusted states, cycles and their deadline, misses in a row, the e-stop, a
 takeover); what it sends goes out as edges: the safe ``command``, each cycle a person's target served
-(``intervened``: target, then the measured pose) and the latched ``estop_state``. The stage is the cycle's `Ports`;
+(``intervened``: target, then the measured pose), the latched ``estop_state`` and, with ``latency_auto``, each
+``command_latency`` it measured and the loop now compensates. The stage is the cycle's `Ports`;
 the rest of them (the deadline timer, the log, the input watch) are the host's (`SafetyHost`): a ROS node, or the
 in-process loop. A policy target that cannot be a command (wrong length, not finite) is refused and still counts:
 the cycle holds, and misses in a row latch the e-stop.
@@ -19,6 +20,8 @@ import numpy as np
 from tinker_core.errors import ValidationError
 from tinker_core.loop.edges import Action, EstopState, Intervened, RobotState, SafeCommand, joint_vector
 from tinker_core.loop.input_ages import Level
+from tinker_core.loop.latency_auto import LOOK_EVERY, STANDING, LatencyFollow
+from tinker_core.loop.latency_compensation import check_steps
 from tinker_core.loop.latency_estimate import LatencyEstimator
 from tinker_core.loop.stage import LoopStage
 from tinker_safety.guard_cycle import Command
@@ -67,6 +70,15 @@ class SafetyStage(LoopStage):
         self._latency_last: tuple[int | None, int] | None = None  # the last trusted state's (cycle, stamp)
         self.compensated = 0
         """the latency perception and the policy compensate (the graph's ``latency_compensation``)"""
+        self.follow: LatencyFollow | None = None
+        """with ``latency_auto``: when a measured latency is taken as the compensated one (then sent as
+        ``command_latency``)"""
+
+    def compensate(self, periods: int, auto: bool = False) -> None:
+        """The latency perception and the policy compensate from the start (``latency_compensation``), and whether
+        the loop follows what this stage measures (``latency_auto``)."""
+        self.compensated = check_steps(periods, "safety.latency_compensation")
+        self.follow = LatencyFollow(self.compensated) if auto else None
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
         return {"joint_states": self.on_state, "joint_target": self.on_target, "intervention": self.on_teleop}
@@ -99,23 +111,35 @@ class SafetyStage(LoopStage):
             elif periods > 1:
                 self.latency.skip(periods - 1)
         self.latency.state(s.q)
+        adopted = self.follow.state(self.latency.estimate) if self.follow is not None else None
+        if adopted is not None:
+            was, self.compensated = self.compensated, adopted.periods
+            self.host.log("info", f"command latency measured {adopted.periods} control periods (R² {adopted.fit:.3f}, "
+                                  f"next lag {adopted.runner_up:.3f}; {self.follow.states} states heard): "
+                                  f"compensated from now on, was {was} (latency_auto)")
+            self.emit("command_latency", adopted)
 
     def latency_values(self) -> dict[str, object]:
         """The command latency the robot's own data shows, for /diagnostics."""
+        auto = {"latency_auto": self.follow is not None}
         if self.latency is None:
-            return {"command_latency_periods": "unknown: no state yet", "latency_compensation": self.compensated}
+            return {"command_latency_periods": "unknown: no state yet", "latency_compensation": self.compensated,
+                    **auto}
         est = self.latency.estimate()
         return {"command_latency_periods": est.periods if est.periods is not None else f"unknown: {est.why}",
                 "command_latency_fit": f"{est.fit:.3f} (next {est.runner_up:.3f})",
-                "latency_compensation": self.compensated}
+                "latency_compensation": self.compensated, **auto}
 
     def latency_mismatch(self) -> str:
         """Why the compensated latency is not the measured one ('' when it is, or nothing is measured yet)."""
         est = self.latency.estimate() if self.latency is not None else None
         if est is None or est.periods is None or est.periods == self.compensated:
             return ""
+        if self.follow is not None:
+            return (f"command latency measured {est.periods} control periods, compensated {self.compensated}: "
+                    f"latency_auto takes it once it has stood {STANDING * LOOK_EVERY} states")
         return (f"command latency measured {est.periods} control periods, compensated {self.compensated}: set "
-                f"latency_compensation: {est.periods} in the launch YAML's /** section")
+                f"latency_compensation: {est.periods} in the launch YAML's /** section (or latency_auto: true)")
 
     def level(self, namesake: str = "") -> tuple[Level, str]:
         """The node's level and why: the session's, or a warning that the compensated latency is not the robot's."""

@@ -51,6 +51,8 @@ def test_the_report_says_what_latency_the_safety_node_measured_and_what_to_set()
     assert "compensated: 4" in format_report(r) and "--latency-compensation 4" not in format_report(r)
     r["command_latency"] = {"measured": "unknown: the arm has hardly moved", "fit": "", "compensated": 0}
     assert "not measured by the safety node (unknown: the arm has hardly moved)" in format_report(r)
+    r["command_latency"] = {"measured": "4", "fit": "1.000 (next 0.822)", "compensated": 4, "auto": True}
+    assert "compensated: 4 (latency_auto)" in format_report(r)
 
 
 def test_the_report_says_how_each_version_did_on_the_robot():

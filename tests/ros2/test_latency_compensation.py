@@ -1,5 +1,7 @@
 """Latency compensation in the ROS 2 graph: the shipped state sorter on a robot whose commands land 4 control periods
-late (far_latency_sort), with ``latency_compensation: 4`` set once in the launch YAML's ``/**`` section.
+late (far_latency_sort), with ``latency_compensation: 4`` set once in the launch YAML's ``/**`` section, or with
+``latency_auto: true`` from 0: the safety node takes the 4 it measures, perception follows it and the policy
+follows perception's features.
 
 Real processes over real DDS, on a domain of their own, at the bundle's 50 ms. Perception and the policy hear the
 safe command (the pose in flight), and the robot takes the suction the policy sends, 4 cycles after it was chosen,
@@ -27,14 +29,15 @@ FAR_LATENCY = REPO / "sim" / "config" / "dynamics" / "far_latency_sort.yaml"
 EPISODES = 4
 
 
-@pytest.mark.parametrize("command_type", ["float64_array", "joint_trajectory"])
-def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensates(ros2, tmp_path, command_type):
-    from diagnostic_msgs.msg import DiagnosticArray
+@pytest.mark.parametrize("command_type, latency", [("float64_array", 4), ("joint_trajectory", "auto")])
+def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensates(ros2, tmp_path, command_type,
+                                                                                  latency):
+    from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
     from std_msgs.msg import Float64MultiArray
 
     from tinker.bringup import Graph
     from tinker.recording import read_cycles
-    from tinker.wire import RECORD_QOS
+    from tinker.wire import LATCHED_QOS, RECORD_QOS
 
     safety = ros2.patient_safety(tmp_path)
     domain = ros2.fresh_domain()
@@ -42,16 +45,19 @@ def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensate
     task = probe.collect(Float64MultiArray, "/task", RECORD_QOS)
     tools = probe.collect(Float64MultiArray, "/policy/tool_command", RECORD_QOS)
     probe.diag = probe.collect(DiagnosticArray, "/diagnostics", RECORD_QOS)
+    taken = probe.collect(DiagnosticStatus, "/safety/command_latency", LATCHED_QOS)
     cycles = tmp_path / "cycles.mcap"
     reversed_joints = ",".join(f"lbr_iiwa_joint_{i}" for i in range(7, 0, -1))
     g = Graph(nodes=["sim_robot", "perception", "policy", "safety", "experience_bridge"], run_dir=tmp_path / "logs",
               env=ros2.graph_env(domain),
-              overrides={"/**": {"latency_compensation": 4, "command_type": command_type,
+              overrides={"/**": {"latency_compensation": 0 if latency == "auto" else latency,
+                                 "latency_auto": latency == "auto", "command_type": command_type,
                                  "command_joints": reversed_joints if command_type == "float64_array" else ""},
                          "perception": {"bundle": str(SORT)}, "policy": {"bundle": str(SORT)},
                          "sim_robot": {"episode_cycles": 200, "seed": 1000, "dynamics": str(FAR_LATENCY)},
                          "safety": {"config": str(safety)}, "experience_bridge": {"record": str(cycles)}})
-    assert g.parameters("perception")["latency_compensation"] == g.parameters("policy")["latency_compensation"] == 4
+    start = 0 if latency == "auto" else 4
+    assert g.parameters("perception")["latency_compensation"] == g.parameters("policy")["latency_compensation"] == start
     assert {g.parameters(n)["command_type"] for n in g.nodes} == {command_type}
 
     done = ros2.run_episodes(g, probe, task, EPISODES, 180)
@@ -61,7 +67,14 @@ def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensate
     measured = [st.get("command_latency_periods") for st in probe.statuses("/safety")]
     assert measured and measured[-1] == "4", measured[-5:]
     log = g.log("perception")
-    assert "pose in flight (4 periods of command latency)" in log and "input refused" not in log, log[-2000:]
+    assert f"pose in flight ({start} periods of command latency" in log and "input refused" not in log, log[-2000:]
+    if latency == "auto":  # safety took the 4 it measured, once; perception and (through its features) the policy
+        assert [next(kv.value for kv in m.values if kv.key == "periods") for _, m in list(taken)] == ["4"], taken
+        assert "compensated from now on, was 0 (latency_auto)" in g.log("safety")
+        for node in ("/safety", "/perception", "/policy"):
+            assert probe.statuses(node)[-1].get("latency_compensation") == "4", (node, probe.statuses(node)[-1])
+    else:
+        assert not list(taken)  # nothing goes out without latency_auto
     assert "input refused" not in g.log("policy") + g.log("experience_bridge")
     heard = [r for r in read_cycles(cycles) if len(r["safe_command"]) == 7]  # each cycle's command, its 7 joints
     outcomes = Counter(r["safety_status"].split(":")[0] for r in heard)  # 'rate_limited: joint 2 ...' -> rate_limited

@@ -60,7 +60,8 @@ def test_the_launch_sets_the_safe_commands_type_and_order_once_for_every_node():
     declared_args = {c.args[0].value for c in ast.walk(launch) if isinstance(c, ast.Call)
                      and getattr(c.func, "id", "") == "DeclareLaunchArgument"}
     doc = yaml.safe_load((PKG / "config" / "bringup.yaml").read_text())
-    assert set(shared) == {"command_type", "command_joints"} and set(shared) <= declared_args
+    assert set(shared) == {"command_type", "command_joints", "latency_compensation", "latency_auto"}
+    assert set(shared) <= declared_args
     assert set(shared) <= set(doc["/**"]["ros__parameters"])  # the one place the file sets them
 
 

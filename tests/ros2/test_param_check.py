@@ -76,14 +76,19 @@ def test_the_pairings_that_agree_pass(perception, hold_target):
 
 def test_perception_and_the_policy_compensate_the_same_latency_over_a_safe_command_they_can_read():
     check_params_file(default_params_file(), ALL, {"/**": {"latency_compensation": 4}})  # set once: both agree
-    with pytest.raises(ConfigError, match="latency_compensation: perception 4, policy 0"):
+    with pytest.raises(ConfigError, match="latency_compensation: perception 4, policy 0, safety 0"):
         check_params_file(default_params_file(), ALL, {"perception": {"latency_compensation": 4}})
-    with pytest.raises(ConfigError, match="perception and policy 4, safety 0"):  # it compares with what it measures
+    with pytest.raises(ConfigError, match="perception 4, policy 4, safety 0"):  # it compares with what it measures
         check_params_file(default_params_file(), ALL, {"perception": {"latency_compensation": 4},
                                                        "policy": {"latency_compensation": 4}})
     # over a joint_trajectory_controller too: perception and the policy hear the JointTrajectory by joint name
     check_params_file(default_params_file(), ALL, {"/**": {"latency_compensation": 4,
                                                            "command_type": "joint_trajectory"}})
+    # following the latency safety measures: all three, or none
+    check_params_file(default_params_file(), ALL, {"/**": {"latency_auto": True}})
+    with pytest.raises(ConfigError, match=r"latency_auto: perception False, policy False, safety True; safety sends "
+                                          r"the latency it measures to perception"):
+        check_params_file(default_params_file(), ALL, {"safety": {"latency_auto": True}})
 
 
 def test_every_node_that_sends_runs_or_hears_the_safe_command_takes_one_message_type():

@@ -38,6 +38,27 @@ def test_a_commands_metadata_says_how_it_was_made_and_every_edge_value_reads_bac
     assert (g.stamp_ns, g.cycle, g.episode, g.perception_sha256, g.features.tolist()) == (5, 2, "1", "abc", [0, 1, 2, 3])
     a = r.joint_target(WRITERS["joint_target"](Action(5, 2, np.full(7, 0.25), 3)))
     assert (a.stamp_ns, a.cycle, a.version, a.stop, a.values.tolist()) == (5, 2, "3", False, [0.25] * 7)
+    assert g.latency_compensation is None  # perception compensates none: the key is not written
+    f.latency_compensation = 4
+    assert r.features(WRITERS["features"](f)).latency_compensation == 4
+
+
+def test_the_latency_safety_measured_reads_back_and_a_bad_one_is_refused_naming_the_field():
+    from diagnostic_msgs.msg import KeyValue
+
+    from tinker.wire import Reader, command_latency_msg
+    from tinker_core.errors import ValidationError
+    from tinker_core.loop.edges import CommandLatency
+
+    r = Reader("perception")
+    msg = command_latency_msg("/safety", CommandLatency(4, 0.9991, 0.81))
+    c = r.command_latency(msg)
+    assert (c.periods, round(c.fit, 4), round(c.runner_up, 2)) == (4, 0.9991, 0.81)
+    for bad in ("21", "-1", "four", ""):  # a second publisher, a typo in `ros2 topic pub`
+        msg.values = [KeyValue(key="periods", value=bad)]
+        with pytest.raises(ValidationError, match=r"perception.command_latency.periods: expected a whole number of "
+                                                  r"control periods 0..20"):
+            r.command_latency(msg)
 
 
 def test_a_safe_command_sent_as_a_joint_trajectory_reads_by_joint_name_with_its_metadata():
@@ -123,6 +144,8 @@ def test_every_topic_is_declared_once_with_its_type_and_qos():
     assert TOPICS["joint_states"].qos.reliability == ReliabilityPolicy.BEST_EFFORT
     assert TOPICS["command"].type.__name__ == "Float64MultiArray"  # what forward_command_controller reads
     assert TOPICS["goal"].type.__name__ == "PointStamped"
+    assert TOPICS["command_latency"].qos.durability == TOPICS["estop_state"].qos.durability  # latched: a restarted
+    # perception hears the latency taken before it started
 
 
 def test_a_node_can_only_publish_and_subscribe_the_edges_the_loops_graph_gives_it(ros2):

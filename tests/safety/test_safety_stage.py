@@ -9,6 +9,7 @@ import pytest
 from tinker_core.errors import ValidationError
 from tinker_core.loop.edges import Action, RobotState
 from tinker_core.loop.graph import ROBOT_LOOP
+from tinker_core.loop.latency_estimate import MIN_CYCLES as MIN_FITTED
 from tinker_safety.safety_stage import SafetyStage
 
 HOME = np.array([0.0, 0.5, 0.0, -1.0, 0.0, 1.0, 0.0])
@@ -167,6 +168,33 @@ def test_it_measures_the_command_latency_and_warns_while_the_compensation_differ
     assert level == Level.WARN and "measured 2 control periods, compensated 0" in why, why
     stage.compensated = 2
     assert stage.level()[0] == Level.OK and stage.latency_mismatch() == ""
+
+
+def test_with_latency_auto_it_sends_the_latency_it_measured_once_it_has_stood_and_compensates_it(stage):
+    """latency_auto: the measured 2 periods go out once as ``command_latency`` (to perception), the stage compares
+    with it from then on (OK), and says so in its log; without latency_auto nothing goes out."""
+    from tinker_core.loop.input_ages import Level
+    from tinker_core.loop.latency_auto import LOOK_EVERY, STANDING
+
+    stage.compensate(0, auto=True)
+    _servo(stage, 2, 160)
+    sent = [v for p, v in stage.out if p == "command_latency"]
+    assert [c.periods for c in sent] == [2] and sent[0].fit > sent[0].runner_up, sent
+    assert stage.compensated == 2 and stage.level()[0] == Level.OK and stage.latency_values()["latency_auto"] is True
+    taken = [m for _, m in stage.host.logs if "(latency_auto)" in m]
+    assert len(taken) == 1 and "command latency measured 2 control periods" in taken[0] and "was 0" in taken[0]
+    states = int(taken[0].split(" states heard")[0].rsplit(" ", 1)[1])  # not before an estimate, and it has stood
+    assert states >= MIN_FITTED + LOOK_EVERY * (STANDING - 1), taken
+
+
+def test_without_latency_auto_the_measured_latency_is_only_a_warning(stage):
+    from tinker_core.loop.input_ages import Level
+
+    stage.compensate(0)
+    _servo(stage, 2, 160)
+    assert not [v for p, v in stage.out if p == "command_latency"] and stage.compensated == 0
+    level, why = stage.level()
+    assert level == Level.WARN and "set latency_compensation: 2" in why and "latency_auto: true" in why, why
 
 
 def test_dropped_states_are_not_fitted_as_one_period(stage):

@@ -125,6 +125,9 @@ class Features:
     perception_sha256: str = ""
     extra: dict[str, int] = field(default_factory=dict)
     """trace fields of the cycle (``frame_age_us``)"""
+    latency_compensation: int | None = None
+    """the command latency, control periods, these features were compensated for (None: perception compensates
+    none); the policy steps its chain from the same prediction (`tinker_core.loop.latency_compensation`)"""
 
 
 @dataclass(slots=True)
@@ -172,6 +175,16 @@ class EpisodeEnd:
 
     stamp_ns: int
     episode: str
+
+
+@dataclass(slots=True)
+class CommandLatency:
+    """``command_latency``: the robot's command latency the safety stage measured and now compensates (``latency_auto``;
+    `tinker_core.loop.latency_auto`): control periods, and the fit that stood out (R² of the lag and of the next best)."""
+
+    periods: int
+    fit: float = 0.0
+    runner_up: float = 0.0
 
 
 @dataclass(slots=True)

@@ -212,6 +212,9 @@ ROBOT_LOOP = (
     .connect(OUTSIDE, "intervention", "safety", does="a person's teleop targets")
     .connect("safety", "intervened", "experience_bridge")
     .connect("safety", "estop_state", "experience_bridge")
+    .connect("safety", "command_latency", "perception",
+             does="the command latency safety measured and now compensates (latency_auto); perception acts on it, "
+                  "and the policy on what the features say perception compensated")
     .connect("experience_bridge", "episode_end", ROBOT,
              does="the success sensor saw the task done: that episode ends (the simulated robot resets on it)")
     .connect("experience_bridge", "transitions", "learner", transport="zmq",

@@ -93,15 +93,28 @@ class DelayedActions:
     def reset(self) -> None:
         """A new episode: nothing is in flight."""
         self._queue = deque(np.full(self.size, self.idle) for _ in range(self.steps))
+        self._sent = np.full(self.size, self.idle)
+
+    def resize(self, steps: int) -> None:
+        """From now on let each action out ``steps`` calls after it came in (a measured latency, mid-episode).
+        Longer: the last action sent goes out again for the added calls (the suction keeps its state), and each in
+        flight that many calls later; shorter: the oldest in flight are dropped (the newer catch up with the joints)."""
+        steps = check_steps(steps)
+        while len(self._queue) < steps:
+            self._queue.appendleft(self._sent.copy())
+        while len(self._queue) > steps:
+            self._queue.popleft()
+        self.steps = steps
 
     def __call__(self, extra: np.ndarray) -> np.ndarray:
         extra = np.asarray(extra, dtype=np.float64).reshape(-1)
         if extra.shape != (self.size,):
             raise ValidationError("latency_compensation.extra_action", f"{self.size} values", f"{extra.shape[0]}")
-        if not self.steps:
-            return extra
-        self._queue.append(extra.copy())
-        return self._queue.popleft()
+        if self.steps:
+            self._queue.append(extra.copy())
+            extra = self._queue.popleft()
+        self._sent = extra
+        return extra
 
 
 class LatencyCompensation:
@@ -111,17 +124,19 @@ class LatencyCompensation:
     (joint positions -> ``ee_pos``, base frame), needed where the terms have ``ee_pos``."""
 
     def __init__(self, terms: Sequence[Any], steps: int, max_step: float,
-                 ee_fn: Callable[[np.ndarray], np.ndarray] | None = None, bound: float = OBS_BOUND):
-        self.steps, self.max_step = check_steps(steps), float(max_step)
+                 ee_fn: Callable[[np.ndarray], np.ndarray] | None = None, bound: float = OBS_BOUND,
+                 follows: bool = False):
+        self.steps, self.max_step, self.follows = check_steps(steps), float(max_step), bool(follows)
         if not self.max_step > 0:
             raise ConfigError(f"latency_compensation: max_step must be > 0 rad, got {max_step!r}")
         self.asm = ObservationAssembly(terms)
-        if self.steps and "joint_pos" not in self.asm.slots:
+        some = self.steps or self.follows  # what a measured latency will need, checked now (``latency_auto``)
+        if some and "joint_pos" not in self.asm.slots:
             raise ConfigError(f"latency_compensation: the actor's observation has no joint_pos term to put at the "
                               f"pose in flight (its terms: {self.asm.names})")
         joints = self.asm.slots.get("joint_pos", slice(0, 0))
         self.dof = joints.stop - joints.start
-        if self.steps and "ee_pos" in self.asm.slots and ee_fn is None:
+        if some and "ee_pos" in self.asm.slots and ee_fn is None:
             raise ConfigError("latency_compensation: the actor reads ee_pos, and no forward kinematics (the robot's "
                               "URDF) was given to place it at the pose in flight")
         self.ee_fn, self.bound = ee_fn, float(bound)
@@ -136,24 +151,35 @@ class LatencyCompensation:
         """how far the last cycle's predicted pose was from the measured one, the largest joint's, rad (diagnostics)"""
 
     @classmethod
-    def for_manifest(cls, manifest: Any, steps: int, urdf: str | None = None) -> "LatencyCompensation":
+    def for_manifest(cls, manifest: Any, steps: int, urdf: str | None = None,
+                     follows: bool = False) -> "LatencyCompensation":
         """The compensation of ``steps`` periods for a bundle: its actor input's terms (the manifest's, less the
         image), its action chain's rate limit, forward kinematics of ``urdf`` (None: the KUKA iiwa the simulated
-        robot runs) for the manifest's joints. A chain that is not in delta mode is refused."""
+        robot runs) for the manifest's joints. A chain that is not in delta mode is refused. ``follows``: the
+        latency compensated changes to what is measured (`follow`)."""
         from tinker_core.action_chain import ActionChainConfig
         from tinker_core.loop.kinematics import ForwardKinematics
 
         chain = ActionChainConfig(**dict(manifest.action_chain or {}))
-        if check_steps(steps) and chain.mode != "delta":
+        if (check_steps(steps) or follows) and chain.mode != "delta":
             raise ConfigError(f"latency_compensation: the bundle's action chain is in {chain.mode!r} mode; the "
                               f"compensation takes a delta chain's steps from the pose in flight")
         fk = ForwardKinematics.from_urdf(urdf or None, list(manifest.joint_names or []) or None)
         terms = [t for t in manifest.obs_terms if _name(t) != "image"]
-        return cls(terms, steps, chain.max_step, ee_fn=fk.ee_position)
+        return cls(terms, steps, chain.max_step, ee_fn=fk.ee_position, follows=follows)
+
+    def follow(self, periods: int) -> None:
+        """Compensate ``periods`` from the next cycle on (a measured latency, ``latency_auto``); refused where the
+        compensation was built fixed."""
+        if not self.follows:
+            raise ConfigError("latency_compensation: this compensation is fixed (latency_auto is off); a measured "
+                              "latency is not taken")
+        self.steps = check_steps(periods, "command_latency.periods")
 
     def __call__(self, features: np.ndarray, commanded: np.ndarray | None) -> np.ndarray:
         """``commanded``: the newest joint target sent to the motors (after the SafetyWrapper; None: none yet)."""
         if not self.steps:
+            self.pose, self.ahead_rad = None, 0.0
             return features
         if features.shape != (self.asm.size,):
             raise ValidationError("latency_compensation.features", f"{self.asm.size} values in the state's layout",

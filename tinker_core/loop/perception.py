@@ -112,7 +112,8 @@ class PerceptionCycle:
         if not synced and ee_fn is not None:
             self.derived["ee_pos"] = ""
         self.channels, self.clock = channels, clock
-        self.compensation = compensation if compensation is not None and compensation.steps else None
+        self.compensation = (compensation if compensation is not None and (compensation.steps or compensation.follows)
+                             else None)
         self._commanded = NewestCommand(self.compensation.dof if self.compensation else 0, "perception")
         self._check_channels(terms)
         self.needed = names - set(STATE_TERMS) - set(self.derived) - {n for n in names if n.startswith(TERM_PREFIX)}
@@ -164,6 +165,8 @@ class PerceptionCycle:
             self.channels = other.channels  # the messages heard (and the counters) stay with the robot
         self._episode_start_ns = other._episode_start_ns
         self._commanded = other._commanded
+        if self.compensation is not None and other.compensation is not None and self.compensation.follows:
+            self.compensation.follow(other.compensation.steps)  # the latency measured so far stays
         if type(self.hold) is type(other.hold) and self.hold is not None:  # a reload keeps the episode's estimate
             self.hold.continue_from(other.hold)
         if other.last_action.shape == self.last_action.shape:

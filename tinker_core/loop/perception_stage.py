@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tinker_core.loop.edges import GOAL_TERM, Action, Features, Frame, Goal, RobotState, SafeCommand, TaskReport
+from tinker_core.loop.edges import (GOAL_TERM, Action, CommandLatency, Features, Frame, Goal, RobotState, SafeCommand,
+                                   TaskReport)
 from tinker_core.loop.input_ages import Level
 from tinker_core.loop.perception import PerceivedCycle, PerceptionCycle
 from tinker_core.loop.stage import LoopStage
@@ -26,12 +27,15 @@ class PerceptionStage(LoopStage):
         self.cycle, self.sha256 = cycle, sha256
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
-        """The safe ``command`` only where the cycle compensates latency (it predicts the pose from it); the ``goal``
-        only where no simulator gives this state's task terms (``synced``: the simulated robot takes the goal, and
-        its task terms carry it)."""
+        """The safe ``command`` only where the cycle compensates latency (it predicts the pose from it), and the
+        ``command_latency`` safety measured where it follows that (``latency_auto``); the ``goal`` only where no
+        simulator gives this state's task terms (``synced``: the simulated robot takes the goal, and its task terms
+        carry it)."""
+        comp = self.cycle.compensation
         return {"joint_states": self.on_state, "image": self.on_frame, "task": self.on_task,
                 **({} if self.cycle.synced else {"goal": self.on_goal}), "raw_action": self.on_action,
-                **({"command": self.on_command} if self.cycle.compensation is not None else {})}
+                **({"command": self.on_command} if comp is not None else {}),
+                **({"command_latency": self.on_latency} if comp is not None and comp.follows else {})}
 
     def swap(self, cycle: PerceptionCycle, sha256: str) -> None:
         """Run another model from the next input on; the inputs heard so far stay."""
@@ -56,10 +60,16 @@ class PerceptionStage(LoopStage):
     def on_command(self, c: SafeCommand) -> None:
         self.cycle.on_command(c.stamp_ns, c.q)
 
+    def on_latency(self, c: CommandLatency) -> None:
+        """The latency safety measured: compensated from the next cycle on, and said in each ``features``."""
+        self.cycle.compensation.follow(c.periods)
+
     def _out(self, p: PerceivedCycle | None) -> Features | None:
         if p is None:
             return None
-        f = Features(p.stamp_ns, p.cycle, p.episode, p.features, self.sha256, p.extra)
+        comp = self.cycle.compensation
+        f = Features(p.stamp_ns, p.cycle, p.episode, p.features, self.sha256, p.extra,
+                     None if comp is None else comp.steps)
         self.emit("features", f)
         return f
 
@@ -72,6 +82,7 @@ class PerceptionStage(LoopStage):
                                               "camera_corrected": hold.correction is not None}),
                 **({} if self.cycle.compensation is None else
                    {"latency_compensation": self.cycle.compensation.steps,
+                    "latency_auto": self.cycle.compensation.follows,
                     "pose_ahead_rad": f"{self.cycle.compensation.ahead_rad:.3f}"})}
 
     def level(self, crowded: str = "") -> tuple[Level, str]:

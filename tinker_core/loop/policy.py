@@ -8,7 +8,8 @@ A robot that sends on a channel (``outbox``, `tinker_core.multiagent.channel_edg
 actor's output: the action part goes through the chain, the message (checked, clipped) is the step's
 ``message`` and never reaches the chain, safety or the robot. With ``latency_compensation`` periods (a robot whose
 commands land late, `tinker_core.loop.latency_compensation`) the chain steps from the pose the newest safe command
-of the episode (``on_command``) brings the arm to, and the task's extra actions are sent that many cycles late.
+of the episode (``on_command``) brings the arm to, and the task's extra actions are sent that many cycles late; the
+features say which latency perception compensated them for, and the cycle follows that (``latency_auto``).
 A reacher's ``goal_hold`` (`tinker_core.loop.goal_hold`) holds the pose reached at the goal instead of the actor's step.
 `CommandGate`: whether a node's step goes out (active, within its budget) and the node's level.
 """
@@ -52,10 +53,12 @@ class PolicyCycle:
 
     def __init__(self, actor: Callable[[np.ndarray, str], np.ndarray], chain: ActionChain, keep: int = 8,
                  outbox: Any = None, on_episode: Callable[[], None] | None = None, latency_compensation: int = 0,
-                 goal_hold: Any = None):
+                 goal_hold: Any = None, latency_auto: bool = False):
         self.actor, self.chain, self.keep, self.outbox = actor, chain, int(keep), outbox
         self.on_episode, self.goal_hold, self._held = on_episode, goal_hold, False
         self.latency_compensation = check_steps(latency_compensation, "policy.latency_compensation")
+        self.latency_auto = bool(latency_auto)
+        """the compensated latency may change to a measured one (it hears the safe command even at 0)"""
         self._commanded = NewestCommand(chain.dof, "policy")
         self._episode_start_ns = -1
         self._delayed: DelayedActions | None = None
@@ -86,12 +89,18 @@ class PolicyCycle:
         return None
 
     def on_features(self, stamp_ns: int, features: np.ndarray, cycle: int = 0, episode: str = "",
-                    perception_sha256: str = "") -> PolicyStep | None:
-        """The cycle's step, or None while its state has not come (the actor raises on bad features)."""
+                    perception_sha256: str = "", compensated: int | None = None) -> PolicyStep | None:
+        """The cycle's step, or None while its state has not come (the actor raises on bad features).
+        ``compensated``: the latency perception compensated these features for (None: as ``latency_compensation``
+        says); the chain and the extra actions follow it from this cycle on (``latency_auto`` changes it)."""
         q = self._q.get(stamp_ns)
         if q is None:  # the chain needs this cycle's measured pose: wait for its JointState
-            self._waiting = (stamp_ns, features, cycle, episode, perception_sha256)
+            self._waiting = (stamp_ns, features, cycle, episode, perception_sha256, compensated)
             return None
+        if compensated is not None and compensated != self.latency_compensation:
+            self.latency_compensation = check_steps(compensated, "policy.features.latency_compensation")
+            if self._delayed is not None:
+                self._delayed.resize(self.latency_compensation)
         if episode != self._episode:
             if self.on_episode is not None:
                 self.on_episode()  # before the actor: this episode's first action comes from a fresh start

@@ -38,7 +38,7 @@ class PolicyStage(LoopStage):
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
         """The safe ``command`` only where the cycle compensates latency (the chain steps from it)."""
-        compensates = self.core is not None and self.core.cycle.latency_compensation
+        compensates = self.core is not None and (self.core.cycle.latency_compensation or self.core.cycle.latency_auto)
         return {"joint_states": self.on_state, "features": self.on_features,
                 **({"command": self.on_command} if compensates else {})}
 
@@ -54,7 +54,7 @@ class PolicyStage(LoopStage):
             return None
         t0 = time.perf_counter_ns()
         return self._send(self.core.cycle.on_features(f.stamp_ns, f.features, f.cycle, f.episode,
-                                                      f.perception_sha256), t0)
+                                                      f.perception_sha256, f.latency_compensation), t0)
 
     def _send(self, step: PolicyStep | None, t0: int) -> Action | None:
         if step is None or not self.gate.active:
@@ -125,9 +125,12 @@ class PolicyStage(LoopStage):
         """/diagnostics values: the running bundle, its reloads, refused inputs (``channel``: the channel's own)."""
         c, g = self.core, self.gate
         r = c.runner if c is not None else None
-        hold = getattr(getattr(c, "cycle", None), "goal_hold", None)
+        cycle = getattr(c, "cycle", None)
+        hold = getattr(cycle, "goal_hold", None)
+        compensates = cycle is not None and (cycle.latency_compensation or cycle.latency_auto)
         return {"active": g.active, "model_version": c.version if c else None,
                 **({} if hold is None else {"at_goal": hold.pose is not None, "goal_holds": hold.holds}),
+                **({"latency_compensation": cycle.latency_compensation} if compensates else {}),
                 "actor_sha256": r.actor_sha256 if r else "", "perception_sha256": r.perception_sha256 if r else "",
                 "reloads": c.reloads if c else 0, "reload_rejections": r.rejected_reloads if r else 0,
                 "refused_inputs": g.refusals.count, "last_error": g.last_error or g.refusals.last,

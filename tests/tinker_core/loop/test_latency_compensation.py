@@ -49,6 +49,39 @@ def test_extra_actions_land_the_given_number_of_periods_later_and_a_new_episode_
         d(np.zeros(2))
 
 
+def test_the_extra_actions_delay_follows_a_latency_taken_mid_episode():
+    """latency_auto: longer, the last action sent goes out again for the added periods and each in flight lands that
+    much later; shorter, the oldest in flight are dropped."""
+    d = DelayedActions(1, 1)
+    assert [float(d(np.array([v]))[0]) for v in (1.0, 0.5)] == [-1.0, 1.0]
+    d.resize(3)  # 0.5 is in flight; 1.0 was sent last
+    assert [float(d(np.array([v]))[0]) for v in (0.2, 0.3, 0.4, 0.6)] == [1.0, 1.0, 0.5, 0.2]
+    d.resize(1)  # in flight: 0.3, 0.4, 0.6 -> the newest stays
+    assert [float(d(np.array([v]))[0]) for v in (0.7, 0.8)] == [0.6, 0.7]
+    d.resize(0)
+    assert float(d(np.array([0.9]))[0]) == 0.9
+
+
+def test_a_following_compensation_takes_a_measured_latency_and_a_fixed_one_refuses_it(sort_env):
+    features = sort_env._observe()
+    asm = ObservationAssembly(sort_env.obs_terms)
+    q = asm.raw_term(features, "joint_pos")
+    commanded = q + 0.05
+    fk = ForwardKinematics.from_urdf(None, sort_env.joint_names)
+    comp = LatencyCompensation(sort_env.obs_terms, 0, sort_env.action_chain_config.max_step, ee_fn=fk.ee_position,
+                               follows=True)
+    assert comp(features, commanded) is features  # 0 until a latency is taken
+    comp.follow(4)
+    assert np.allclose(asm.raw_term(comp(features, commanded), "joint_pos"), commanded, atol=1e-5)
+    with pytest.raises(ConfigError, match="command_latency.periods"):
+        comp.follow(MAX_STEPS + 1)
+    with pytest.raises(ConfigError, match="fixed"):
+        compensation(sort_env).follow(2)
+    # what a latency will need is checked when it is built, not when the first one is taken
+    with pytest.raises(ConfigError, match="forward kinematics"):
+        LatencyCompensation(sort_env.obs_terms, 0, 0.15, follows=True)
+
+
 def test_the_arm_terms_move_to_the_pose_in_flight_and_nothing_else_changes(sort_env):
     comp = compensation(sort_env)
     features = sort_env._observe()

@@ -120,3 +120,25 @@ def test_with_latency_compensation_the_chain_steps_from_the_newest_command_and_t
     for bad in (np.array([np.nan, 0.0]), np.zeros(3)):  # refused (the node counts it), never the chain's base
         with pytest.raises(ValidationError, match="policy.command"):
             pc.on_command(11, bad)
+
+
+def test_the_cycle_follows_the_latency_its_features_were_compensated_for():
+    """latency_auto: perception says in each features which latency it compensated; from that cycle on the chain steps
+    from the same prediction and the extras go as late (here: 0, then 2 periods taken mid-episode)."""
+    pc = PolicyCycle(lambda feats, sha: feats.astype(np.float64), ActionChain(ActionChainConfig(), LOWER, UPPER),
+                     latency_auto=True)
+    pc.on_state(1, np.zeros(2))
+    s1 = pc.on_features(1, np.array([1.0, 1.0, 1.0], np.float32), 1, "0", compensated=0)
+    assert s1.extra[0] == 1.0 and pc.latency_compensation == 0  # nothing compensated yet: at once
+    pc.on_command(1, s1.target)
+    pc.on_state(2, np.zeros(2))  # the command is in flight
+    s2 = pc.on_features(2, np.array([1.0, 1.0, -1.0], np.float32), 2, "0", compensated=2)
+    assert pc.latency_compensation == 2
+    np.testing.assert_allclose(s2.target, [0.2, 0.2])  # from the command in flight
+    assert s2.extra[0] == 1.0  # the suction sent last goes on for the two added periods
+    pc.on_state(3, np.zeros(2))
+    s3 = pc.on_features(3, np.array([0.0, 0.0, -1.0], np.float32), 3, "0", compensated=2)
+    pc.on_state(4, np.zeros(2))
+    s4 = pc.on_features(4, np.array([0.0, 0.0, -1.0], np.float32), 4, "0")  # None: as it was
+    assert [s3.extra[0], s4.extra[0]] == [1.0, -1.0]  # s2's 'off' lands two cycles after it was chosen
+    assert pc.latency_compensation == 2

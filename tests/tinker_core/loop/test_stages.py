@@ -37,17 +37,23 @@ def _emitted(stage) -> list:
 
 
 def test_every_handler_is_an_edge_into_the_stage_in_the_loops_graph():
-    """The safe command goes into perception and the policy only where they compensate latency; the goal into
-    perception only where no simulator gives its task terms (the simulated robot takes it then)."""
+    """The safe command goes into perception and the policy only where they compensate latency, the latency safety
+    measured only where perception follows it (latency_auto); the goal into perception only where no simulator gives
+    its task terms (the simulated robot takes it then)."""
     m = Manifest.from_json(REACH.read_text())
     stages = [PerceptionStage(PerceptionCycle(m.obs_spec, list(m.obs_terms), lambda o: o, 7), "sha"),
               PolicyStage(None)]
     for stage in stages:
-        assert set(stage.inputs()) == {e.port for e in ROBOT_LOOP.inputs(stage.name)} - {"command", "goal"}, stage.name
+        assert set(stage.inputs()) == ({e.port for e in ROBOT_LOOP.inputs(stage.name)}
+                                       - {"command", "goal", "command_latency"}), stage.name
     compensating = PerceptionCycle(m.obs_spec, list(m.obs_terms), lambda o: o, 7, synced=False,
                                    ee_fn=lambda q: np.zeros(3), compensation=LatencyCompensation.for_manifest(m, 2))
     stage = PerceptionStage(compensating, "sha")
-    assert set(stage.inputs()) == {e.port for e in ROBOT_LOOP.inputs("perception")}
+    assert set(stage.inputs()) == {e.port for e in ROBOT_LOOP.inputs("perception")} - {"command_latency"}
+    following = PerceptionCycle(m.obs_spec, list(m.obs_terms), lambda o: o, 7, synced=False,
+                                ee_fn=lambda q: np.zeros(3),
+                                compensation=LatencyCompensation.for_manifest(m, 0, follows=True))
+    assert set(PerceptionStage(following, "sha").inputs()) == {e.port for e in ROBOT_LOOP.inputs("perception")}
     assert stage.values()["latency_compensation"] == 2 and stage.values()["pose_ahead_rad"] == "0.000"  # diagnostics
 
 

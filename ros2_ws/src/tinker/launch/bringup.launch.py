@@ -13,7 +13,9 @@ newest ``goal``, geometry_msgs/PointStamped), ``namespace:=robot1``, ``params_fi
 the ``view`` node: it records the run, and with ``view:=true`` serves the live view on ws://127.0.0.1:8765 and
 http://127.0.0.1:8766/), ``command_type:=joint_trajectory`` (a joint_trajectory_controller) and
 ``command_joints:=j2,j1,...`` (a forward_command_controller's joint order), each set for every node that sends, runs
-or hears the safe command. Empty = the file's value.
+or hears the safe command; ``latency_compensation:=4`` and ``latency_auto:=true`` (the command latency perception and
+the policy compensate: fixed, or the one the safety node measures), set for perception, policy and safety. Empty =
+the file's value.
 
 ``agents:=/path/agents.yaml``: several robots, one namespace per agent of the file (tinker.fleet), each with its
 own nodes, SafetyWrapper and lifecycle, the agent's ``bundle`` for perception and policy, and its own simulator
@@ -42,9 +44,23 @@ VIEW_NODE = "view"
 """The observer (records, streams the live view): started when ``record`` or ``view`` is given."""
 OVERRIDES = {"bundle": ("perception", "policy"), "record": (VIEW_NODE,)}
 """Launch arguments that, when not empty, override one parameter of these nodes."""
-SHARED = ("command_type", "command_joints")
+SHARED = ("command_type", "command_joints", "latency_compensation", "latency_auto")
 """Launch arguments that, when not empty, set one value for every node that declares the parameter (the launch
-YAML's /** entry): the safe command's message type and joint order, which the robot's controller decides."""
+YAML's /** entry): the safe command's message type and joint order, which the robot's controller decides, and the
+command latency compensated (a number of periods, and whether to follow the one the safety node measures)."""
+
+
+def _typed(arg, text):
+    """A shared launch argument as its parameter's type (a launch argument is text)."""
+    if arg == "latency_auto":
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"latency_auto:={text}: expected true or false")
+        return text.lower() == "true"
+    if arg == "latency_compensation":
+        if not text.isdigit():
+            raise ValueError(f"latency_compensation:={text}: expected a whole number of control periods")
+        return int(text)
+    return text
 
 
 def _change(node, transition_id):
@@ -73,7 +89,7 @@ def _robot(context, namespace, own):
 
     params_file = context.launch_configurations["params_file"]
     shared = {a: context.launch_configurations.get(a, "") for a in SHARED}
-    shared = {a: v for a, v in shared.items() if v}
+    shared = {a: _typed(a, v) for a, v in shared.items() if v}
     overrides = {**own.get("nodes", {}), **({"/**": shared} if shared else {})}
     tables = declared()
     sim = context.launch_configurations["sim"].strip().lower() not in ("false", "0", "no", "off")
@@ -151,5 +167,11 @@ def generate_launch_description():
         DeclareLaunchArgument("command_joints", default_value="",
                               description="float64_array: the joints in the order your controller lists them, "
                                           "comma-separated; empty: the file's (the URDF's order)"),
+        DeclareLaunchArgument("latency_compensation", default_value="",
+                              description="control periods from a command to the motors, compensated by perception "
+                                          "and the policy; empty: the file's (0)"),
+        DeclareLaunchArgument("latency_auto", default_value="",
+                              description="true: compensate the command latency the safety node measures, once it has "
+                                          "stood 1 s (safety/command_latency); empty: the file's (false)"),
         OpaqueFunction(function=_graph),
     ])

@@ -127,16 +127,19 @@ class ObservationFeatures:
 
 
 def open_perception(path: str | os.PathLike, warmup: int = 0, latency_compensation: int = 0, urdf: str | None = None,
-                    **cycle_kwargs) -> tuple[object, PerceptionCycle, str]:
+                    latency_auto: bool = False, **cycle_kwargs) -> tuple[object, PerceptionCycle, str]:
     """(model, cycle, log line): the bundle's perception model, verified and warmed up, behind its cycle.
     ``cycle_kwargs`` go to `PerceptionCycle` (synced, sync_frames, max_frame_age_ns, ee_fn, estimate, channels);
     ``latency_compensation`` periods (0: none) puts the arm's terms at the pose in flight
-    (`tinker_core.loop.latency_compensation.LatencyCompensation`, forward kinematics of ``urdf``)."""
+    (`tinker_core.loop.latency_compensation.LatencyCompensation`, forward kinematics of ``urdf``); with
+    ``latency_auto`` from the start only, then at the latency the safety stage measured (``command_latency``)."""
     from tinker_deploy.hierarchy_runtime import is_hierarchy
     from tinker_deploy.runtime import OnnxPolicy
 
     def compensation(m):
-        return LatencyCompensation.for_manifest(m, latency_compensation, urdf) if latency_compensation else None
+        if not (latency_compensation or latency_auto):
+            return None
+        return LatencyCompensation.for_manifest(m, latency_compensation, urdf, follows=latency_auto)
 
     if is_hierarchy(path):
         model = ObservationFeatures(path)
@@ -159,8 +162,9 @@ def open_perception(path: str | os.PathLike, warmup: int = 0, latency_compensati
     estimate = ("" if not m.image_terms else "; its estimate per frame" if cycle.hold is None
                 else f"; {cycle.hold.summary}" + (", the camera calibrated on the hand it sees"
                                                    if cycle.hand is not None else ""))
-    if latency_compensation:
-        estimate += f"; the arm's terms at the pose in flight ({latency_compensation} periods of command latency)"
+    if latency_compensation or latency_auto:
+        estimate += (f"; the arm's terms at the pose in flight ({latency_compensation} periods of command latency"
+                     + (", then the latency safety measures: latency_auto)" if latency_auto else ")"))
     return model, cycle, (f"perception v{model.version} ({model.sha256[:12]}) from {path}: p99 {r['p99_us']:.0f} us, "
                           f"max {r['max_us']:.0f} us after warm-up{estimate}")
 
@@ -430,10 +434,11 @@ class PolicyBundle:
 
     def __init__(self, path: str | os.PathLike, urdf: str | None, control_period: float,
                  on_swap: Callable[[str], None] = lambda line: None, says: ChannelSpec | None = None,
-                 latency_compensation: int = 0, at_goal: str = "hold"):
+                 latency_compensation: int = 0, at_goal: str = "hold", latency_auto: bool = False):
         """``says``: the channel this robot sends on (the bundle's actor then outputs action + message);
         ``latency_compensation``: periods of command latency the chain and the extra actions compensate
-        (`tinker_core.loop.policy.PolicyCycle`); ``at_goal``: a reacher's hold at its goal ('hold') or not ('act',
+        (`tinker_core.loop.policy.PolicyCycle`), from the start where ``latency_auto`` follows what perception
+        compensates; ``at_goal``: a reacher's hold at its goal ('hold') or not ('act',
         `tinker_core.loop.goal_hold`)."""
         from tinker_deploy.hierarchy_runtime import is_hierarchy
 
@@ -448,7 +453,7 @@ class PolicyBundle:
         self.limits = (limits.lower, limits.upper)
         self.cycle = PolicyCycle(self._act, self.new_chain(), outbox=channel_outbox(self.runner.manifest, says),
                                  on_episode=getattr(self.runner, "reset_episode", None),
-                                 latency_compensation=latency_compensation,
+                                 latency_compensation=latency_compensation, latency_auto=latency_auto,
                                  goal_hold=goal_hold_for(self.runner.manifest, at_goal))
         self.on_swap, self.reloads, self.at_goal = on_swap, 0, at_goal
         self.version, self.actor_sha256 = self.runner.version, self.runner.actor_sha256

@@ -100,9 +100,10 @@ class DemoConfig:
     """where the learner's rewards come from: "sim" (the simulator's true target: an oracle) or "sensors" (the
     success sensor: the target the camera found and the measured joints; needs a vision bundle). The report's
     success is the simulator's either way"""
-    latency_compensation: int = 0
+    latency_compensation: int | str = 0
     """control periods of the robot's command latency the loop compensates (the launch YAML's
-    ``latency_compensation``, `tinker_core.loop.latency_compensation`; 0: none)"""
+    ``latency_compensation``, `tinker_core.loop.latency_compensation`; 0: none), or "auto": from 0, the latency the
+    safety node measures once it has stood (``latency_auto``)"""
     operator: str = "none"
     """"scripted": a STAND-IN for a person (`tinker.stand_in_operator`: a script that looks at the simulator's
     ground truth) takes over on ``intervention`` and labels episodes during the fine-tuning phase only; the
@@ -120,7 +121,8 @@ class DemoConfig:
                 raise ConfigError(f"DemoConfig.{k}: expected a positive count, got {getattr(self, k)!r}")
         if self.reward not in ("sim", "sensors"):
             raise ConfigError(f"DemoConfig.reward: expected 'sim' or 'sensors', got {self.reward!r}")
-        check_steps(self.latency_compensation, "DemoConfig.latency_compensation")
+        if self.latency_compensation != "auto":
+            check_steps(self.latency_compensation, "DemoConfig.latency_compensation")
         if self.operator not in OPERATORS:
             raise ConfigError(f"DemoConfig.operator: expected one of {list(OPERATORS)}, got {self.operator!r}")
 
@@ -240,7 +242,8 @@ def graph_overrides(cfg: DemoConfig, out: Path, lconf: dict) -> dict:
     bundle, camera = str(Path(cfg.bundle).resolve()), _has_camera(cfg.bundle)
     return {
         "/**": {"control_period": cfg.control_period, "trace_dir": str(out / "trace"),
-                "latency_compensation": int(cfg.latency_compensation)},
+                "latency_compensation": 0 if cfg.latency_compensation == "auto" else int(cfg.latency_compensation),
+                "latency_auto": cfg.latency_compensation == "auto"},
         "sim_robot": {"dynamics": str(Path(cfg.dynamics).resolve()), "episode_cycles": cfg.episode_cycles,
                       "seed": cfg.seed, **({} if camera else {"camera": False}),
                       # from sensors, the episode ends on the success sensor or the time limit, not when the
@@ -406,7 +409,9 @@ def collect_report(cfg: DemoConfig, out: Path, run: DemoPhases) -> dict:
         # what the safety node measured from its states and commands, and what the graph compensated
         "command_latency": {"measured": safety.get("command_latency_periods", "not reported"),
                             "fit": safety.get("command_latency_fit", ""),
-                            "compensated": int(cfg.latency_compensation)},
+                            # at the end of the run (latency_auto: what the safety node took)
+                            "compensated": int(safety.get("latency_compensation", "0") or 0),
+                            "auto": cfg.latency_compensation == "auto"},
         "estops": run.resets,
         "policy_reloads": int(policy.get("reloads", "0") or 0), "bridge": bridge,
         "operator": cfg.operator, "operator_counts": run.operator_counts,

@@ -160,8 +160,8 @@ def latency_line(lat: dict | None) -> list[str]:
                 f"{lat['compensated']}"]
     fit = f", R² {lat['fit']}" if lat.get("fit") else ""
     line = (f"command latency measured by the safety node from its states and commands: {lat['measured']} control "
-            f"periods{fit}; compensated: {lat['compensated']}")
-    if int(lat["measured"]) != int(lat["compensated"]):
+            f"periods{fit}; compensated: {lat['compensated']}" + (" (latency_auto)" if lat.get("auto") else ""))
+    if int(lat["measured"]) != int(lat["compensated"]) and not lat.get("auto"):
         line += f" (set latency_compensation: {lat['measured']}; tinker demo --latency-compensation {lat['measured']})"
     return [line]
 

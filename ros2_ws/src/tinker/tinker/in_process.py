@@ -147,16 +147,18 @@ class InProcessLoop:
                                                deadband_m=float(p["perception"].get("calibration_deadband",
                                                                                     CALIBRATION_DEADBAND_M)),
                                                latency_compensation=int(p["perception"].get("latency_compensation", 0)),
+                                               latency_auto=bool(p["perception"].get("latency_auto", False)),
                                                urdf=p["perception"].get("urdf") or None)
         self.policy = PolicyBundle(bundle, p["policy"].get("urdf") or None, self.period,
                                    latency_compensation=int(p["policy"].get("latency_compensation", 0)),
+                                   latency_auto=bool(p["policy"].get("latency_auto", False)),
                                    at_goal=str(p["policy"].get("at_goal", "hold")))
         self.stages = {"perception": PerceptionStage(cycle, self.model.sha256),
                        "policy": PolicyStage(self.policy)}  # no budget: time is virtual here
         self.stages["safety"] = safety = SafetyStage(self, "float64_array", clock=lambda: self._mono_ns / 1e9,
                                                      mono_ns=lambda: self._mono_ns)
         safety.on_estop = self._estop_changed
-        safety.compensated = int(p["safety"].get("latency_compensation", 0))
+        safety.compensate(int(p["safety"].get("latency_compensation", 0)), bool(p["safety"].get("latency_auto", False)))
         self.session = safety.session
         s = p["safety"]
         fields = SimRobotConfig.__dataclass_fields__

@@ -40,8 +40,13 @@ LATENCY_PARAMS = {
                                      "policy's chain steps from there and its tool command (the suction) goes that "
                                      "many cycles late (tinker_core.loop.latency_compensation). Set it once, in "
                                      "the launch YAML's /** section: perception, policy and safety must agree. The "
-                                     "safety node measures it (command_latency_periods in /diagnostics)." + _FIXED,
+                                     "safety node measures it (command_latency_periods in /diagnostics); with "
+                                     "latency_auto this is the value to start from." + _FIXED,
                                   (0, MAX_STEPS), True),
+    "latency_auto": Param(False, "true: compensate the command latency the safety node measures (once it has stood "
+                                 "1 s; safety/command_latency says each one taken), starting from "
+                                 "latency_compensation. Set it once, in the launch YAML's /** section: perception, "
+                                 "policy and safety must agree." + _FIXED, read_only=True),
     **topic_params(safe_command_topic="command"),
     **COMMAND_TYPE_PARAMS,
     **COMMAND_JOINTS_PARAMS,
@@ -54,6 +59,10 @@ SAFETY_PARAMS = {
                                      "from the states it hears and the commands it sends (command_latency_periods in "
                                      "/diagnostics) and warns while the two differ." + _FIXED,
                                   (0, MAX_STEPS), True),
+    "latency_auto": Param(False, "true: the latency this node measures, once it has stood 1 s, is the one "
+                                 "compensated: sent on command_latency_topic to perception (and, through its "
+                                 "features, the policy); the launch YAML's /** value (the parameter check refuses "
+                                 "another)." + _FIXED, read_only=True),
     "urdf": Param("", "Robot URDF path; '' = kuka_iiwa/model.urdf from pybullet_data." + _RECONF),
     "config": Param("", "Safety YAML (safety.config.SafetyConfig); '' = safety/config/kuka_iiwa.yaml. Its "
                         "watchdog_misses_to_estop is the number of missed cycles in a row that latch the e-stop." + _RECONF),
@@ -64,6 +73,8 @@ SAFETY_PARAMS = {
         ("estop_state_topic", "safety/estop_state", "latched e-stop state"),
         ("intervention_topic", "", "a person's teleop joint targets (sensor_msgs/JointState); empty: no takeover"),
         ("intervened_topic", "safety/intervened", "each cycle served from teleop: target and measured pose"),
+        ("command_latency_topic", "safety/command_latency", "each command latency measured and now compensated "
+                                                            "(latency_auto)"),
         ("policy_node", "policy", "the policy lifecycle node (its transition_event tells a deactivated policy "
                                   "from a dead one)"))},
     "task_fixtures": Param("", "The simulated robot's task fixtures (the sorter's table and bins) as a JSON list of "
@@ -169,7 +180,7 @@ PERCEPTION_PARAMS = {
                                "false: the newest goal/task terms serve every state", read_only=True),
     "urdf": Param("", "robot model for forward kinematics when task_synced is false (empty: the KUKA iiwa)", read_only=True),
     **topic_params(image_topic="image", joint_states_topic="joint_states", task_topic="task", goal_topic="goal",
-                   raw_action_topic="raw_action", features_topic="features"),
+                   raw_action_topic="raw_action", features_topic="features", command_latency_topic="command_latency"),
     "warmup_iterations": Param(100, "model runs before the first cycle", (0, 100000), True),
     "camera_rate_hz": Param(20.0, "camera frames per s; 0: every cycle waits for the frame of its state", (0.0, 1000.0), True),
     "max_frame_age": Param(0.25, "s; an older camera frame is refused and the cycle held", (0.0, 10.0)),

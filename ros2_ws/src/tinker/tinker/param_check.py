@@ -96,7 +96,8 @@ def check_pairings(value: Any, nodes: Any) -> None:
     first is right where perception estimates per frame: the other two pairings reward the arm for one frame's
     noise in the estimate, or for the first frame's alone.
 
-    Perception and the policy compensate the same command latency (``latency_compensation``). Every node that
+    Perception and the policy compensate the same command latency (``latency_compensation``, ``latency_auto``),
+    the one safety compares with what it measures. Every node that
     sends, runs or hears the safe command takes one message type (``command_type``) and, for a Float64MultiArray,
     one joint order (``command_joints``)."""
     check_latency_pairing(value, nodes)
@@ -121,17 +122,19 @@ def check_pairings(value: Any, nodes: Any) -> None:
 
 
 def check_latency_pairing(value: Any, nodes: Any) -> None:
-    """See `check_pairings`."""
-    if not {"perception", "policy"} <= set(nodes):
+    """See `check_pairings`: perception, the policy and safety, those of them in the graph, take one
+    ``latency_compensation`` and one ``latency_auto``."""
+    present = [n for n in ("perception", "policy", "safety") if n in set(nodes)]
+    if not {"perception", "policy"} <= set(present):
         return
-    seen, acts = value("perception", "latency_compensation"), value("policy", "latency_compensation")
-    if seen != acts:
-        raise ConfigError(f"latency_compensation: perception {seen}, policy {acts}; the two must compensate the same "
-                          f"latency (set it once, in the launch YAML's /** section)")
-    if "safety" in set(nodes) and value("safety", "latency_compensation") != seen:
-        raise ConfigError(f"latency_compensation: perception and policy {seen}, safety "
-                          f"{value('safety', 'latency_compensation')}; safety compares it with the latency it "
-                          f"measures (set it once, in the launch YAML's /** section)")
+    for name, why in (("latency_compensation", "the two must compensate the same latency, and safety compares it with "
+                                               "the latency it measures"),
+                      ("latency_auto", "safety sends the latency it measures to perception, and the policy follows "
+                                       "perception")):
+        values = {n: value(n, name) for n in present}
+        if len(set(values.values())) > 1:
+            said = ", ".join(f"{n} {v}" for n, v in values.items())
+            raise ConfigError(f"{name}: {said}; {why} (set it once, in the launch YAML's /** section)")
 
 
 def check_command_type(value: Any, nodes: Any) -> None:

@@ -24,7 +24,7 @@ from tinker_core.loop.perception_stage import PerceptionStage
 from tinker_core.multiagent.channel_edge import ChannelInbox
 
 TOPICS = {**{p: f"{p}_topic" for p in ("image", "task", "joint_states", "goal", "raw_action", "features")},
-          "command": "safe_command_topic"}
+          "command": "safe_command_topic", "command_latency": "command_latency_topic"}
 
 
 class PerceptionNode(NodeRuntime, Node):
@@ -39,7 +39,7 @@ class PerceptionNode(NodeRuntime, Node):
         self._load(self.param("bundle"))
         self.on_param_set(self._set_param)
         stale = {"image": self._image_level(), "task": Level.ERROR if self.param("task_synced") else None,
-                 "goal": None, "raw_action": Level.WARN, "command": Level.WARN}
+                 "goal": None, "raw_action": Level.WARN, "command": Level.WARN, "command_latency": None}
         self.serve(self.stage, self.reader, TOPICS, stale, read={"joint_states": self._read_state},
                    refuse=(ValidationError, KeyError))  # KeyError: a task term the model needs is missing
         self._image_topic = self.resolve_topic_name(self.param("image_topic"))
@@ -64,6 +64,7 @@ class PerceptionNode(NodeRuntime, Node):
                                              estimate=str(g("estimate")), channels=self.inbox,
                                              deadband_m=float(g("calibration_deadband")),
                                              latency_compensation=int(g("latency_compensation")),
+                                             latency_auto=bool(g("latency_auto")),
                                              urdf=g("urdf") or None)
         self.get_logger().info(line)
         if self.stage is None:

@@ -45,6 +45,7 @@ class PolicyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         core = self.stage.core = PolicyBundle(self.param("bundle"), self.param("urdf"), self.period,
                                               self.get_logger().info, says=self.says,
                                               latency_compensation=int(self.param("latency_compensation")),
+                                              latency_auto=bool(self.param("latency_auto")),
                                               at_goal=str(self.param("at_goal")))
         self.get_logger().info(core.warm_up(self.param("bundle"), self.param("warmup_iterations")))
         reader = Reader("policy", core.runner.joint_names)

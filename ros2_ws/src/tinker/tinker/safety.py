@@ -3,7 +3,8 @@
 An adapter around `tinker_safety.safety_stage.SafetyStage` (the cycle: `GuardCycle`; the node's life: `GuardSession`).
 In: ``policy/joint_target``, ``joint_states`` (by joint name), the policy's ``transition_event`` and, where
 ``intervention_topic`` is set, a person's teleop targets. Out: the safe command (``command_type``: Float64MultiArray
-or JointTrajectory), the latched ``safety/estop_state``, ``safety/intervened``, /diagnostics. Services ``~/estop``,
+or JointTrajectory), the latched ``safety/estop_state``, ``safety/intervened``, the latched
+``safety/command_latency`` (``latency_auto``), /diagnostics. Services ``~/estop``,
 ``~/reset``. Topics and parameters: `tinker.wire.TOPICS`, `tinker.node_params.SAFETY_PARAMS`.
 """
 
@@ -15,13 +16,14 @@ from trajectory_msgs.msg import JointTrajectory
 from tinker.lifecycle import LifecycleAdapter, watch_lifecycle
 from tinker.node_params import SAFETY_PARAMS
 from tinker.runtime import Deadline, NodeRuntime, main_for
-from tinker.wire import CommandOrder, Reader, command_meta, command_msg, estop_msg, trajectory_msg
+from tinker.wire import (CommandOrder, Reader, command_latency_msg, command_meta, command_msg, estop_msg,
+                         trajectory_msg)
 from tinker_core.loop.input_ages import Level
 from tinker_safety.safety_stage import SafetyStage
 
 TOPICS = {"joint_target": "policy_command_topic", "joint_states": "joint_states_topic",
           "intervention": "intervention_topic", "command": "command_topic", "estop_state": "estop_state_topic",
-          "intervened": "intervened_topic"}
+          "intervened": "intervened_topic", "command_latency": "command_latency_topic"}
 
 
 class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
@@ -32,7 +34,7 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         self._init_runtime("safety", SAFETY_PARAMS)
         self.stage = SafetyStage(self, self.param("command_type"),  # this node hosts its deadline, log, input watch
                                  wall_ns=lambda: self.get_clock().now().nanoseconds)
-        self.stage.compensated = int(self.param("latency_compensation"))
+        self.stage.compensate(int(self.param("latency_compensation")), bool(self.param("latency_auto")))
         self.session, self.cycle, self.command_type = self.stage.session, self.stage.cycle, self.stage.session.command_type
         self.on_param_set(self.session.param_refusal)
         self.add_post_set_parameters_callback(self._after_set_parameters)
@@ -42,6 +44,7 @@ class SafetyNode(LifecycleAdapter, NodeRuntime, LifecycleNode):
         self.order = CommandOrder()  # the Float64MultiArray's joint order (command_joints), set at configure
         self.serve_outputs(self.stage, TOPICS, write={
             "estop_state": lambda e: estop_msg(self.get_fully_qualified_name(), e.reason),
+            "command_latency": lambda c: command_latency_msg(self.get_fully_qualified_name(), c),
             "command": ((lambda c: trajectory_msg(self.session.names, c.q, command_meta(c), self.period)) if trajectory
                         else (lambda c: command_msg(c, self.order)))},
             msg_types={"command": JointTrajectory} if trajectory else None)

@@ -17,6 +17,7 @@ That label encoding lives here and nowhere else (`array_msg`, `read_array`). Key
 - ``status``: the safety status of a safe command (``passed``, ``held``, ``estop`` ...)
 - ``intervention``: ``1`` on a safe command made from a person's teleop target (absent otherwise)
 - ``episode``: the robot's episode counter; ``terms``: the task terms' layout (``name:size,...``)
+- ``latency_compensation``: on features, the command latency (periods) perception compensated them for
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ from std_msgs.msg import Float32MultiArray, Float64MultiArray, Header, MultiArra
 
 from tinker_core.errors import ConfigError, ValidationError
 from tinker_core.loop.edges import TASK_FIELDS  # noqa: F401  (the task message's head: part of its wire format)
-from tinker_core.loop.edges import (Action, EpisodeEnd, EstopState, Features, Frame, Goal, Intervened, RobotState,
-                                   SafeCommand, TaskReport, task_report)
+from tinker_core.loop.edges import (Action, CommandLatency, EpisodeEnd, EstopState, Features, Frame, Goal,
+                                   Intervened, RobotState, SafeCommand, TaskReport, task_report)
+from tinker_core.loop.latency_compensation import MAX_STEPS
 
 SENSOR_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT,
                         durability=DurabilityPolicy.VOLATILE)
@@ -82,7 +84,8 @@ TOPICS: dict[str, Topic] = {
     "goal": Topic("goal", PointStamped, COMMAND_QOS, (),
                   "a goal position a real system publishes when it changes (geometry_msgs/PointStamped, base frame, m)"),
     "features": Topic("perception/features", Float32MultiArray, COMMAND_QOS,
-                      ("stamp_ns", "cycle", "episode", "perception_sha256"), "perception's features (Float32MultiArray)"),
+                      ("stamp_ns", "cycle", "episode", "perception_sha256", "latency_compensation"),
+                      "perception's features (Float32MultiArray)"),
     "raw_action": Topic("policy/raw_action", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version"),
                         "the actor's raw action, before the action chain (Float64MultiArray)"),
     "tool_command": Topic("policy/tool_command", Float64MultiArray, COMMAND_QOS, ("stamp_ns", "cycle", "version"),
@@ -104,6 +107,9 @@ TOPICS: dict[str, Topic] = {
                         "learner's action)"),
     "estop_state": Topic("safety/estop_state", DiagnosticStatus, LATCHED_QOS, (),
                          "the latched e-stop state (diagnostic_msgs/DiagnosticStatus, key 'estopped')"),
+    "command_latency": Topic("safety/command_latency", DiagnosticStatus, LATCHED_QOS, (),
+                             "the command latency the safety node measured and the loop now compensates "
+                             "(diagnostic_msgs/DiagnosticStatus, keys 'periods', 'fit', 'runner_up'; latency_auto)"),
     "episode_end": Topic("experience_bridge/episode_end", Header, COMMAND_QOS, (),
                          "the success sensor saw the task done (std_msgs/Header: stamp = the state's, frame_id = its "
                          "episode); the simulated robot resets, a real cell's reset routine may listen"),
@@ -397,6 +403,17 @@ def estop_msg(node_name: str, reason: str) -> DiagnosticStatus:
     return st
 
 
+def command_latency_msg(node_name: str, c: CommandLatency) -> DiagnosticStatus:
+    """A latency the safety node measured and the loop compensates from now on (``latency_auto``)."""
+    from diagnostic_msgs.msg import KeyValue
+
+    st = DiagnosticStatus(level=DiagnosticStatus.OK, name=f"{node_name}/command_latency", hardware_id=node_name,
+                          message=f"command latency {c.periods} control periods, compensated")
+    st.values = [KeyValue(key="periods", value=str(c.periods)), KeyValue(key="fit", value=f"{c.fit:.4f}"),
+                 KeyValue(key="runner_up", value=f"{c.runner_up:.4f}")]
+    return st
+
+
 class Reader:
     """The messages of each edge into stage ``stage`` as the edge values its handlers take
     (`tinker_core.loop.edges`); ValidationError naming the stage's field where a message cannot be one.
@@ -449,8 +466,20 @@ class Reader:
 
     def features(self, msg: Float32MultiArray) -> Features:
         v, meta = read_array(msg, None, f"{self.stage}.features")
+        compensated = None
+        if "latency_compensation" in meta:
+            compensated = _periods(meta["latency_compensation"], f"{self.stage}.features.latency_compensation")
         return Features(_int(meta, "stamp_ns"), _int(meta, "cycle"), meta.get("episode", ""), v,
-                        meta.get("perception_sha256", ""))
+                        meta.get("perception_sha256", ""), latency_compensation=compensated)
+
+    def command_latency(self, msg: DiagnosticStatus) -> CommandLatency:
+        values = {kv.key: kv.value for kv in msg.values}
+        where = f"{self.stage}.command_latency"
+        try:
+            fit, runner_up = float(values.get("fit", 0.0)), float(values.get("runner_up", 0.0))
+        except ValueError:
+            raise ValidationError(where, "numbers in 'fit' and 'runner_up'", repr(values)) from None
+        return CommandLatency(_periods(values.get("periods", ""), f"{where}.periods"), fit, runner_up)
 
     def raw_action(self, msg: Float64MultiArray) -> Action:
         return self._action(msg, "raw_action")
@@ -498,14 +527,23 @@ def _action_of(values: np.ndarray, meta: Mapping[str, str]) -> Action:
     return Action(_int(meta, "stamp_ns"), _int(meta, "cycle"), values, meta.get("version", ""), meta.get("stop") == "1")
 
 
+def _periods(text: str, where: str) -> int:
+    """A latency in control periods, 0..`MAX_STEPS`, as a message gives it; ValidationError naming ``where``."""
+    if not text.isdigit() or int(text) > MAX_STEPS:
+        raise ValidationError(where, f"a whole number of control periods 0..{MAX_STEPS}", repr(text))
+    return int(text)
+
+
 def _int(meta: Mapping[str, str], key: str) -> int:
     v = meta.get(key, "")
     return int(v) if v.isdigit() else 0
 
 
 def features_msg(f: Features) -> Float32MultiArray:
-    return array_msg(f.features, {"stamp_ns": f.stamp_ns, "cycle": f.cycle, "episode": f.episode,
-                                  "perception_sha256": f.perception_sha256}, double=False)
+    meta = {"stamp_ns": f.stamp_ns, "cycle": f.cycle, "episode": f.episode, "perception_sha256": f.perception_sha256}
+    if f.latency_compensation is not None:
+        meta["latency_compensation"] = f.latency_compensation
+    return array_msg(f.features, meta, double=False)
 
 
 def action_msg(a: Action) -> Float64MultiArray:
