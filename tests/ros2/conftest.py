@@ -166,13 +166,17 @@ def episode_ends(task) -> dict[int, bool]:
     return {int(meta_of(m)["episode"]): bool(m.data[2]) for _, m in list(task) if m.data[1] > 0.5}
 
 
-def run_episodes(graph, probe, task, episodes: int, timeout: float) -> dict[int, bool]:
+def run_episodes(graph, probe, task, episodes: int, timeout: float,
+                 then: Callable[[], None] | None = None) -> dict[int, bool]:
     """Start ``graph``, clear safety's start-up latch, wait for ``episodes`` episode ends on ``task`` (a `Probe`'s
-    collection), stop everything; the first ``episodes`` as episode -> success."""
+    collection), run ``then`` (a check on the running graph), stop everything; the first ``episodes`` as
+    episode -> success."""
     try:
         graph.start()
         graph.call_trigger("safety/reset")
         wait_until(lambda: len(episode_ends(task)) >= episodes, timeout, f"{episodes} episodes")
+        if then is not None:
+            then()
     finally:
         probe.close()
         graph.stop()
