@@ -88,6 +88,7 @@ class RobotModel:
         bodies = [(s.name, self._add_primitive(s)) for s in scene]
         self.scene_bodies = [(name, body, p.getAABB(body, -1, physicsClientId=cid)) for name, body in bodies]
         self._targets = [[0.0] for _ in self.joint_indices]
+        self._at: list[float] | None = None  # the joint positions last set (None: unknown)
 
     def _add_primitive(self, s: ScenePrimitive) -> int:
         p, cid = self._p, self.client
@@ -104,10 +105,16 @@ class RobotModel:
 
     # -- queries ---------------------------------------------------------------------------------
     def set_positions(self, q: np.ndarray) -> None:
+        """Put the model's joints at ``q`` (skipped when they are there: the workspace check and the collision check
+        of one command both ask for its pose, and nothing else moves this private client's robot)."""
+        values = q.tolist()
+        if values == self._at:
+            return
         t = self._targets
-        for k, v in enumerate(q.tolist()):
+        for k, v in enumerate(values):
             t[k][0] = v
         self._p.resetJointStatesMultiDof(self.robot, self.joint_indices, t, physicsClientId=self.client)
+        self._at = values
 
     def ee_position(self, q: np.ndarray) -> np.ndarray:
         """End-effector frame origin in the base frame, m."""
