@@ -91,13 +91,13 @@ class PolicyCycle:
     def on_features(self, stamp_ns: int, features: np.ndarray, cycle: int = 0, episode: str = "",
                     perception_sha256: str = "", compensated: int | None = None) -> PolicyStep | None:
         """The cycle's step, or None while its state has not come (the actor raises on bad features).
-        ``compensated``: the latency perception compensated these features for (None: as ``latency_compensation``
-        says); the chain and the extra actions follow it from this cycle on (``latency_auto`` changes it)."""
+        ``compensated``: the latency perception compensated these features for (None: not said); with
+        ``latency_auto`` the chain and the extra actions follow it from this cycle on."""
         q = self._q.get(stamp_ns)
         if q is None:  # the chain needs this cycle's measured pose: wait for its JointState
             self._waiting = (stamp_ns, features, cycle, episode, perception_sha256, compensated)
             return None
-        if compensated is not None and compensated != self.latency_compensation:
+        if self.latency_auto and compensated is not None and compensated != self.latency_compensation:
             self.latency_compensation = check_steps(compensated, "policy.features.latency_compensation")
             if self._delayed is not None:
                 self._delayed.resize(self.latency_compensation)

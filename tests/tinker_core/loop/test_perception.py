@@ -86,6 +86,25 @@ def test_with_latency_compensation_the_cycle_gives_what_the_env_runtime_gives():
         env.close()
 
 
+def test_a_reloaded_model_keeps_the_latency_perception_was_told_to_follow():
+    """latency_auto: a bundle swapped in while the loop runs is built at the launch YAML's start value; the latency
+    the safety stage measured and perception took stays (the edge carrying it is sent once)."""
+    m = Manifest.from_json(REACH.read_text())
+    fk = ForwardKinematics.from_urdf(None, m.joint_names)
+
+    def following() -> PerceptionCycle:
+        return _reach(synced=False, ee_fn=fk.ee_position,
+                      compensation=LatencyCompensation.for_manifest(m, 0, follows=True))
+    old = following()
+    assert old.compensation is not None and old.compensation.steps == 0  # built, at 0, to follow
+    old.compensation.follow(4)
+    new = following()
+    new.take_inputs(old)
+    assert new.compensation.steps == 4
+    fixed = _reach(synced=False, ee_fn=fk.ee_position, compensation=LatencyCompensation.for_manifest(m, 0))
+    assert fixed.compensation is None  # 0 and not following: nothing to compensate, no command heard
+
+
 def test_unsynced_terms_that_need_the_end_effector_need_a_robot_model():
     with pytest.raises(ConfigError, match="ee_pos"):
         _reach(synced=False)

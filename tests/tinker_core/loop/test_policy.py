@@ -142,3 +142,7 @@ def test_the_cycle_follows_the_latency_its_features_were_compensated_for():
     s4 = pc.on_features(4, np.array([0.0, 0.0, -1.0], np.float32), 4, "0")  # None: as it was
     assert [s3.extra[0], s4.extra[0]] == [1.0, -1.0]  # s2's 'off' lands two cycles after it was chosen
     assert pc.latency_compensation == 2
+    fixed = PolicyCycle(lambda feats, sha: feats.astype(np.float64), ActionChain(ActionChainConfig(), LOWER, UPPER))
+    fixed.on_state(1, np.zeros(2))
+    fixed.on_features(1, np.zeros(3, np.float32), 1, "0", compensated=3)
+    assert fixed.latency_compensation == 0  # without latency_auto its own setting stays (the parameter check pairs them)

@@ -110,14 +110,8 @@ class PerceptionNode(NodeRuntime, Node):
                 **({} if self.channels is None else self.channels.values())}
 
     def diagnostic_level(self):
-        return self.stage.level(self._second_latency_publisher()
+        return self.stage.level(self.second_publisher("command_latency", "the safety node")
                                 or ("" if self.channels is None else self.channels.crowded()))
-
-    def _second_latency_publisher(self) -> str:
-        """Only the safety node sends the latency it measured (latency_auto): another publisher is named."""
-        sub = self.edge_subscriptions.get("command_latency")
-        n = sub.get_publisher_count() if sub is not None else 0
-        return f"{n} publishers on {sub.topic_name}: only the safety node sends the latency it measured" if n > 1 else ""
 
 
 main = main_for(PerceptionNode)

@@ -418,6 +418,13 @@ class NodeRuntime:
         if appeared or (self._log_namesake and w.message and not w.fatal):
             self.get_logger().error(w.message, throttle_duration_sec=5.0)
 
+    def second_publisher(self, port: str, only: str) -> str:
+        """Why the served input ``port`` is crowded: more than one publisher on it, where ``only`` should send ('' =
+        one or none, or not subscribed)."""
+        sub = getattr(self, "edge_subscriptions", {}).get(port)
+        n = sub.get_publisher_count() if sub is not None else 0
+        return f"{n} publishers on {sub.topic_name}: only {only} sends it" if n > 1 else ""
+
     # --- overridden by nodes -------------------------------------------------------------------
     def diagnostic_values(self) -> dict[str, object]:
         return {}
