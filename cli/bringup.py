@@ -17,6 +17,8 @@ examples:
   tinker bringup --no-sim --set /**.command_type=joint_trajectory   # on your robot: its driver, your goal topic
   tinker bringup --composed --set policy.on_overrun=stop --set /**.trace_dir=/tmp/trace
   tinker bringup --set /**.realtime_priority=0   # normal scheduling: no SCHED_FIFO (see tinker doctor)
+  tinker bringup --no-sim --set /**.latency_auto=true   # act on the pose in flight, at the command latency the
+                                 # safety node measures from its commands and your joint_states
   tinker bringup --agents configs/fleet_reach.yaml   # three robots, /robot1 /robot2 /robot3, each its own safety
 
 The parameter file is the package's config/bringup.yaml (the one ros2 launch loads) unless --params
