@@ -20,10 +20,11 @@ examples:
   tinker learner --config configs/learner.yaml             run the learner (CUDA when available)
   tinker learner ctl set lr=3e-4                           change the learning rate of the running learner
   tinker learner ctl pause | resume | checkpoint | publish | status | stop
-  tinker learner workers --config configs/learner.yaml --backend ray --num-workers 2 --steps 20000
+  tinker learner workers --learner tcp://127.0.0.1:5557 --config configs/workers.yaml --steps 20000
+                                                           rollout workers for the learner answering there
 
-The YAML file holds a 'learner:' section (LearnerConfig fields) and optionally a 'workers:' section
-(DistributedConfig fields). A restart with the same checkpoint_dir resumes algorithm, replay and counters.
+The learner's YAML file holds a 'learner:' section (LearnerConfig fields); the workers' a 'workers:' section
+(DistributedConfig fields): they ask the running learner (--learner) which env to step and where to send. A restart with the same checkpoint_dir resumes algorithm, replay and counters.
 A bundle is published only after the evaluation gate in simulation passes; the robot side keeps its
 SafetyWrapper in the loop, so nothing the learner does can bypass it.
 """
@@ -45,12 +46,19 @@ def register(sub: Any) -> None:
     c.add_argument("--endpoint", help="control endpoint (default: learner.control_endpoint of --config, "
                                       "else tcp://127.0.0.1:5557)")
     c.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the answer")
-    c.add_argument("cmd", choices=["set", "pause", "resume", "checkpoint", "publish", "status", "stop"])
+    c.add_argument("cmd", choices=["set", "pause", "resume", "checkpoint", "publish", "status", "join", "stop"])
     c.add_argument("values", nargs="*", help="for set: NAME=VALUE ... (e.g. lr=3e-4 batch_size=128)")
     c.add_argument("--config", dest="ctl_config", help=argparse.SUPPRESS)
     w = ls.add_parser("workers", help="run rollout workers that feed a running learner",
-                      description="Rollout workers (local threads or Ray actors) collecting in simulation for "
-                                  "the learner at the endpoints of --config.")
+                      description="Rollout workers (local threads or Ray actors) collecting in simulation for a "
+                                  "running learner: the one at --learner (it says which env to step and where to "
+                                  "send), else the one --config's 'learner:' section describes. Their own settings: "
+                                  "--config's 'workers:' section (DistributedConfig fields) and the flags below.")
+    w.add_argument("--config", dest="workers_config", metavar="FILE",
+                   help="YAML with a 'workers:' section (and, without --learner, the learner's 'learner:' section)")
+    w.add_argument("--learner", metavar="ENDPOINT", default=None,
+                   help="the running learner's control endpoint (e.g. tcp://10.0.0.5:5557); the workers ask it for "
+                        "the env and the endpoints to feed (ctl join), so --config needs no 'learner:' section")
     w.add_argument("--backend", choices=["local", "ray"], default=None)
     w.add_argument("--num-workers", type=int, default=None)
     w.add_argument("--steps", type=int, default=10_000, help="env steps over all workers")
@@ -69,7 +77,8 @@ def _load(args: argparse.Namespace):
     from tinker_core.config import load_config, read_yaml
     from tinker_core.learner import LearnerConfig
 
-    cfg_path = getattr(args, "config", None) or getattr(args, "ctl_config", None)
+    cfg_path = (getattr(args, "config", None) or getattr(args, "ctl_config", None)
+                or getattr(args, "workers_config", None))
     data = read_yaml(cfg_path) if cfg_path else {}
     section = data.get("learner", data if "workers" not in data else {})
     cfg = load_config(LearnerConfig, dict(section or {}))
@@ -220,12 +229,46 @@ def _workers(args: argparse.Namespace, cfg: Any, data: dict) -> int:
     if args.ray_address:
         wc.ray_address = args.ray_address
     wc.__post_init__()
+    transitions, params, control = cfg.transitions_endpoint, cfg.params_endpoint, cfg.control_endpoint
+    if args.learner:
+        joined = _join(args.learner)
+        cfg.env_id, cfg.env_kwargs, control = joined["env_id"], joined["env_kwargs"], args.learner
+        transitions, params = (_reachable(joined[k], args.learner) for k in ("transitions_endpoint", "params_endpoint"))
     env_factory = functools.partial(make_env, cfg.env_id, cfg.env_kwargs)
-    with DistributedTrainer(env_factory, cfg.transitions_endpoint, cfg.params_endpoint, cfg.control_endpoint,
-                            config=wc) as tr:
+    with DistributedTrainer(env_factory, transitions, params, control, config=wc) as tr:
         out = tr.run(args.steps)
     print(json.dumps({k: out[k] for k in ("rounds", "steps", "sent", "dropped", "param_versions")}))
     return 0 if out["dropped"] < out["steps"] else 1
+
+
+def _join(endpoint: str, timeout_s: float = 30.0) -> dict:
+    """The running learner's answer to ``join``: its env and the endpoints rollout workers feed."""
+    from tinker_core.errors import TransportError
+    from tinker_core.transport import ControlClient
+
+    cli = ControlClient(endpoint, timeout_ms=int(timeout_s * 1000))
+    try:
+        rep = cli.request({"cmd": "join"})
+    except TransportError as e:
+        raise TransportError(f"--learner {endpoint}: no learner answered ({e}); start it first (tinker learner "
+                             f"--config FILE) and give its control_endpoint") from None
+    finally:
+        cli.close()
+    if not rep.get("ok"):
+        raise TransportError(f"--learner {endpoint}: the learner refused to say what its workers feed: "
+                             f"{rep.get('error')} (an older tinker learner?)")
+    return rep
+
+
+def _reachable(endpoint: str, via: str) -> str:
+    """``endpoint`` as the learner bound it, with a wildcard host (``*``, ``0.0.0.0``) replaced by the host the
+    workers reached the learner's control socket at."""
+    scheme, _, rest = endpoint.partition("://")
+    host, sep, port = rest.rpartition(":")
+    if scheme != "tcp" or host not in ("*", "0.0.0.0", "[::]"):
+        return endpoint
+    via_host = via.partition("://")[2].rpartition(":")[0]
+    return f"tcp://{via_host}{sep}{port}"
 
 
 if __name__ == "__main__":

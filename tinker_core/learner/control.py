@@ -1,4 +1,5 @@
-"""The learner's control requests (``tinker learner ctl``): set, pause, resume, checkpoint, publish, status, stop.
+"""The learner's control requests (``tinker learner ctl``): set, pause, resume, checkpoint, publish, status, stop,
+and join (what rollout workers need to feed it: ``tinker learner workers --learner ENDPOINT``).
 
 They run in the learner's loop thread, between two updates (`Learner._serve_requests`), so they change its state
 without locks.
@@ -44,10 +45,13 @@ def execute(learner: Learner, req: dict) -> dict:
         return {"gate": learner.try_publish()}
     if cmd == "status":
         return learner.status()
+    if cmd == "join":
+        return join(learner)
     if cmd == "stop":
         learner.stop()
         return {"stopping": True}
-    raise ConfigError(f"ctl: unknown command {cmd!r}; known: set, pause, resume, checkpoint, publish, status, stop")
+    raise ConfigError(f"ctl: unknown command {cmd!r}; known: set, pause, resume, checkpoint, publish, status, join, "
+                      f"stop")
 
 
 def apply_setting(learner: Learner, key: str, value: Any) -> None:
@@ -75,6 +79,15 @@ def apply_setting(learner: Learner, key: str, value: Any) -> None:
         ctl.set(**{key: value})
         ctl.apply_pending()  # this runs in the loop thread, between two updates
     learner.settings[key] = value
+
+
+def join(learner: Learner) -> dict:
+    """What rollout workers need to feed this learner: the env they step and the endpoints of their two edges
+    (`tinker_core.learner.graph.ACTOR_LEARNER`: transitions in, parameters out) as this learner binds them. The
+    workers ask for it; the learner's config need not describe them."""
+    c = learner.config
+    return {"env_id": c.env_id, "env_kwargs": dict(c.env_kwargs or {}), "transitions_endpoint": c.transitions_endpoint,
+            "params_endpoint": c.params_endpoint, "algo": c.algo}
 
 
 def status(learner: Learner) -> dict:
