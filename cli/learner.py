@@ -19,12 +19,13 @@ EPILOG = """\
 examples:
   tinker learner --config configs/learner.yaml             run the learner (CUDA when available)
   tinker learner ctl set lr=3e-4                           change the learning rate of the running learner
-  tinker learner ctl pause | resume | checkpoint | publish | status | stop
+  tinker learner ctl pause | resume | checkpoint | publish | status | join | stop
   tinker learner workers --learner tcp://127.0.0.1:5557 --config configs/workers.yaml --steps 20000
                                                            rollout workers for the learner answering there
 
 The learner's YAML file holds a 'learner:' section (LearnerConfig fields); the workers' a 'workers:' section
-(DistributedConfig fields): they ask the running learner (--learner) which env to step and where to send. A restart with the same checkpoint_dir resumes algorithm, replay and counters.
+(DistributedConfig fields): they ask the running learner (--learner) which env to step and where to send.
+A restart with the same checkpoint_dir resumes algorithm, replay and counters.
 A bundle is published only after the evaluation gate in simulation passes; the robot side keeps its
 SafetyWrapper in the loop, so nothing the learner does can bypass it.
 """

@@ -180,7 +180,8 @@ class EpisodeEnd:
 @dataclass(slots=True)
 class CommandLatency:
     """``command_latency``: the robot's command latency the safety stage measured and now compensates (``latency_auto``;
-    `tinker_core.loop.latency_auto`): control periods, and the fit that stood out (R² of the lag and of the next best)."""
+    `tinker_core.loop.latency_auto`): control periods, and the fit that stood out (R² of the lag and of the next
+    best)."""
 
     periods: int
     fit: float = 0.0

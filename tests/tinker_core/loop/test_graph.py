@@ -20,7 +20,7 @@ def test_a_cycle_runs_robot_perception_policy_safety_and_safety_is_activated_fir
 
 def test_each_stage_sees_only_its_edges_and_the_bridge_hears_every_stream_of_a_cycle():
     assert {e.port for e in ROBOT_LOOP.outputs("safety")} == {"command", "intervened", "estop_state",
-                                                              "command_latency"}  # the latency it measured: latency_auto
+                                                              "command_latency"}  # measured: latency_auto
     assert ROBOT_LOOP.edge("command_latency").targets == ("perception",)  # the policy follows perception's features
     assert {e.port for e in ROBOT_LOOP.inputs("policy")} == {"features", "joint_states", "command"}  # command: compensating latency
     bridge = {e.port for e in ROBOT_LOOP.inputs("experience_bridge")}

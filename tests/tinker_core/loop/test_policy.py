@@ -145,4 +145,4 @@ def test_the_cycle_follows_the_latency_its_features_were_compensated_for():
     fixed = PolicyCycle(lambda feats, sha: feats.astype(np.float64), ActionChain(ActionChainConfig(), LOWER, UPPER))
     fixed.on_state(1, np.zeros(2))
     fixed.on_features(1, np.zeros(3, np.float32), 1, "0", compensated=3)
-    assert fixed.latency_compensation == 0  # without latency_auto its own setting stays (the parameter check pairs them)
+    assert fixed.latency_compensation == 0  # without latency_auto its own setting stays (the check pairs them)
