@@ -1,7 +1,8 @@
 """The rollout workers and the learner as a graph, described like the robot loop (`tinker_core.loop.graph`).
 
 `ACTOR_LEARNER` is the training side's graph: rollout workers (threads or Ray actors, `RolloutWorker`) send
-transitions to the learner and get its parameters back, both over ZeroMQ. The learner is a stage of two graphs: this
+transitions to the learner and get its parameters back, both over ZeroMQ; they learn where from the running learner
+(its control request ``join``: `tinker_core.learner.control.join`). The learner is a stage of two graphs: this
 one and `ROBOT_LOOP` (the experience bridge's transitions in, gated bundles out), and both check their ports where
 they open their sockets. `learner_edges` names the learner's edges over both, for its flow monitor
 (``ctl status``'s ``flow``, ``tinker flow --learner``).
