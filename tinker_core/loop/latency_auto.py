@@ -3,7 +3,7 @@
 The safety stage measures the robot's command latency from the commands it sends and the states it hears
 (`tinker_core.loop.latency_estimate.LatencyEstimator`). With ``latency_auto`` the loop compensates what was measured
 instead of a fixed ``latency_compensation``, which is then only the value it starts from. A measurement is taken
-only once it has stood: the same number of periods at `STANDING` looks in a row, `LOOK_EVERY` fitted states apart
+only once it has stood: the same number of periods at `STANDING` looks in a row, `LOOK_EVERY` states apart
 (1 s at 50 ms), so no single stretch of motion switches it. Where the estimate cannot tell (a still arm, two lags
 alike), what is compensated stays.
 """
@@ -17,14 +17,15 @@ from tinker_core.loop.latency_compensation import check_steps
 from tinker_core.loop.latency_estimate import LatencyEstimate
 
 LOOK_EVERY = 5
-"""fitted states between two looks at the estimate (a fit costs ~20 us: not every cycle)"""
+"""states heard between two looks at the estimate (a fit costs ~20 us: not every cycle)"""
 STANDING = 4
 """looks in a row that must give the same new latency before it is compensated"""
 
 
 class LatencyFollow:
-    """``state(estimate)`` once per fitted state; returns the `CommandLatency` to compensate from now on when a new
-    measurement has stood, else None. ``periods``: what is compensated now (starts at ``start``)."""
+    """``state(estimate)`` once per state the safety stage trusted (fed to the estimate); returns the
+    `CommandLatency` to compensate from now on when a new measurement has stood, else None. ``periods``: what is
+    compensated now (starts at ``start``)."""
 
     def __init__(self, start: int = 0, look_every: int = LOOK_EVERY, standing: int = STANDING):
         self.periods = check_steps(start, "latency_compensation")
@@ -32,7 +33,7 @@ class LatencyFollow:
         self.adopted = 0
         """how many times a measurement was taken"""
         self.states = self._count = 0
-        """fitted states seen"""
+        """states seen"""
         self._candidate: int | None = None
 
     def state(self, estimate: Callable[[], LatencyEstimate]) -> CommandLatency | None:
