@@ -258,7 +258,7 @@ def _run_loop(args: argparse.Namespace) -> int:
         latency = loop.stages["safety"].latency  # the safety stage's, from the states it heard and commands it sent
         measured = latency.estimate() if latency is not None else None
         compensated = loop.stages["safety"].compensated  # at the end: what auto took, else the setting
-        taken = [m for lv, m in loop.messages if "(latency_auto)" in m]
+        taken = list(loop.stages["safety"].latency_taken)
         calibrated = held and loop.stages["perception"].cycle.hand is not None
     k, n = out["successes"], out["episodes"]
     lo, hi = wilson_interval(k, n)

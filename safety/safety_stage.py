@@ -27,10 +27,6 @@ from tinker_core.loop.stage import LoopStage
 from tinker_safety.guard_cycle import Command
 from tinker_safety.guard_session import GuardSession
 
-TELEOP_WHERE = "safety.intervention"
-"""where a person's target that cannot be read is named (`tinker.wire.Reader.intervention`)"""
-
-
 class SafetyHost(Protocol):
     """What the safety stage needs from its host beyond its edges."""
 
@@ -73,12 +69,14 @@ class SafetyStage(LoopStage):
         self.follow: LatencyFollow | None = None
         """with ``latency_auto``: when a measured latency is taken as the compensated one (then sent as
         ``command_latency``)"""
+        self.latency_taken: list[str] = []
+        """what was said of each measured latency taken (``latency_auto``), as logged"""
 
     def compensate(self, periods: int, auto: bool = False) -> None:
         """The latency perception and the policy compensate from the start (``latency_compensation``), and whether
         the loop follows what this stage measures (``latency_auto``)."""
         self.compensated = check_steps(periods, "safety.latency_compensation")
-        self.follow = LatencyFollow(self.compensated) if auto else None
+        self.follow = LatencyFollow() if auto else None
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
         return {"joint_states": self.on_state, "joint_target": self.on_target, "intervention": self.on_teleop}
@@ -111,12 +109,13 @@ class SafetyStage(LoopStage):
             elif periods > 1:
                 self.latency.skip(periods - 1)
         self.latency.state(s.q)
-        adopted = self.follow.state(self.latency.estimate) if self.follow is not None else None
+        adopted = self.follow.state(self.latency.estimate, self.compensated) if self.follow is not None else None
         if adopted is not None:
             was, self.compensated = self.compensated, adopted.periods
-            self.host.log("info", f"command latency measured {adopted.periods} control periods (R² {adopted.fit:.3f}, "
-                                  f"next lag {adopted.runner_up:.3f}; {self.follow.states} states heard): "
-                                  f"compensated from now on, was {was} (latency_auto)")
+            self.latency_taken.append(f"command latency measured {adopted.periods} control periods (R² "
+                                      f"{adopted.fit:.3f}, next lag {adopted.runner_up:.3f}; {self.follow.states} "
+                                      f"states heard): compensated from now on, was {was} (latency_auto)")
+            self.host.log("info", self.latency_taken[-1])
             self.emit("command_latency", adopted)
 
     def latency_values(self) -> dict[str, object]:
@@ -172,9 +171,9 @@ class SafetyStage(LoopStage):
         if self.cycle.takeover is not None:
             self.cycle.takeover.offer(t.q, t.stamp_ns, self.teleop_publishers(), self.wall_ns())
 
-    def refuse(self, err: Exception) -> None:
-        super().refuse(err)
-        if str(getattr(err, "where", "")).startswith(TELEOP_WHERE) and self.cycle.takeover is not None:
+    def refuse(self, err: Exception, port: str = "") -> None:
+        super().refuse(err, port)
+        if port == "intervention" and self.cycle.takeover is not None:
             self.cycle.takeover.refuse("shape", str(err))  # a person's target: the takeover counts it
             return
         self.session.refuse(err)

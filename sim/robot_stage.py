@@ -65,9 +65,9 @@ class SimRobotStage(LoopStage):
     def on_episode_end(self, e: EpisodeEnd) -> None:
         self.loop.end_episode(e.episode, e.stamp_ns)
 
-    def refuse(self, err: Exception) -> None:
-        super().refuse(err)
-        if ".goal" in str(getattr(err, "where", "")):  # a goal's wire check: not a command's
+    def refuse(self, err: Exception, port: str = "") -> None:
+        super().refuse(err, port)
+        if port == "goal":  # a goal's wire check (another frame): refused as a goal, not a command
             self.loop.refuse_goal(err)
         else:
             self.loop.reject(err)

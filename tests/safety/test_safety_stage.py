@@ -79,7 +79,7 @@ def test_a_target_that_cannot_be_a_command_is_refused_and_still_counts_as_its_cy
 
 
 def test_a_person_s_target_that_cannot_be_read_is_counted_by_the_takeover_not_as_a_refused_input(stage):
-    stage.refuse(ValidationError("safety.intervention", "joints [...]", "joints ['x']"))
+    stage.refuse(ValidationError("safety.intervention", "joints [...]", "joints ['x']"), "intervention")
     assert stage.cycle.takeover.refused["shape"] == 1 and stage.session.refused == 0
 
 
@@ -185,6 +185,14 @@ def test_with_latency_auto_it_sends_the_latency_it_measured_once_it_has_stood_an
     assert len(taken) == 1 and "command latency measured 2 control periods" in taken[0] and "was 0" in taken[0]
     states = int(taken[0].split(" states heard")[0].rsplit(" ", 1)[1])  # not before an estimate, and it has stood
     assert states >= MIN_FITTED + LOOK_EVERY * (STANDING - 1), taken
+
+
+def test_a_start_outside_the_compensated_range_is_refused(stage):
+    from tinker_core.errors import ConfigError
+
+    for auto in (False, True):
+        with pytest.raises(ConfigError, match="safety.latency_compensation"):
+            stage.compensate(-1, auto)
 
 
 def test_without_latency_auto_the_measured_latency_is_only_a_warning(stage):

@@ -60,8 +60,14 @@ def test_a_safe_command_is_executed_and_answers_its_state_and_one_for_a_state_be
 def test_a_tool_command_without_its_suction_value_is_refused_and_counted_by_the_robot(stage):
     with pytest.raises(ValidationError, match="sim_robot.tool_command"):
         stage.on_tool_command(Action(5, 1, np.zeros(0)))
-    stage.refuse(ValidationError("sim_robot.command", "7 values", "6 values"))
+    stage.refuse(ValidationError("sim_robot.command", "7 values", "6 values"), "command")
     assert stage.loop.rejections.count == 1 and stage.refusals.count == 1
+
+
+def test_a_goal_refused_on_the_wire_is_counted_as_a_refused_goal_not_a_rejected_command(stage):
+    stage.refuse(ValidationError("sim_robot.goal.header.frame_id", "the robot's base frame", "'world'"), "goal")
+    assert stage.loop.goal_refusals.count == 1 and stage.loop.rejections.count == 0
+    assert "world" in stage.loop.goal_refusals.last
 
 
 def test_a_command_of_the_wrong_length_or_not_finite_is_refused_never_executed(stage):

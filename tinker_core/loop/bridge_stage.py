@@ -58,6 +58,6 @@ class BridgeStage(LoopStage):
     def on_estop(self, e: EstopState) -> None:
         self.estopped = e.estopped
 
-    def refuse(self, err: Exception) -> None:
-        super().refuse(err)
+    def refuse(self, err: Exception, port: str = "") -> None:
+        super().refuse(err, port)
         self.bridge.last_error = str(err)

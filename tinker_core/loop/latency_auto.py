@@ -23,12 +23,11 @@ STANDING = 4
 
 
 class LatencyFollow:
-    """``state(estimate)`` once per state the safety stage trusted (fed to the estimate); returns the
-    `CommandLatency` to compensate from now on when a new measurement has stood, else None. ``periods``: what is
-    compensated now (starts at ``start``)."""
+    """``state(estimate, compensated)`` once per state the safety stage trusted (fed to the estimate), with the
+    latency compensated now; returns the `CommandLatency` to compensate from now on when a new measurement has
+    stood, else None."""
 
-    def __init__(self, start: int = 0, look_every: int = LOOK_EVERY, standing: int = STANDING):
-        self.periods = check_steps(start, "latency_compensation")
+    def __init__(self, look_every: int = LOOK_EVERY, standing: int = STANDING):
         self.look_every, self.standing = max(1, int(look_every)), max(1, int(standing))
         self.adopted = 0
         """how many times a measurement was taken"""
@@ -36,12 +35,12 @@ class LatencyFollow:
         """states seen"""
         self._candidate: int | None = None
 
-    def state(self, estimate: Callable[[], LatencyEstimate]) -> CommandLatency | None:
+    def state(self, estimate: Callable[[], LatencyEstimate], compensated: int) -> CommandLatency | None:
         self.states += 1
         if self.states % self.look_every:
             return None
         est = estimate()
-        if est.periods is None or est.periods == self.periods:
+        if est.periods is None or est.periods == compensated:
             self._candidate, self._count = None, 0
             return None
         if est.periods != self._candidate:
@@ -49,6 +48,6 @@ class LatencyFollow:
         self._count += 1
         if self._count < self.standing:
             return None
-        self.periods, self._candidate, self._count = check_steps(est.periods, "command_latency"), None, 0
+        self._candidate, self._count = None, 0
         self.adopted += 1
-        return CommandLatency(self.periods, est.fit, est.runner_up)
+        return CommandLatency(check_steps(est.periods, "command_latency"), est.fit, est.runner_up)

@@ -67,6 +67,11 @@ class PolicyCycle:
         self._waiting: tuple | None = None
         self._episode: str | None = None
 
+    @property
+    def compensates(self) -> bool:
+        """Whether it compensates a command latency, now or once one is measured (it hears the safe command)."""
+        return bool(self.latency_compensation or self.latency_auto)
+
     def restart(self, chain: ActionChain | None = None) -> None:
         """The next cycle starts the chain (or ``chain``) afresh from its measured pose."""
         self.chain = chain or self.chain

@@ -38,7 +38,7 @@ class PolicyStage(LoopStage):
 
     def inputs(self) -> dict[str, Callable[[Any], Any]]:
         """The safe ``command`` only where the cycle compensates latency (the chain steps from it)."""
-        compensates = self.core is not None and (self.core.cycle.latency_compensation or self.core.cycle.latency_auto)
+        compensates = self.core is not None and self.core.cycle.compensates
         return {"joint_states": self.on_state, "features": self.on_features,
                 **({"command": self.on_command} if compensates else {})}
 
@@ -127,7 +127,7 @@ class PolicyStage(LoopStage):
         r = c.runner if c is not None else None
         cycle = getattr(c, "cycle", None)
         hold = getattr(cycle, "goal_hold", None)
-        compensates = cycle is not None and (cycle.latency_compensation or cycle.latency_auto)
+        compensates = cycle is not None and cycle.compensates
         return {"active": g.active, "model_version": c.version if c else None,
                 **({} if hold is None else {"at_goal": hold.pose is not None, "goal_holds": hold.holds}),
                 **({"latency_compensation": cycle.latency_compensation} if compensates else {}),

@@ -42,8 +42,9 @@ class LoopStage:
         """Edge port -> handler of that edge's value."""
         raise NotImplementedError
 
-    def refuse(self, err: Exception) -> None:
-        """An input this stage could not use (the host logs it): a WARN while such inputs go on."""
+    def refuse(self, err: Exception, port: str = "") -> None:
+        """An input this stage could not use (the host logs it): a WARN while such inputs go on. ``port``: the edge
+        it came on ('' where it did not come as a message of one)."""
         self.refusals.note(str(err))
 
     # --- its life, which each runtime drives: a lifecycle node's transitions (`tinker.lifecycle`), the in-process

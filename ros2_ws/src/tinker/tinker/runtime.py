@@ -335,20 +335,21 @@ class NodeRuntime:
             types["command"] = command_type(self.param("command_type"), f"{self.get_name()}.command_type")
             if self.param("command_type") == "joint_trajectory":
                 read.setdefault("command", reader.trajectory_command)
-        subs = {port: self.subscribe(topics[port], port, self._served(stage, handler, read.get(port) or
+        subs = {port: self.subscribe(topics[port], port, self._served(stage, port, handler, read.get(port) or
                                                                       getattr(reader, port), refuse),
                                      qos.get(port), stale=stale.get(port, Level.ERROR), msg_type=types.get(port))
                 for port, handler in stage.inputs().items() if port in topics}
         self.edge_subscriptions = subs
         return list(subs.values())
 
-    def _served(self, stage, handler: Callable, read: Callable, refuse: tuple[type[Exception], ...]) -> Callable:
+    def _served(self, stage, port: str, handler: Callable, read: Callable,
+                refuse: tuple[type[Exception], ...]) -> Callable:
         def on_message(msg) -> None:
             t_wall, t0 = time.time_ns(), time.perf_counter_ns()
             try:
                 done = handler(read(msg))
             except refuse as e:
-                stage.refuse(e)
+                stage.refuse(e, port)
                 self.get_logger().warning(f"input refused, cycle held: {e}", throttle_duration_sec=1.0)
                 return
             if done is not None:
