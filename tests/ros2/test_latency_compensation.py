@@ -87,6 +87,8 @@ def test_the_sorter_works_on_a_robot_four_periods_late_when_the_graph_compensate
     assert f"pose in flight ({start} periods of command latency" in log, log[-2000:]
     refused = [line for line in log.splitlines() if "input refused" in line]  # only the second publisher's latency
     assert len(refused) == (latency == "auto") and all("command_latency.periods" in r for r in refused), refused
+    # not a cycle's input: nothing downstream waits on it, and the log does not say it was held
+    assert all("on command_latency (" in r and "cycle held" not in r for r in refused), refused
     if latency == "auto":  # safety took the 4 it measured, once; perception and (through its features) the policy
         sent = [next(kv.value for kv in m.values if kv.key == "periods") for _, m in list(taken) if m.name != "rogue"]
         assert sent == ["4"], taken

@@ -335,22 +335,26 @@ class NodeRuntime:
             types["command"] = command_type(self.param("command_type"), f"{self.get_name()}.command_type")
             if self.param("command_type") == "joint_trajectory":
                 read.setdefault("command", reader.trajectory_command)
-        subs = {port: self.subscribe(topics[port], port, self._served(stage, port, handler, read.get(port) or
-                                                                      getattr(reader, port), refuse),
+        subs = {port: self.subscribe(topics[port], port,
+                                     self._served(stage, port, self.param(topics[port]), handler,
+                                                  read.get(port) or getattr(reader, port), refuse),
                                      qos.get(port), stale=stale.get(port, Level.ERROR), msg_type=types.get(port))
                 for port, handler in stage.inputs().items() if port in topics}
         self.edge_subscriptions = subs
         return list(subs.values())
 
-    def _served(self, stage, port: str, handler: Callable, read: Callable,
+    def _served(self, stage, port: str, topic: str, handler: Callable, read: Callable,
                 refuse: tuple[type[Exception], ...]) -> Callable:
+        held = ", that cycle held downstream" if any(e.port == port and e.every_cycle for e in ROBOT_LOOP.edges) else ""
+        said = f"input refused on {port} ({topic}){held}: "
+
         def on_message(msg) -> None:
             t_wall, t0 = time.time_ns(), time.perf_counter_ns()
             try:
                 done = handler(read(msg))
             except refuse as e:
                 stage.refuse(e, port)
-                self.get_logger().warning(f"input refused, cycle held: {e}", throttle_duration_sec=1.0)
+                self.get_logger().warning(f"{said}{e}", throttle_duration_sec=1.0)
                 return
             if done is not None:
                 dur = time.perf_counter_ns() - t0
@@ -502,8 +506,8 @@ class NodeRuntime:
         if isinstance(level, Level):
             level = _MSG_LEVELS[level]
         if self.callback_errors:
-            level, message = ERROR, (f"{self.callback_errors} message callback(s) failed, last {self.last_callback_error}; "
-                                     f"{message}")
+            level, message = ERROR, (f"{self.callback_errors} message callback(s) failed, last "
+                                     f"{self.last_callback_error}; {message}")
         in_level, in_message = self.inputs.level()
         self._inputs_reported = in_level
         own = _LEVELS.get(level, Level.ERROR)
