@@ -6,6 +6,8 @@ import argparse
 from typing import Any
 
 ORDER = 40
+SUPERVISE_EVERY_S = 0.5
+"""how often the node processes are looked after (`tinker.bringup.Graph.supervise`)"""
 
 EPILOG = """\
 examples:
@@ -23,6 +25,11 @@ examples:
 
 The parameter file is the package's config/bringup.yaml (the one ros2 launch loads) unless --params
 is given. Ctrl-C or SIGTERM stops every node: commanding nodes publish a hold first.
+
+A node that dies: perception, the policy and the experience bridge are started again (at most 5 times each);
+safety's e-stop, latched by its watchdog meanwhile, holds the robot until a person resets it (the safety/reset
+service). The robot (sim_robot) or safety dying stops the graph, with its log's end (exit code 1); with --agents,
+that robot alone.
 """
 
 
@@ -105,7 +112,11 @@ def graph_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     import signal
+    import sys
     import threading
+    import time
+
+    from tinker.bringup import BringupError
 
     graph = graph_from_args(args)
     stop = threading.Event()
@@ -115,11 +126,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"tinker bringup: starting {len(graph.graphs)} robots: {', '.join('/' + n for n in graph.graphs)}")
     else:
         print(f"tinker bringup: starting {len(graph.nodes)} nodes in /{graph.namespace} (logs in {graph.run_dir})")
+    failed = None
     try:
         graph.start()
         print("tinker bringup: policy and safety are active; Ctrl-C to stop", flush=True)
-        stop.wait(args.duration if args.duration > 0 else None)
+        end = time.monotonic() + args.duration if args.duration > 0 else float("inf")
+        while not stop.wait(min(SUPERVISE_EVERY_S, max(0.0, end - time.monotonic()))) and time.monotonic() < end:
+            for line in graph.supervise():  # a dead node: restarted, or the graph stops (tinker.bringup.RESTARTED)
+                print(f"tinker bringup: {line}", flush=True)
+    except BringupError as e:
+        failed = e
+        print(f"tinker bringup: {e}", file=sys.stderr, flush=True)
     finally:
         codes = graph.stop()
         print(f"tinker bringup: stopped; exit codes {codes}")
-    return 0 if all(c in (0, None) for c in codes.values()) else 1
+    return 0 if failed is None and all(c in (0, None) for c in _flat(codes)) else 1
+
+
+def _flat(codes: dict) -> list:
+    """Exit codes by process, or by robot then process (--agents)."""
+    return [c for v in codes.values() for c in (v.values() if isinstance(v, dict) else [v])]

@@ -498,3 +498,35 @@ def test_a_state_stamped_an_hour_ahead_then_kill_9_of_the_policy_still_latches_t
     ros2.wait_until(lambda: _estops_since(g, since), 10, "the watchdog's e-stop")
     assert "watchdog" in _estops_since(g, since)[-1]
     _check_robot_steps(g, ros2, since)
+
+
+def test_a_dead_policy_is_started_again_and_commands_once_a_person_resets_but_a_dead_safety_stops_the_graph(g, ros2):
+    """What `tinker bringup` does each half second (`Graph.supervise`), after the previous test's kill -9 of the
+    policy: the policy is started again and brought back to active (its dead process, still discovered, may take
+    the first lifecycle request); safety's e-stop, latched by the watchdog meanwhile, holds the robot until a
+    person's reset; then the restarted policy commands. Safety dying is not restarted (it would forget its latch):
+    supervise says why the graph must stop, naming it."""
+    from tinker.bringup import BringupError, MAX_RESTARTS
+
+    assert g.procs["policy"].poll() is not None, "the previous test's kill -9 left no dead policy"
+    said: list[str] = []
+    end = time.monotonic() + 60
+    while not any(" is back" in line for line in said) and time.monotonic() < end:
+        said += g.supervise()
+        time.sleep(0.2)
+    assert said[0] == f"node policy exited with code -9; starting it again in 1 s (1/{MAX_RESTARTS})", said
+    assert said[-1].startswith("node policy is back and active; safety's e-stop"), said
+    assert g.state("policy") == "active" and g.restarts == {"policy": 1}
+    since = time.time_ns()
+    time.sleep(1.0)
+    held = [_meta(m).get("status") for _, m in _served(g, ros2, since)]  # the restarted policy's targets, held
+    assert len(held) >= 3 and set(held) == {"estopped"}, held
+    ok, msg = g.call_trigger("safety/reset")
+    assert ok, msg
+    _resumes(g, ros2, "the policy's restart and a person's reset")
+    assert g.supervise() == []  # nothing more to do
+    g.kill("safety", signal.SIGKILL)
+    g.procs["safety"].wait()
+    with pytest.raises(BringupError, match=r"node safety exited with code -9: the robot's safety guard is gone; a "
+                                           r"restart would forget its latched e-stop, so the graph stops"):
+        g.supervise()

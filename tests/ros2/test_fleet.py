@@ -118,6 +118,31 @@ def test_killing_one_robots_policy_holds_only_that_robot(fleet, ros2):
         assert int(d[-1]["commands_over_velocity_limit"]) == 0, (a, d[-1])
 
 
+def test_supervise_restarts_the_dead_policy_and_stops_only_the_robot_whose_loop_died(fleet, ros2):
+    """After the previous test's kill -9 of robot2's policy: `Fleet.supervise` (what `tinker bringup --agents` runs
+    twice a second) starts it again in robot2's namespace. Then robot2's composed loop (robot, perception, safety)
+    dies: robot2 alone is stopped, with why; robot1 and robot3 go on commanding."""
+    assert fleet.graphs["robot2"].procs["policy"].poll() is not None, "the previous test left no dead policy"
+    said: list[str] = []
+    end = time.monotonic() + 60
+    while not any(" is back" in line for line in said) and time.monotonic() < end:
+        said += fleet.supervise()
+        time.sleep(0.2)
+    assert said[0].startswith("/robot2: node policy exited with code -9; starting it again") and \
+        said[-1].startswith("/robot2: node policy is back and active"), said
+    assert fleet.graphs["robot2"].state("policy") == "active"
+    fleet.graphs["robot2"].kill("composed", signal.SIGKILL)
+    fleet.graphs["robot2"].procs["composed"].wait()
+    said = fleet.supervise()
+    assert len(said) == 1 and "/robot2: node composed exited with code -9: every node of the loop ran in it" in \
+        said[0] and said[0].endswith("/robot2 stopped; the other robots go on"), said
+    assert set(fleet.stopped) == {"robot2"} and fleet.graphs["robot2"].procs["policy"].poll() is not None
+    since = time.time_ns()
+    ros2.wait_until(lambda: all(len(_served(fleet, ros2, a, since)) >= 5 for a in ("robot1", "robot3")), 10,
+                    "robot1 and robot3 commanding")
+    assert fleet.supervise() == []
+
+
 def test_the_agents_file_names_the_robot_and_field_in_its_errors(tmp_path):
     from tinker.fleet import Fleet
     from tinker_core.errors import ConfigError

@@ -31,12 +31,13 @@ def test_launch_file_parses_and_names_every_installed_node_and_parameter_file():
 
     imported = {a.name for n in launch.body if isinstance(n, ast.ImportFrom) and n.module == "tinker.bringup"
                 for a in n.names}
-    assert {"NODES", "LIFECYCLE"} <= imported  # the graph's description, not a second list
+    assert {"NODES", "LIFECYCLE", "RESTARTED"} <= imported  # the graph's description, not a second list
     nodes = set(NODES) | {_literal(launch, "VIEW_NODE")}
     setup = ast.parse((PKG / "setup.py").read_text())
     scripts = {c.value.split("=")[0].strip() for c in ast.walk(setup)
                if isinstance(c, ast.Constant) and isinstance(c.value, str) and " = tinker." in c.value}
-    assert nodes == scripts == {"sim_robot", "perception", "policy", "safety", "experience_bridge", "view"}
+    assert nodes | {"lifecycle_up"} == scripts  # and the tool that activates a respawned lifecycle node
+    assert nodes == {"sim_robot", "perception", "policy", "safety", "experience_bridge", "view"}
     for n in nodes:
         assert (PKG / "tinker" / f"{n}.py").is_file()
     params_file = _literal(launch, "PARAMS_FILE")
@@ -106,7 +107,7 @@ def test_colcon_builds_the_package_and_installs_launch_config_and_node_scripts(t
     assert (share / "launch" / "bringup.launch.py").is_file() and (share / "config" / "bringup.yaml").is_file()
     assert (share / "package.xml").is_file()
     assert (tmp_path / "install" / "tinker" / "share" / "ament_index" / "resource_index" / "packages" / "tinker").is_file()
-    for n in ("sim_robot", "perception", "policy", "safety", "experience_bridge", "view"):
+    for n in ("sim_robot", "perception", "policy", "safety", "experience_bridge", "view", "lifecycle_up"):
         assert (tmp_path / "install" / "tinker" / "lib" / "tinker" / n).is_file()
 
 

@@ -41,6 +41,10 @@ class Stage:
     """True where the stage's output moves the robot: configured and activated as a lifecycle node."""
     node: bool = True
     """True for a ROS 2 node of the graph (bringup starts it); False for a process reached over ZeroMQ."""
+    restart: bool = False
+    """True where the node's process is started again when it dies: it holds nothing a restart loses unsafely.
+    Never the robot, nor safety, whose latched e-stop a restart would forget; a loop stage that dies latches
+    safety's watchdog, which only a person's reset clears, restarted or not."""
 
 
 @dataclass(frozen=True)
@@ -74,10 +78,11 @@ class LoopGraph:
         self._stages: dict[str, Stage] = {}
         self._edges: dict[str, Edge] = {}
 
-    def add(self, name: str, does: str, commanding: bool = False, node: bool = True) -> "LoopGraph":
+    def add(self, name: str, does: str, commanding: bool = False, node: bool = True,
+            restart: bool = False) -> "LoopGraph":
         if name in self._stages or not name:
             raise PipelineError(f"{self.name}: stage {name!r} is {'empty' if not name else 'already in the graph'}")
-        self._stages[name] = Stage(name, does, commanding, node)
+        self._stages[name] = Stage(name, does, commanding, node, restart)
         return self
 
     def connect(self, source: str, port: str, *targets: str, every_cycle: bool = False, does: str = "",
@@ -189,11 +194,12 @@ edges."""
 ROBOT_LOOP = (
     LoopGraph("robot_loop")
     .add(ROBOT, "the arm: measured state, camera, the simulator's task terms; executes the safe command")
-    .add("perception", "state (+ image, task terms or goal) -> features (perception.onnx)")
-    .add("policy", "features -> actor -> action chain -> joint target", commanding=True)
+    .add("perception", "state (+ image, task terms or goal) -> features (perception.onnx)", restart=True)
+    .add("policy", "features -> actor -> action chain -> joint target", commanding=True, restart=True)
     .add("safety", "joint target -> SafetyWrapper -> safe command; watchdog, e-stop, a person's takeover",
          commanding=True)
-    .add("experience_bridge", "a cycle's streams -> transitions for the learner; the learner's bundles -> policy")
+    .add("experience_bridge", "a cycle's streams -> transitions for the learner; the learner's bundles -> policy",
+         restart=True)
     .add("learner", "transitions -> gradient updates -> gated bundles (tinker learner; another process or machine)",
          node=False)
     .connect(ROBOT, "joint_states", "perception", "policy", "safety", every_cycle=True)

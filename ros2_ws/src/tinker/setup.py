@@ -28,5 +28,6 @@ setup(
         "safety = tinker.safety:main",
         "experience_bridge = tinker.experience_bridge:main",
         "view = tinker.view:main",
+        "lifecycle_up = tinker.lifecycle_up:main",
     ]},
 )

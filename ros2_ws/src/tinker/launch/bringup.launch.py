@@ -17,6 +17,12 @@ or hears the safe command; ``latency_compensation:=4`` and ``latency_auto:=true`
 the policy compensate: fixed, or the one the safety node measures), set for perception, policy and safety. Empty =
 the file's value.
 
+A node that dies: perception, the policy and the experience bridge start again (``respawn:=false``: they do not),
+at most 5 times each, the policy configured and activated again; safety's e-stop, latched by its watchdog while
+they were gone, holds the robot until a person resets it (``/safety/reset``). The robot or safety ending stops the
+launch, every robot's with ``agents:=`` (a restarted safety would forget its latched e-stop; ``tinker bringup``
+stops that robot alone).
+
 ``agents:=/path/agents.yaml``: several robots, one namespace per agent of the file (tinker.fleet), each with its
 own nodes, SafetyWrapper and lifecycle, the agent's ``bundle`` for perception and policy, and its own simulator
 seed; ``namespace`` and ``bundle`` do not apply then. The file's ``channels`` go to every robot's perception and
@@ -29,12 +35,15 @@ import os
 import launch
 import launch.events
 from ament_index_python.packages import get_package_share_directory
-from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
+from launch.actions import DeclareLaunchArgument, EmitEvent, LogInfo, OpaqueFunction, RegisterEventHandler
+from launch.event_handlers import OnProcessStart
+from launch.events import Shutdown
 from launch_ros.actions import LifecycleNode, Node
 from launch_ros.event_handlers import OnStateTransition
 from launch_ros.events.lifecycle import ChangeState
 from lifecycle_msgs.msg import Transition
-from tinker.bringup import LIFECYCLE, NODES, WITHOUT_SIM, node_parameters, safety_for_sim, sim_for_bundle
+from tinker.bringup import (LIFECYCLE, MAX_RESTARTS, NODES, RESTART_DELAY_S, RESTARTED, WITHOUT_SIM, node_parameters,
+                            safety_for_sim, sim_for_bundle)
 
 # NODES (every node of the loop, one console script each) and LIFECYCLE (the nodes that command the robot,
 # configured then activated in this order) come from the loop's one description, tinker_core.loop.graph.ROBOT_LOOP.
@@ -68,6 +77,36 @@ def _change(node, transition_id):
                                        transition_id=transition_id))
 
 
+def _when_it_ends(name, namespace, respawn):
+    """What happens when node ``name``'s process ends, as tinker bringup's Graph.supervise does: RESTARTED nodes
+    start again; the robot or safety ending stops the launch (a restarted safety would forget its latched e-stop);
+    the view node's end is only logged."""
+    if name in RESTARTED:
+        return dict(respawn=True, respawn_delay=RESTART_DELAY_S, respawn_max_retries=MAX_RESTARTS) if respawn else {}
+    if name == VIEW_NODE:
+        return {}
+    def stop(context):  # not again when the launch is already stopping (Ctrl-C): it ends every node
+        why = (f"{namespace}/{name} exited: " + ("the robot's safety guard is gone (a restart would forget its "
+               "latched e-stop)" if name == "safety" else "the robot is gone") + "; the graph stops")
+        return None if context.is_shutdown else [LogInfo(msg=why), EmitEvent(event=Shutdown(reason=why))]
+    return {"on_exit": [OpaqueFunction(function=stop)]}
+
+
+def _activate_again(name, namespace):
+    """On each start of a lifecycle node's process after the first (a respawn): ``lifecycle_up`` configures and
+    activates it, asking its state until it is active. A ChangeState event would be sent once, and may reach only
+    the dead process, still discovered (tinker.lifecycle_up)."""
+    starts = []
+
+    def on_start(event, context):
+        starts.append(event.pid)
+        if len(starts) == 1:
+            return None  # the first start: the ChangeState events above
+        return [Node(package="tinker", executable="lifecycle_up", name=f"lifecycle_up_{name}", namespace=namespace,
+                     arguments=[name], output="screen")]
+    return on_start
+
+
 def _graph(context):
     agents = context.launch_configurations.get("agents", "")
     if not agents:
@@ -93,6 +132,7 @@ def _robot(context, namespace, own):
     overrides = {**own.get("nodes", {}), **({"/**": shared} if shared else {})}
     tables = declared()
     sim = context.launch_configurations["sim"].strip().lower() not in ("false", "0", "no", "off")
+    respawn = context.launch_configurations["respawn"].strip().lower() not in ("false", "0", "no", "off")
     actions = []
     view = context.launch_configurations.get("view", "false").lower() in ("true", "1", "yes")
     observers = (VIEW_NODE,) if view or context.launch_configurations.get("record", "") else ()
@@ -130,19 +170,23 @@ def _robot(context, namespace, own):
             params.append(own["nodes"][name])
         if not sim and name in WITHOUT_SIM:
             params.append(WITHOUT_SIM[name])
+        life = _when_it_ends(name, namespace, respawn)
         if name in LIFECYCLE:
             node = LifecycleNode(package="tinker", executable=name, name=name, namespace=namespace,
-                                 parameters=params, output="screen")
+                                 parameters=params, output="screen", **life)
             actions += [
                 node,
-                RegisterEventHandler(OnStateTransition(
+                RegisterEventHandler(OnStateTransition(  # once: later configures are a person's or lifecycle_up's
                     target_lifecycle_node=node, start_state="configuring", goal_state="inactive",
-                    entities=[_change(node, Transition.TRANSITION_ACTIVATE)])),
+                    entities=[_change(node, Transition.TRANSITION_ACTIVATE)], handle_once=True)),
                 _change(node, Transition.TRANSITION_CONFIGURE),
             ]
+            if life.get("respawn"):
+                actions.append(RegisterEventHandler(OnProcessStart(target_action=node,
+                                                                   on_start=_activate_again(name, namespace))))
         else:
             actions.append(Node(package="tinker", executable=name, name=name, namespace=namespace,
-                                parameters=params, output="screen"))
+                                parameters=params, output="screen", **life))
     return actions
 
 
@@ -159,6 +203,10 @@ def generate_launch_description():
         DeclareLaunchArgument("record", default_value="", description="MCAP file to record the run to (view node)"),
         DeclareLaunchArgument("agents", default_value="",
                               description="agents file: one robot per agent, each in its own namespace (tinker.fleet)"),
+        DeclareLaunchArgument("respawn", default_value="true",
+                              description="true: perception, policy and experience_bridge start again when they die "
+                                          "(safety's e-stop holds until a person resets it); the robot or safety "
+                                          "dying stops the launch either way"),
         DeclareLaunchArgument("view", default_value="false",
                               description="true: live view (Foxglove WebSocket :8765, browser page :8766)"),
         DeclareLaunchArgument("command_type", default_value="",

@@ -50,6 +50,14 @@ NODES = ROBOT_LOOP.start_order
 """Every node of the graph, in start order (`tinker_core.loop.graph.ROBOT_LOOP`; the launch file reads it too)."""
 LIFECYCLE = ROBOT_LOOP.activation_order(ROBOT)
 """Commanding nodes: configured and activated in this order (safety, then the policy)."""
+RESTARTED = tuple(s.name for s in ROBOT_LOOP.stages if s.node and s.restart)
+"""Nodes started again when their process dies (`Graph.supervise`, the launch file's respawn): perception, the
+policy and the experience bridge. Not the robot, nor safety, whose latched e-stop a restart would forget: either
+ending stops the graph. A restarted policy or perception runs the bundle it was started with."""
+MAX_RESTARTS = 5
+"""Restarts of one node in a graph's life; one more death stops the graph (a node that cannot stay up)."""
+RESTART_DELAY_S = 1.0
+"""Seconds from a death to the restart (ros2 launch's ``respawn_delay``)."""
 VIEW_NODE = "view"
 """The observer (`tinker.view`): records (``record``) and streams the live view (``view``). Started only when
 asked for, always as a process of its own (never composed with the loop)."""
@@ -229,6 +237,9 @@ class Graph:
         self._shared = supervisor
         self._supervisor: Supervisor | None = None
         self._clients: dict[tuple, Any] = {}  # service clients by (type, name), kept while connected
+        self.restarts: dict[str, int] = {}
+        """node -> times `supervise` started it again"""
+        self._ended: dict[str, float] = {}  # node -> when supervise first saw its process ended
         self.enclave = f"/tinker/graph_{uuid.uuid4().hex[:12]}"
         """This graph's ROS enclave: discovery tells its nodes from nodes of the same names elsewhere (no
         security is implied; without ROS_SECURITY_ENABLE an enclave is only a label)."""
@@ -352,17 +363,67 @@ class Graph:
 
     def restart(self, node: str, timeout: float = 60.0) -> None:
         """Start ``node``'s process again after it died or was killed (the same command; its log is appended
-        to), wait until it is in the ROS graph and, for a lifecycle node, configure and activate it."""
+        to) and, for a lifecycle node, configure and activate it. The node list proves nothing here: the dead
+        process, and any namesake that left the domain lately, stay listed until their leases end."""
         old = self.procs[node]
         if old.poll() is None:
             raise BringupError(f"restart {node}: its process {old.pid} is still running; kill or stop it first")
         with open(self.run_dir / f"{node}.log", "ab") as log:
             self.procs[node] = subprocess.Popen(self.command(node), stdout=log, stderr=subprocess.STDOUT,
                                                 env=self.env, start_new_session=True, preexec_fn=die_with_parent)
-        self.wait_for_nodes(timeout)
         if node in LIFECYCLE:
-            self.transition(node, "configure", timeout)
-            self.transition(node, "activate", timeout)
+            self._activate_again(node, timeout)
+
+    def _activate_again(self, node: str, timeout: float) -> None:
+        """Configure and activate a restarted lifecycle node, asking its state until it is active
+        (`tinker.lifecycle_up.bring_to_active`: a request may reach only the dead process, still discovered)."""
+        from tinker.lifecycle_up import LifecycleUpError, bring_to_active
+
+        try:
+            bring_to_active(lambda t: self.state(node, t), lambda step, t: self._change(node, step, t),
+                            _fq(self.namespace, node), timeout, alive=lambda: self.procs[node].poll() is None)
+        except LifecycleUpError as e:
+            tail = "\n".join(self.log(node).strip().splitlines()[-10:])
+            raise BringupError(f"restarted {e}; its log ends:\n{tail}") from None
+
+    def supervise(self, timeout: float = 60.0) -> list[str]:
+        """Look after the node processes once (`tinker bringup` calls it twice a second). A node of `RESTARTED`
+        whose process ended is started again `RESTART_DELAY_S` later and brought back to active, up to
+        `MAX_RESTARTS` times; the view node's end is reported and the loop goes on without it. The robot or safety
+        ending, a restartable node past its restarts, or the composed process ending raises BringupError naming it
+        and its log's end: the graph cannot go on. Returns what it did, a line each."""
+        said = []
+        for name, p in list(self.procs.items()):
+            if p.poll() is None or name in self._ended and name == VIEW_NODE:
+                continue
+            now = time.monotonic()
+            first = name not in self._ended
+            self._ended.setdefault(name, now)
+            tail = "\n".join(self.log(name).strip().splitlines()[-15:])
+            ended = f"node {name} exited with code {p.returncode}"
+            if name == VIEW_NODE:
+                said.append(f"{ended}; the loop goes on unrecorded and unwatched (its log: {self.run_dir / name}.log)")
+                continue
+            if name not in RESTARTED:
+                why = ("the robot's safety guard is gone; a restart would forget its latched e-stop" if name == "safety"
+                       else "the robot is gone" if name == ROBOT else "every node of the loop ran in it")
+                raise BringupError(f"{ended}: {why}, so the graph stops. Its log ({self.run_dir / name}.log) ends:\n"
+                                   f"{tail}")
+            if self.restarts.get(name, 0) >= MAX_RESTARTS:
+                raise BringupError(f"{ended} after {MAX_RESTARTS} restarts; the graph stops. Its log "
+                                   f"({self.run_dir / name}.log) ends:\n{tail}")
+            if first:
+                said.append(f"{ended}; starting it again in {RESTART_DELAY_S:.0f} s ({self.restarts.get(name, 0) + 1}"
+                            f"/{MAX_RESTARTS})")
+            if now - self._ended[name] < RESTART_DELAY_S:
+                continue
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+            del self._ended[name]
+            self.restart(name, timeout)
+            said.append(f"node {name} is back" + (" and active" if name in LIFECYCLE else "") +
+                        ("; safety's e-stop, latched while it was gone, holds the robot until a person resets it "
+                         "(safety/reset)" if name in ("perception", "policy") else ""))
+        return said
 
     def stop(self, grace: float = 10.0) -> dict[str, int | None]:
         """SIGTERM every process group, wait up to ``grace`` s, SIGKILL the rest, then finalise this side's
@@ -519,6 +580,12 @@ class Graph:
 
     def transition(self, node: str, label: str, timeout: float = 60.0) -> None:
         """Run lifecycle transition ``label`` (configure, activate, deactivate, cleanup, shutdown) on ``node``."""
+        if not self._change(node, label, timeout):
+            tail = "\n".join(self.log(node).strip().splitlines()[-10:])
+            raise BringupError(f"lifecycle {label} of {_fq(self.namespace, node)} failed; its log ends:\n{tail}")
+
+    def _change(self, node: str, label: str, timeout: float) -> bool:
+        """One lifecycle transition request: whether the node made it (BringupError: no answer)."""
         from lifecycle_msgs.msg import Transition
         from lifecycle_msgs.srv import ChangeState
 
@@ -529,10 +596,7 @@ class Graph:
             raise ConfigError(f"lifecycle transition: expected one of {sorted(ids)}, got {label!r}")
         req = ChangeState.Request()
         req.transition.id = ids[label]
-        res = self._call(ChangeState, f"{_fq(self.namespace, node)}/change_state", req, timeout)
-        if not res.success:
-            tail = "\n".join(self.log(node).strip().splitlines()[-10:])
-            raise BringupError(f"lifecycle {label} of {_fq(self.namespace, node)} failed; its log ends:\n{tail}")
+        return bool(self._call(ChangeState, f"{_fq(self.namespace, node)}/change_state", req, timeout).success)
 
     def call_trigger(self, service: str, timeout: float = 10.0) -> tuple[bool, str]:
         """Call a std_srvs/Trigger service by its path under the namespace (e.g. ``safety/estop``)."""

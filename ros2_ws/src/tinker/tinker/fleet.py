@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from tinker.bringup import Graph, Supervisor
+from tinker.bringup import BringupError, Graph, Supervisor
 from tinker_core.errors import ConfigError
 from tinker_core.multiagent.agents_file import AgentsConfig, load_agents_file
 from tinker_core.multiagent.channel_edge import agent_channels
@@ -83,6 +83,8 @@ class Fleet:
         self.env = dict(os.environ if env is None else env)
         self.supervisor: Supervisor | None = None  # one DDS participant for every robot's supervision, made at start
         self.graphs: dict[str, Graph] = {}
+        self.stopped: dict[str, dict[str, int | None]] = {}
+        """robots `supervise` stopped (their graph could not go on): their exit codes"""
         if record_dir is not None:
             Path(record_dir).mkdir(parents=True, exist_ok=True)
         for i, (name, spec) in enumerate(cfg.agents.items()):
@@ -118,6 +120,23 @@ class Fleet:
             raise
         return self
 
+    def supervise(self) -> list[str]:
+        """`Graph.supervise` for each running robot, its lines prefixed with its name. A robot whose graph cannot go
+        on (its safety or simulated robot died) is stopped alone and the others go on; BringupError once none is
+        left."""
+        said = []
+        for name, g in self.graphs.items():
+            if name in self.stopped:
+                continue
+            try:
+                said += [f"/{name}: {line}" for line in g.supervise()]
+            except BringupError as e:
+                self.stopped[name] = g.stop()
+                said.append(f"/{name}: {e}\n/{name} stopped; the other robots go on")
+        if len(self.stopped) == len(self.graphs):
+            raise BringupError("every robot of the fleet has stopped:\n" + "\n".join(said))
+        return said
+
     def _close_supervisor(self, timeout: float = 10.0) -> None:
         if self.supervisor is not None:
             self.supervisor.close(timeout)
@@ -125,7 +144,7 @@ class Fleet:
 
     def stop(self, grace: float = 10.0) -> dict[str, dict[str, int | None]]:
         """Stop every robot (each publishes its hold on the way out); exit codes by agent and process."""
-        codes = {name: g.stop(grace) for name, g in self.graphs.items()}
+        codes = {name: self.stopped.get(name) or g.stop(grace) for name, g in self.graphs.items()}
         self._close_supervisor(grace)
         return codes
 
