@@ -29,7 +29,7 @@ from typing import Any, Callable
 from tinker.demo_learner import LearnerProcess
 from tinker.demo_monitor import Monitor
 from tinker.demo_report import latency_from_traces, phase_summary, version_summary, write_report
-from tinker_core.errors import ConfigError, TinkerError
+from tinker_core.errors import ConfigError
 from tinker_core.loop.latency_compensation import check_steps
 from tinker_core.transport import free_endpoints
 
@@ -364,15 +364,15 @@ class DemoPhases:
             time.sleep(1.2)  # the next heartbeat shows the cleared state
 
     def wait_for(self, phase: str, n: int) -> None:
-        """Until ``n`` episodes of ``phase`` have ended; a node that dies ends the demo with its log."""
+        """Until ``n`` episodes of ``phase`` have ended. A node that dies is started again where it can be
+        (`tinker.bringup.Graph.supervise`), else the demo ends with its log."""
         monitor = self.monitor
         monitor.phase = phase
         last = -1
         while monitor.count(phase) < n:
+            for line in self.graph.supervise():
+                self.progress(f"  {line}")
             self.reset_estop()
-            for name, p in self.graph.procs.items():
-                if p.poll() is not None:
-                    raise TinkerError(f"node {name} died (code {p.returncode}); log:\n{self.graph.log(name)[-2000:]}")
             c = monitor.count(phase)
             if c != last:
                 k = sum(e["success"] for e in monitor.episodes if e["phase"] == phase)
