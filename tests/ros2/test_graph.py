@@ -408,6 +408,47 @@ def test_kill_9_of_the_policy_holds_within_one_cycle_then_latches(g, ros2):
     assert "watchdog" in g.probe.estop[-1][1].message
 
 
+def test_a_restarted_policy_is_handed_the_learners_newest_bundle_again(g, ros2, bundles):
+    """After the previous test's kill -9 of the policy: the learner publishes v2's files meanwhile (the bridge
+    writes them and hands them to a policy that is not there). `Graph.supervise` starts the policy again, on the
+    bundle of its start-up parameters (v1); the bridge, seeing it active on another bundle, hands the newest over
+    again, so what runs after a person's reset is v2, not v1."""
+    assert g.procs["policy"].poll() is not None, "the previous test's kill -9 left no dead policy"
+    files = {p.name: p.read_bytes() for p in bundles["v2"].iterdir() if p.is_file()}
+    end = time.monotonic() + 30
+    while time.monotonic() < end and not (g.tmp / "received" / "v8" / "manifest.json").is_file():
+        # as a learner that changed perception's model too: the bridge hands it to perception first
+        g.weights.publish(8, files, {"source": "test", "perception_changed": True})
+        time.sleep(0.5)
+    assert (g.tmp / "received" / "v8" / "manifest.json").is_file(), "the bridge never wrote v8"
+    said: list[str] = []
+    end = time.monotonic() + 60
+    while not any(" is back" in line for line in said) and time.monotonic() < end:
+        said += g.supervise()
+        time.sleep(0.2)
+    assert any(line.startswith("node policy is back and active") for line in said), said
+    ros2.wait_until(lambda: int(_diag(g, "experience_bridge").get("bundles_handed_again", 0)) >= 1, 20,
+                    "the bridge handing v8 over again")
+    assert f"handing {g.tmp / 'received' / 'v8'} over again" in g.log("experience_bridge")
+    assert g.call_trigger("safety/reset")[0]  # the watchdog latched while the policy was gone
+    since = time.time_ns()
+    ros2.wait_until(lambda: any(ros2.meta_of(m).get("version") == "2" for _, m in _served(g, ros2, since)), 30,
+                    "commands from the newest bundle, v2")
+    # perception restarted on v1's path: asked every few seconds, it is handed v8 again (its model changed in v8)
+    g.kill("perception", signal.SIGKILL)
+    g.procs["perception"].wait()
+    said, end = [], time.monotonic() + 60
+    while not any(" is back" in line for line in said) and time.monotonic() < end:
+        said += g.supervise()
+        time.sleep(0.2)
+    ros2.wait_until(lambda: int(_diag(g, "experience_bridge").get("bundles_handed_again", 0)) >= 2, 20,
+                    "the bridge handing v8 to perception again")
+    assert f"perception runs {bundles['v1']}, not the newest" in g.log("experience_bridge")
+    assert g.call_trigger("safety/reset")[0]
+    since = time.time_ns()
+    ros2.wait_until(lambda: len(_served(g, ros2, since)) >= 3, 30, "commanding after perception's restart")
+
+
 def test_sigterm_publishes_a_stop_before_exit(g, ros2):
     since = time.time_ns()
     g.kill("safety", signal.SIGTERM)

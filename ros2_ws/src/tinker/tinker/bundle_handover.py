@@ -4,6 +4,11 @@ New bundles from the learner (`tinker_core.transport.WeightsSubscriber`) are wri
 (`tinker.bundle_io.write_bundle`) and handed to the policy node by setting its ``bundle`` parameter (perception
 first when its model changed). The running bundle's action chain, the one a person's targets are inverted
 through, is the policy node's ``bundle`` parameter, asked every few seconds, or the one last handed over.
+
+A node started again after it died (`tinker.bringup.RESTARTED`) loads the bundle of its start-up parameters. The
+newest handed over is handed over again: to the policy when it becomes active (its lifecycle) and runs another,
+to perception when the newest changed perception's model and perception runs another (asked every few seconds:
+a policy whose bundle's perception differs from perception's holds every cycle).
 """
 
 from __future__ import annotations
@@ -32,7 +37,12 @@ class BundleHandover:
                  weights_endpoint: str = "", bundle_dir: str = ""):
         self.node, self.bridge, self.urdf = node, bridge, urdf
         self.weights = self.deployed_version = None
+        self.deployed: tuple[str, bool] | None = None
+        """the newest bundle handed over (its path) and whether its perception model changed"""
+        self.handed_again = 0
+        """times it was handed over again to a node that had started anew"""
         self.bundles_received, self._ticks, self._asked_at = 0, 0, None
+        self._recheck: set[str] = set()  # roles whose bundle to compare with the newest handed over at the next ask
         ns = node.get_namespace().rstrip("/")
         self.clients = {role: AsyncParameterClient(node, f"{ns}/{name}") for role, name in nodes.items()}
         if weights_endpoint:
@@ -50,11 +60,21 @@ class BundleHandover:
         given up: the policy node may have gone)."""
         self._ticks += 1
         client = self.clients["policy"]
-        due = not self.bridge.chain_bundle or self._ticks % ASK_EVERY == 1
+        due = not self.bridge.chain_bundle or self._ticks % ASK_EVERY == 1 or "policy" in self._recheck
         waiting = self._asked_at is not None and self._ticks - self._asked_at < ASK_EVERY
         if due and not waiting and client.services_are_ready():
             self._asked_at = self._ticks
             client.get_parameters(["bundle"], callback=self._on_policy_bundle)
+        if self.deployed is not None and self.deployed[1] and self._ticks % ASK_EVERY == 1:
+            perception = self.clients["perception"]
+            if perception.services_are_ready():
+                perception.get_parameters(["bundle"], callback=lambda f: self._hand_again("perception", f))
+
+    def policy_lifecycle(self, active: bool, label: str) -> None:
+        """The policy reached a primary state (`tinker.lifecycle.watch_lifecycle`): once active, its bundle is
+        compared with the newest handed over (a restarted policy runs its start-up one)."""
+        if active and self.deployed is not None:
+            self._recheck.add("policy")
 
     def _on_policy_bundle(self, future) -> None:
         self._asked_at = None
@@ -63,8 +83,26 @@ class BundleHandover:
         except Exception as e:  # the policy node is not up (yet): asked again later
             self.bridge.last_error = f"policy bundle not read: {e!r}"
             return
+        if "policy" in self._recheck and self._hand_again("policy", future):
+            return
         if path and path != self.bridge.chain_bundle:
             self.use_chain(path)
+
+    def _hand_again(self, role: str, future) -> bool:
+        """``role``'s bundle parameter, read (``future``): if it is not the newest handed over, hand that over
+        again; whether it did."""
+        self._recheck.discard(role)
+        try:
+            path = future.result().values[0].string_value
+        except Exception:  # not up: asked again later
+            return False
+        if self.deployed is None or path == self.deployed[0]:
+            return False
+        self.handed_again += 1
+        self.node.get_logger().warning(f"{role} runs {path}, not the newest bundle handed over (it started anew?): "
+                                       f"handing {self.deployed[0]} over again")
+        self.clients[role].set_parameters([Parameter("bundle", value=self.deployed[0])])
+        return True
 
     def use_chain(self, path: str) -> None:
         """Invert a person's targets through the action chain of bundle ``path`` from now on."""
@@ -88,8 +126,9 @@ class BundleHandover:
             self.bridge.last_error = f"bundle v{version} not written: {e}"
             return self.node.get_logger().error(self.bridge.last_error)
         self.bundles_received, self.deployed_version = self.bundles_received + 1, version
+        self.deployed = (str(path), bool(meta.get("perception_changed", False)))
         self.use_chain(str(path))
-        self.deploy(str(path), perception_changed=bool(meta.get("perception_changed", False)))
+        self.deploy(*self.deployed)
 
     def deploy(self, path: str, perception_changed: bool = False) -> None:
         """Hands bundle ``path`` to the nodes (perception first when its model changed)."""

@@ -15,6 +15,7 @@ from rclpy.node import Node
 from std_srvs.srv import SetBool
 
 from tinker.bundle_handover import BundleHandover
+from tinker.lifecycle import watch_lifecycle
 from tinker.node_params import BRIDGE_PARAMS as PARAMS
 from tinker.reward_source import reward_source
 from tinker.runtime import OK, WARN, NodeRuntime, main_for
@@ -57,6 +58,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
         self.serve(self.stage, Reader("experience_bridge"),
                    {p: f"{p}_topic" for p in (*STREAMS, "estop_state", "episode_end")},
                    stale={"intervened": None, "estop_state": None}, qos={p: RECORD_QOS for p in STREAMS})
+        watch_lifecycle(self, g("policy_node"), self.handover.policy_lifecycle)  # a restarted policy: its bundle
         self.create_service(SetBool, "~/label_episode", self._on_label)
         self.create_timer(0.2, self._tick)
 
@@ -78,6 +80,7 @@ class ExperienceBridgeNode(NodeRuntime, Node):
 
     def diagnostic_values(self) -> dict[str, object]:
         return {**self.bridge.values(), "bundles_received": self.handover.bundles_received,
+                "bundles_handed_again": self.handover.handed_again,
                 "estopped": self.stage.estopped}
 
     def diagnostic_level(self):
