@@ -7,7 +7,7 @@ export ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST
 export RAY_AUTH_MODE=disabled
 export PYTHONHASHSEED=0
 # With no path given pytest runs its testpaths (tests/, pyproject.toml); paths given run just those.
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q --durations=25 "$@"
 rc=$?
 # pytest exit 5 means no test was collected: that is a failure here, not a pass.
 [ $rc -eq 5 ] && echo "no tests were collected" >&2

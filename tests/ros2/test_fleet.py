@@ -134,9 +134,9 @@ def test_supervise_restarts_the_dead_policy_and_stops_only_the_robot_whose_loop_
     fleet.graphs["robot2"].kill("composed", signal.SIGKILL)
     fleet.graphs["robot2"].procs["composed"].wait()
     said = fleet.supervise()
-    assert len(said) == 1 and "/robot2: node composed exited with code -9: every node of the loop ran in it" in \
+    assert len(said) == 1 and "/robot2: node composed exited with code -9: the loop's composed nodes ran in it" in \
         said[0] and said[0].endswith("/robot2 stopped; the other robots go on"), said
-    assert set(fleet.stopped) == {"robot2"} and fleet.graphs["robot2"].procs["policy"].poll() is not None
+    assert set(fleet.robots_stopped) == {"robot2"} and fleet.graphs["robot2"].procs["policy"].poll() is not None
     since = time.time_ns()
     ros2.wait_until(lambda: all(len(_served(fleet, ros2, a, since)) >= 5 for a in ("robot1", "robot3")), 10,
                     "robot1 and robot3 commanding")

@@ -85,6 +85,7 @@ def _when_it_ends(name, namespace, respawn):
         return dict(respawn=True, respawn_delay=RESTART_DELAY_S, respawn_max_retries=MAX_RESTARTS) if respawn else {}
     if name == VIEW_NODE:
         return {}
+
     def stop(context):  # not again when the launch is already stopping (Ctrl-C): it ends every node
         why = (f"{namespace}/{name} exited: " + ("the robot's safety guard is gone (a restart would forget its "
                "latched e-stop)" if name == "safety" else "the robot is gone") + "; the graph stops")

@@ -237,6 +237,8 @@ class Graph:
         self._shared = supervisor
         self._supervisor: Supervisor | None = None
         self._clients: dict[tuple, Any] = {}  # service clients by (type, name), kept while connected
+        self.up = False
+        """True once `bring_up` has brought the graph up"""
         self.restarts: dict[str, int] = {}
         """node -> times `supervise` started it again"""
         self._ended: dict[str, float] = {}  # node -> when supervise first saw its process ended
@@ -341,6 +343,7 @@ class Graph:
         except BaseException:
             self.stop()
             raise
+        self.up = True
         return self
 
     def pid(self, node: str) -> int:
@@ -352,11 +355,12 @@ class Graph:
         return path.read_text(errors="replace") if path.is_file() else ""
 
     def _check_alive(self) -> None:
+        """While waiting for the graph: a node that ended is an error, at once. Once the graph is up, only one that
+        `supervise` would not start again (the robot, safety, the composed process) is: a restartable node's end
+        is supervise's to handle, and a service call of another node goes on."""
         for name, p in self.procs.items():
-            if p.poll() is not None:
-                tail = "\n".join(self.log(name).strip().splitlines()[-15:])
-                raise BringupError(f"node {name} exited with code {p.returncode} during bring-up; its log "
-                                   f"({self.run_dir / (name + '.log')}) ends:\n{tail}")
+            if p.poll() is not None and (not self.up or name not in (*RESTARTED, VIEW_NODE)):
+                raise BringupError(f"node {name} exited with code {p.returncode}. {self._log_end(name)}")
 
     def kill(self, node: str, sig: int = signal.SIGKILL) -> None:
         os.killpg(self.procs[node].pid, sig)
@@ -386,6 +390,9 @@ class Graph:
             tail = "\n".join(self.log(node).strip().splitlines()[-10:])
             raise BringupError(f"restarted {e}; its log ends:\n{tail}") from None
 
+    def _log_end(self, name: str) -> str:
+        return f"Its log ({self.run_dir / name}.log) ends:\n" + "\n".join(self.log(name).strip().splitlines()[-15:])
+
     def supervise(self, timeout: float = 60.0) -> list[str]:
         """Look after the node processes once (`tinker bringup` calls it twice a second). A node of `RESTARTED`
         whose process ended is started again `RESTART_DELAY_S` later and brought back to active, up to
@@ -399,19 +406,16 @@ class Graph:
             now = time.monotonic()
             first = name not in self._ended
             self._ended.setdefault(name, now)
-            tail = "\n".join(self.log(name).strip().splitlines()[-15:])
             ended = f"node {name} exited with code {p.returncode}"
             if name == VIEW_NODE:
                 said.append(f"{ended}; the loop goes on unrecorded and unwatched (its log: {self.run_dir / name}.log)")
                 continue
             if name not in RESTARTED:
                 why = ("the robot's safety guard is gone; a restart would forget its latched e-stop" if name == "safety"
-                       else "the robot is gone" if name == ROBOT else "every node of the loop ran in it")
-                raise BringupError(f"{ended}: {why}, so the graph stops. Its log ({self.run_dir / name}.log) ends:\n"
-                                   f"{tail}")
+                       else "the robot is gone" if name == ROBOT else "the loop's composed nodes ran in it")
+                raise BringupError(f"{ended}: {why}, so the graph stops. {self._log_end(name)}")
             if self.restarts.get(name, 0) >= MAX_RESTARTS:
-                raise BringupError(f"{ended} after {MAX_RESTARTS} restarts; the graph stops. Its log "
-                                   f"({self.run_dir / name}.log) ends:\n{tail}")
+                raise BringupError(f"{ended} after {MAX_RESTARTS} restarts; the graph stops. {self._log_end(name)}")
             if first:
                 said.append(f"{ended}; starting it again in {RESTART_DELAY_S:.0f} s ({self.restarts.get(name, 0) + 1}"
                             f"/{MAX_RESTARTS})")
@@ -419,7 +423,13 @@ class Graph:
                 continue
             self.restarts[name] = self.restarts.get(name, 0) + 1
             del self._ended[name]
-            self.restart(name, timeout)
+            try:
+                self.restart(name, timeout)
+            except BringupError as e:
+                if self.procs[name].poll() is None:
+                    raise
+                said.append(f"node {name} ended again while starting ({e}); counted as a restart")
+                continue
             said.append(f"node {name} is back" + (" and active" if name in LIFECYCLE else "") +
                         ("; safety's e-stop, latched while it was gone, holds the robot until a person resets it "
                          "(safety/reset)" if name in ("perception", "policy") else ""))

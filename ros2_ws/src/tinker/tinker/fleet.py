@@ -83,7 +83,7 @@ class Fleet:
         self.env = dict(os.environ if env is None else env)
         self.supervisor: Supervisor | None = None  # one DDS participant for every robot's supervision, made at start
         self.graphs: dict[str, Graph] = {}
-        self.stopped: dict[str, dict[str, int | None]] = {}
+        self.robots_stopped: dict[str, dict[str, int | None]] = {}
         """robots `supervise` stopped (their graph could not go on): their exit codes"""
         if record_dir is not None:
             Path(record_dir).mkdir(parents=True, exist_ok=True)
@@ -126,14 +126,14 @@ class Fleet:
         left."""
         said = []
         for name, g in self.graphs.items():
-            if name in self.stopped:
+            if name in self.robots_stopped:
                 continue
             try:
                 said += [f"/{name}: {line}" for line in g.supervise()]
             except BringupError as e:
-                self.stopped[name] = g.stop()
+                self.robots_stopped[name] = g.stop()
                 said.append(f"/{name}: {e}\n/{name} stopped; the other robots go on")
-        if len(self.stopped) == len(self.graphs):
+        if len(self.robots_stopped) == len(self.graphs):
             raise BringupError("every robot of the fleet has stopped:\n" + "\n".join(said))
         return said
 
@@ -144,7 +144,7 @@ class Fleet:
 
     def stop(self, grace: float = 10.0) -> dict[str, dict[str, int | None]]:
         """Stop every robot (each publishes its hold on the way out); exit codes by agent and process."""
-        codes = {name: self.stopped.get(name) or g.stop(grace) for name, g in self.graphs.items()}
+        codes = {name: self.robots_stopped.get(name) or g.stop(grace) for name, g in self.graphs.items()}
         self._close_supervisor(grace)
         return codes
 
