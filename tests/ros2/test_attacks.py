@@ -343,7 +343,13 @@ def test_parameters_are_described_and_a_change_takes_effect_or_is_refused_with_t
     assert set_("sim_robot", "hold_after_cycles", 4).successful
     assert not set_("sim_robot", "hold_after_cycles", 0).successful
     assert not set_("sim_robot", "task", "sort").successful
+    # rclpy's own use_sim_time would put the node on a /clock nobody publishes: refused on every node of the loop
+    for node in ("sim_robot", "perception", "policy", "safety"):
+        r = set_(node, "use_sim_time", True)
+        assert not r.successful and "use_sim_time stays false" in r.reason, (node, r.reason)
+    assert set_("safety", "use_sim_time", False).successful
     ros2.wait_until(lambda: _diag(g, "safety").get("estopped") == "False", 5, "safety diagnostics")
+    _resumes(g, ros2, "use_sim_time refused")
 
 
 def test_an_estop_survives_lifecycle_transitions_and_a_failed_configure_leaks_nothing(g, ros2):

@@ -109,3 +109,13 @@ def test_the_float64_array_commands_joint_order_is_one_for_every_node_and_only_f
     with pytest.raises(ConfigError, match=r"with command_type joint_trajectory, whose message names its joints"):
         check_params_file(default_params_file(), ALL, {"/**": {"command_joints": order,
                                                                "command_type": "joint_trajectory"}})
+
+
+def test_use_sim_time_true_is_refused_before_anything_starts():
+    """rclpy declares use_sim_time on every node; tinker's stamps are the system clock's, and nothing publishes
+    /clock: a launch YAML or override that sets it true stops the launch, named (false is taken)."""
+    check_params_file(default_params_file(), ALL, {"/**": {"use_sim_time": False}})
+    for overrides, where in (({"/**": {"use_sim_time": True}}, r"/\*\*\.use_sim_time"),
+                             ({"safety": {"use_sim_time": True}}, r"safety\.use_sim_time")):
+        with pytest.raises(ConfigError, match=where + r": use_sim_time stays false: tinker's nodes stamp"):
+            check_params_file(default_params_file(), ALL, overrides)

@@ -56,6 +56,14 @@ def check_value(where: str, prm: Any, value: Any) -> None:
             raise ConfigError(f"{where}: {value!r} is outside its range [{lo}, {hi}]")
 
 
+def _builtin(where: str, name: str, value: Any) -> None:
+    """rclpy's own parameters: ``use_sim_time: true`` is refused, as the node itself would refuse it."""
+    if name == "use_sim_time" and value is True:
+        from tinker.runtime import SIM_TIME_REFUSED
+
+        raise ConfigError(f"{where}: {SIM_TIME_REFUSED}")
+
+
 def _unknown(where: str, name: str, known: set[str]) -> ConfigError:
     near = difflib.get_close_matches(name, sorted(known), n=2, cutoff=0.6)
     return ConfigError(f"{where}: no such parameter" + (f" (did you mean {' or '.join(near)}?)" if near else "")
@@ -68,6 +76,7 @@ def check_graph(own: Mapping[str, Mapping[str, Any]], shared: Mapping[str, Any],
     tables = declared()
     for name, value in shared.items():
         if name in ROS_BUILTIN:
+            _builtin(f"/**.{name}", name, value)
             continue
         if not any(name in t for t in tables.values()):
             raise _unknown(f"/**.{name}", name, {p for t in tables.values() for p in t})
@@ -79,6 +88,7 @@ def check_graph(own: Mapping[str, Mapping[str, Any]], shared: Mapping[str, Any],
             continue
         for name, value in params.items():
             if name in ROS_BUILTIN:
+                _builtin(f"{node}.{name}", name, value)
                 continue
             if name not in tables[node]:
                 raise _unknown(f"{node}.{name}", name, set(tables[node]))

@@ -45,7 +45,7 @@ from rclpy.signals import SignalHandlerOptions
 from tinker.dds_profile import use_loop_profile
 from tinker.priority import lower_priority, set_realtime
 from tinker.quiet_gc import QUIET_GC
-from tinker_core.errors import TinkerError, ValidationError
+from tinker_core.errors import ConfigError, TinkerError, ValidationError
 from tinker_core.loop.graph import ROBOT_LOOP
 from tinker_core.loop.input_ages import InputAges, Level
 from tinker_core.loop.namesake import NamesakeWatch
@@ -69,6 +69,17 @@ class Param:
     """inclusive [low, high] for a number (None: any)"""
     read_only: bool = False
     """True where a change needs the node restarted (or reconfigured): ``ros2 param set`` is then refused"""
+
+
+SIM_TIME_REFUSED = ("use_sim_time stays false: tinker's nodes stamp and judge every message on the system clock, and "
+                    "nothing publishes /clock (sim_robot runs in real time); on a simulated clock every robot state "
+                    "would look stale or from the future, and the loop would hold")
+"""why ``use_sim_time: true`` (rclpy's own parameter) is refused, at start and at run time"""
+
+
+def _refuse_sim_time(params) -> SetParametersResult:
+    wrong = any(p.name == "use_sim_time" and p.value is True for p in params)
+    return SetParametersResult(successful=not wrong, reason=SIM_TIME_REFUSED if wrong else "")
 
 
 RUNTIME_PARAMS: dict[str, Param] = {
@@ -222,6 +233,9 @@ class NodeRuntime:
         declare_params(self, RUNTIME_PARAMS)
         if params:
             declare_params(self, params)
+        if self.get_parameter("use_sim_time").value is True:
+            raise ConfigError(f"{self.get_fully_qualified_name()}: {SIM_TIME_REFUSED}")
+        self.add_on_set_parameters_callback(_refuse_sim_time)  # before rclpy's own, which would switch the clock
         self.scheduling = "SCHED_OTHER"
         self.module = module
         self.fatal = ""
