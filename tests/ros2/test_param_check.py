@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tinker.bringup import NODES, VIEW_NODE, Graph, default_params_file
-from tinker.param_check import check_params_file, declared
+from tinker.param_check import check_params_file, declared, typed_argument
 from tinker_core.errors import ConfigError
 
 ALL = [*NODES, VIEW_NODE]
@@ -119,3 +119,18 @@ def test_use_sim_time_true_is_refused_before_anything_starts():
                              ({"safety": {"use_sim_time": True}}, r"safety\.use_sim_time")):
         with pytest.raises(ConfigError, match=where + r": use_sim_time stays false: tinker's nodes stamp"):
             check_params_file(default_params_file(), ALL, overrides)
+
+
+def test_a_launch_argument_takes_its_parameters_type_from_the_nodes_tables():
+    """``ros2 launch tinker bringup.launch.py latency_compensation:=4 latency_auto:=true command_type:=...``: each
+    argument (text) becomes its parameter's type, checked against its range, before any node starts."""
+    assert typed_argument("latency_compensation", "4") == 4
+    assert typed_argument("latency_auto", "true") is True and typed_argument("latency_auto", "false") is False
+    assert typed_argument("command_type", "joint_trajectory") == "joint_trajectory"
+    assert typed_argument("command_joints", "j2,j1") == "j2,j1"  # text stays text
+    for name, text, message in (("latency_auto", "maybe", r"latency_auto:=maybe: expected a boolean"),
+                                ("latency_compensation", "4.5", r"latency_compensation:=4.5: expected an integer"),
+                                ("latency_compensation", "99", r"latency_compensation:=99: 99 is outside its range"),
+                                ("latency_compensaton", "4", r"no such parameter \(did you mean latency_compensation")):
+        with pytest.raises(ConfigError, match=message):
+            typed_argument(name, text)

@@ -59,19 +59,6 @@ YAML's /** entry): the safe command's message type and joint order, which the ro
 command latency compensated (a number of periods, and whether to follow the one the safety node measures)."""
 
 
-def _typed(arg, text):
-    """A shared launch argument as its parameter's type (a launch argument is text)."""
-    if arg == "latency_auto":
-        if text.lower() not in ("true", "false"):
-            raise ValueError(f"latency_auto:={text}: expected true or false")
-        return text.lower() == "true"
-    if arg == "latency_compensation":
-        if not text.isdigit():
-            raise ValueError(f"latency_compensation:={text}: expected a whole number of control periods")
-        return int(text)
-    return text
-
-
 def _change(node, transition_id):
     return EmitEvent(event=ChangeState(lifecycle_node_matcher=launch.events.matches_action(node),
                                        transition_id=transition_id))
@@ -125,11 +112,11 @@ def _graph(context):
 
 def _robot(context, namespace, own):
     """One robot's nodes in ``namespace``; ``own``: its bundle and simulator seed when it is one of several."""
-    from tinker.param_check import check_params_file, declared
+    from tinker.param_check import check_params_file, declared, typed_argument
 
     params_file = context.launch_configurations["params_file"]
     shared = {a: context.launch_configurations.get(a, "") for a in SHARED}
-    shared = {a: _typed(a, v) for a, v in shared.items() if v}
+    shared = {a: typed_argument(a, v) for a, v in shared.items() if v}  # as the parameter's type, checked
     overrides = {**own.get("nodes", {}), **({"/**": shared} if shared else {})}
     tables = declared()
     sim = context.launch_configurations["sim"].strip().lower() not in ("false", "0", "no", "off")

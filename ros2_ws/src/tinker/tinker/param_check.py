@@ -56,6 +56,18 @@ def check_value(where: str, prm: Any, value: Any) -> None:
             raise ConfigError(f"{where}: {value!r} is outside its range [{lo}, {hi}]")
 
 
+def typed_argument(name: str, text: str) -> Any:
+    """A launch argument (text) for parameter ``name``, as that parameter's type (its default's, in the nodes'
+    tables) and checked against its range: ``latency_compensation:=4`` is 4, ``latency_auto:=maybe`` a ConfigError
+    naming it."""
+    prm = next((t[name] for t in declared().values() if name in t), None)
+    if prm is None:
+        raise _unknown(f"{name}:={text}", name, {p for t in declared().values() for p in t})
+    value = text if isinstance(prm.default, str) else yaml.safe_load(text)
+    check_value(f"{name}:={text}", prm, value)
+    return value
+
+
 def _builtin(where: str, name: str, value: Any) -> None:
     """rclpy's own parameters: ``use_sim_time: true`` is refused, as the node itself would refuse it."""
     if name == "use_sim_time" and value is True:
