@@ -91,11 +91,11 @@ class BundleHandover:
     def _hand_again(self, role: str, future) -> bool:
         """``role``'s bundle parameter, read (``future``): if it is not the newest handed over, hand that over
         again; whether it did."""
-        self._recheck.discard(role)
         try:
             path = future.result().values[0].string_value
-        except Exception:  # not up: asked again later
+        except Exception:  # not up: asked again at the next tick
             return False
+        self._recheck.discard(role)
         if self.deployed is None or path == self.deployed[0]:
             return False
         self.handed_again += 1
