@@ -37,6 +37,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import warnings
     from pathlib import Path
 
     from tinker.recording import read_cycles, read_labels
@@ -55,8 +56,12 @@ def run(args: argparse.Namespace) -> int:
         cost = float(node_parameters(default_params_file(), "experience_bridge")["estop_reward"])
     if not cost <= 0.0:
         raise ConfigError(f"replay import: --estop-reward must be <= 0 (a cost), got {cost}")
-    records = list(read_cycles(src))
-    labels = read_labels(src)
+    with warnings.catch_warnings(record=True) as cut:  # a recording its recorder never closed: said once, plainly
+        warnings.simplefilter("always")
+        records = list(read_cycles(src))
+        labels = read_labels(src)
+    for w in cut[:1]:
+        print(f"tinker replay import: {w.message}")
     # the experience bridge's joining rule, then the person's labels as the bridge applied them live
     ts = apply_labels(transitions(records, estop_reward=cost), labels,
                       {int(r["cycle"]): int(r["episode"]) for r in records})

@@ -176,3 +176,35 @@ def test_episode_labels_are_recorded_and_replay_import_applies_them_as_the_bridg
     assert len(live) == 8  # cycles 1-4 and 6-9: 5 ended episode 0, 10 and 11 came after episode 1's label
     # the failure stays bootstrapped (truncated) with the penalty, the success is terminal with its reward
     assert [k[1:] for k in live_keys if k[2] or k[3]] == [(-2.1, False, True), (7.0, True, False)]
+
+
+def test_a_recording_whose_recorder_died_reads_back_up_to_its_last_complete_chunk(tmp_path, capsys):
+    """A recorder killed mid-run (kill -9, power lost) never writes the summary. Its file as the disk has it then (a
+    copy taken without closing the recorder) reads back through `read_cycles`, every record of its complete chunks,
+    with a warning, and so does the same file cut short in the middle of a chunk."""
+    import shutil
+    import warnings
+
+    import pytest
+
+    from tinker.recording import CycleRecorder, read_cycles
+    from tinker_cli import main as tinker
+
+    rec = CycleRecorder(tmp_path / "run.mcap")
+    n = 1000  # four chunks of these records and part of a fifth (tinker.recording.CHUNK_BYTES)
+    for k in range(1, n + 1):
+        rec.write(_rec(k, k // 50, k % 50 == 0), k * 10**8)
+    shutil.copy(tmp_path / "run.mcap", tmp_path / "killed.mcap")  # what a kill -9 leaves now
+    rec.close()
+    assert [r["cycle"] for r in read_cycles(tmp_path / "run.mcap")] == list(range(1, n + 1))
+    with pytest.warns(UserWarning, match=r"killed.mcap: cut short after \d+ /tinker/cycle messages"):
+        kept = [r["cycle"] for r in read_cycles(tmp_path / "killed.mcap")]
+    assert kept == list(range(1, len(kept) + 1)) and n - len(kept) < n // 4, len(kept)  # at most the open chunk lost
+    data = (tmp_path / "killed.mcap").read_bytes()
+    (tmp_path / "torn.mcap").write_bytes(data[: len(data) - len(data) // 8])  # the last chunk's write cut off
+    with pytest.warns(UserWarning, match="torn.mcap: cut short"):
+        torn = [r["cycle"] for r in read_cycles(tmp_path / "torn.mcap")]
+    assert torn == list(range(1, len(torn) + 1)) and len(kept) - n // 4 <= len(torn) < len(kept), (len(torn), len(kept))
+    assert tinker(["replay", "import", str(tmp_path / "killed.mcap"), "-o", str(tmp_path / "killed.replay")]) == 0
+    out = capsys.readouterr().out
+    assert "killed.mcap: cut short after" in out and f"tinker replay import: {len(kept)} cycles" in out, out

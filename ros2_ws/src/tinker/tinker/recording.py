@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -171,8 +171,16 @@ def _share_roots() -> list[Path]:
     return roots
 
 
+CHUNK_BYTES = 64 * 1024
+"""MCAP chunk size (uncompressed): about what a recorder killed without closing its file (kill -9, power lost)
+loses, the chunk it was filling: ~150 cycle records (7.7 s at 20 Hz) in a recording of cycles alone, measured with
+26 policy inputs; the mcap library's default, 1 MB, would be two minutes."""
+
+
 class CycleRecorder:
-    """Appends cycle records to an MCAP file; ``close()`` writes the summary (the file is then complete)."""
+    """Appends cycle records to an MCAP file; ``close()`` writes the summary (the file is then complete). Until
+    then each full chunk goes to the file at once (flushed, not left in this process's buffer), so a recorder that
+    dies leaves a file whose complete chunks `read_cycles` still reads."""
 
     def __init__(self, path: str | os.PathLike, metadata: dict[str, str] | None = None):
         from mcap.writer import CompressionType, Writer
@@ -180,7 +188,7 @@ class CycleRecorder:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "wb")
-        self._w = Writer(self._f, compression=CompressionType.ZSTD)
+        self._w = Writer(self._f, compression=CompressionType.ZSTD, chunk_size=CHUNK_BYTES)
         self._w.start(profile="ros2", library="tinker")
         self._schemas: dict[str, int] = {}
         self._channels: dict[str, int] = {}
@@ -206,6 +214,7 @@ class CycleRecorder:
     def _add(self, cid: int, topic: str, data: bytes, log_time_ns: int, publish_time_ns: int) -> None:
         seq = self._seq.get(topic, 0)
         self._w.add_message(cid, log_time=log_time_ns, data=data, publish_time=publish_time_ns, sequence=seq)
+        self._f.flush()  # a chunk the message completed goes to the file now (nothing to do otherwise)
         self._seq[topic] = seq + 1
 
     def write_dict(self, topic: str, type_name: str, msgdef: str | None, msg: dict, log_time_ns: int,
@@ -357,20 +366,37 @@ def read_metadata(path: str | os.PathLike) -> dict[str, str]:
     return {}
 
 
-def read_cycles(path: str | os.PathLike) -> Iterator[dict]:
-    """The cycle records of an MCAP file, decoded with the standard ``mcap_ros2`` reader."""
-    from mcap_ros2.reader import read_ros2_messages
+def read_messages(path: str | os.PathLike, topic: str) -> Iterator[Any]:
+    """The messages of ``topic`` in an MCAP file, in file order, decoded with the standard ``mcap_ros2`` decoder.
+    A file whose recorder never closed it (killed, power lost) ends without its summary, and a seeking reader reads
+    nothing of it: this reads it from the start, every complete chunk, and warns where it was cut short."""
+    import struct
+    import warnings
 
-    for m in read_ros2_messages(str(path), topics=[TOPIC]):
-        r = m.ros_msg
+    from mcap.exceptions import McapError
+    from mcap.reader import NonSeekingReader
+    from mcap_ros2.decoder import DecoderFactory
+
+    n = 0
+    with open(path, "rb") as f:
+        try:
+            reader = NonSeekingReader(f, decoder_factories=[DecoderFactory()])
+            for *_, msg in reader.iter_decoded_messages(topics=[topic], log_time_order=False):  # as they come
+                n += 1
+                yield msg
+        except (McapError, struct.error) as e:  # the end: no more bytes for the record (or its length) begun
+            warnings.warn(f"{path}: cut short after {n} {topic} messages ({type(e).__name__}: its recorder did not "
+                          f"close it); read what its complete chunks hold", stacklevel=2)
+
+
+def read_cycles(path: str | os.PathLike) -> Iterator[dict]:
+    """The cycle records of an MCAP file (one cut short too: `read_messages`)."""
+    for r in read_messages(path, TOPIC):
         yield {f: getattr(r, f, d) for f, d in _DEFAULTS.items()}  # older files lack the newer fields
 
 
 def read_labels(path: str | os.PathLike) -> list:
     """The episode labels of an MCAP file (`tinker_core.loop.episode_label.LabelRecord`; [] when it has none)."""
-    from mcap_ros2.reader import read_ros2_messages
-
     from tinker_core.loop.episode_label import LabelRecord
 
-    return [LabelRecord(**{f: getattr(m.ros_msg, f) for f in LABEL_FIELDS})
-            for m in read_ros2_messages(str(path), topics=[LABEL_TOPIC])]
+    return [LabelRecord(**{f: getattr(m, f) for f in LABEL_FIELDS}) for m in read_messages(path, LABEL_TOPIC)]
