@@ -53,7 +53,8 @@ LIFECYCLE = ROBOT_LOOP.activation_order(ROBOT)
 RESTARTED = tuple(s.name for s in ROBOT_LOOP.stages if s.node and s.restart)
 """Nodes started again when their process dies (`Graph.supervise`, the launch file's respawn): perception, the
 policy and the experience bridge. Not the robot, nor safety, whose latched e-stop a restart would forget: either
-ending stops the graph. A restarted policy or perception runs the bundle it was started with."""
+ending stops the graph. A restarted policy or perception loads the bundle it was started with, and the experience
+bridge hands it the newest it had handed over (`tinker.bundle_handover.BundleHandover`)."""
 MAX_RESTARTS = 5
 """Restarts of one node in a graph's life; one more death stops the graph (a node that cannot stay up)."""
 RESTART_DELAY_S = 1.0
@@ -387,8 +388,7 @@ class Graph:
             bring_to_active(lambda t: self.state(node, t), lambda step, t: self._change(node, step, t),
                             _fq(self.namespace, node), timeout, alive=lambda: self.procs[node].poll() is None)
         except LifecycleUpError as e:
-            tail = "\n".join(self.log(node).strip().splitlines()[-10:])
-            raise BringupError(f"restarted {e}; its log ends:\n{tail}") from None
+            raise BringupError(f"restarted {e}. {self._log_end(node)}") from None
 
     def _log_end(self, name: str) -> str:
         return f"Its log ({self.run_dir / name}.log) ends:\n" + "\n".join(self.log(name).strip().splitlines()[-15:])
@@ -596,16 +596,11 @@ class Graph:
 
     def _change(self, node: str, label: str, timeout: float) -> bool:
         """One lifecycle transition request: whether the node made it (BringupError: no answer)."""
-        from lifecycle_msgs.msg import Transition
         from lifecycle_msgs.srv import ChangeState
 
-        ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
-               "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP,
-               "shutdown": Transition.TRANSITION_INACTIVE_SHUTDOWN}
-        if label not in ids:
-            raise ConfigError(f"lifecycle transition: expected one of {sorted(ids)}, got {label!r}")
-        req = ChangeState.Request()
-        req.transition.id = ids[label]
+        from tinker.lifecycle_up import change_request
+
+        req = change_request(label)
         return bool(self._call(ChangeState, f"{_fq(self.namespace, node)}/change_state", req, timeout).success)
 
     def call_trigger(self, service: str, timeout: float = 10.0) -> tuple[bool, str]:

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import Callable
 
-from tinker_core.errors import TinkerError
+from tinker_core.errors import ConfigError, TinkerError
 
 ASK_TIMEOUT_S = 2.0
 """one state request: a lost one is asked again after this"""
@@ -23,6 +23,22 @@ CHANGE_TIMEOUT_S = 10.0
 """one transition request: configure loads the bundle (~1 s for the shipped ones)"""
 NEXT = {"unconfigured": "configure", "inactive": "activate"}
 """the transition that leads from each primary state towards active"""
+
+
+def change_request(label: str):
+    """A ``lifecycle_msgs/srv/ChangeState`` request for transition ``label`` (configure, activate, deactivate,
+    cleanup, shutdown); ConfigError naming the choices."""
+    from lifecycle_msgs.msg import Transition
+    from lifecycle_msgs.srv import ChangeState
+
+    ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE,
+           "deactivate": Transition.TRANSITION_DEACTIVATE, "cleanup": Transition.TRANSITION_CLEANUP,
+           "shutdown": Transition.TRANSITION_INACTIVE_SHUTDOWN}
+    if label not in ids:
+        raise ConfigError(f"lifecycle transition: expected one of {sorted(ids)}, got {label!r}")
+    request = ChangeState.Request()
+    request.transition.id = ids[label]
+    return request
 
 
 class LifecycleUpError(TinkerError):
@@ -69,7 +85,6 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     import rclpy
-    from lifecycle_msgs.msg import Transition
     from lifecycle_msgs.srv import ChangeState, GetState
     from rclpy.utilities import remove_ros_args
 
@@ -86,7 +101,6 @@ def main(argv: list[str] | None = None) -> int:
     name = f"{node.get_namespace().rstrip('/')}/{args.node.strip('/')}"
     get_state = node.create_client(GetState, f"{name}/get_state")
     change_state = node.create_client(ChangeState, f"{name}/change_state")
-    ids = {"configure": Transition.TRANSITION_CONFIGURE, "activate": Transition.TRANSITION_ACTIVATE}
 
     def call(client, request, timeout: float):
         if not client.wait_for_service(timeout_sec=timeout):
@@ -99,9 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         return future.result()
 
     def change(step: str, timeout: float) -> bool:
-        request = ChangeState.Request()
-        request.transition.id = ids[step]
-        return bool(call(change_state, request, timeout).success)
+        return bool(call(change_state, change_request(step), timeout).success)
 
     try:
         made = bring_to_active(lambda t: call(get_state, GetState.Request(), t).current_state.label, change, name,

@@ -359,7 +359,7 @@ class NodeRuntime:
 
     def _served(self, stage, port: str, topic: str, handler: Callable, read: Callable,
                 refuse: tuple[type[Exception], ...]) -> Callable:
-        held = ", that cycle held downstream" if any(e.port == port and e.every_cycle for e in ROBOT_LOOP.edges) else ""
+        held = ", that cycle held downstream" if ROBOT_LOOP.edge(port).every_cycle else ""
         said = f"input refused on {port} ({topic}){held}: "
 
         def on_message(msg) -> None:
